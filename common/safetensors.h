@@ -97,6 +97,7 @@ class WeightArchive {
  private:
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::map<std::string, const TensorView*, std::less<>> index_;
+  std::string source_;  // The directory or the file names, for errors.
 };
 
 // A tensor to write: raw little-endian bytes of `dtype` with `shape`.

@@ -1,0 +1,94 @@
+// Chat template tests that need no tokenizer: the rendered text, checked
+// against strings written by hand from the Qwen3 template. The exact ids,
+// and the comparison with HF's Jinja rendering, are in qwen3_golden_test.cc.
+#include "tokenizer/chat_template.h"
+
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace dedit {
+namespace {
+
+std::string Render(const std::vector<ChatMessage>& messages,
+                   bool add_generation_prompt = true,
+                   bool enable_thinking = true) {
+  ChatTemplateOptions options;
+  options.add_generation_prompt = add_generation_prompt;
+  options.enable_thinking = enable_thinking;
+  auto text = RenderQwen3Chat(messages, options);
+  EXPECT_TRUE(text.ok()) << text.status();
+  return text.ok() ? *text : "<error>";
+}
+
+TEST(ChatTemplateTest, SystemUserWithThinkingOff) {
+  EXPECT_EQ(Render({{"system", "You are helpful."}, {"user", "Hi"}},
+                   /*add_generation_prompt=*/true, /*enable_thinking=*/false),
+            "<|im_start|>system\nYou are helpful.<|im_end|>\n"
+            "<|im_start|>user\nHi<|im_end|>\n"
+            "<|im_start|>assistant\n<think>\n\n</think>\n\n");
+}
+
+TEST(ChatTemplateTest, GenerationPromptWithThinkingOn) {
+  EXPECT_EQ(Render({{"user", "Hi"}}),
+            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(Render({{"user", "Hi"}}, /*add_generation_prompt=*/false),
+            "<|im_start|>user\nHi<|im_end|>\n");
+}
+
+TEST(ChatTemplateTest, HistoricalReasoningIsDropped) {
+  EXPECT_EQ(Render({{"user", "Hi"},
+                    {"assistant", "<think>\nponder\n</think>\n\nHello!"},
+                    {"user", "Bye"}},
+                   true, false),
+            "<|im_start|>user\nHi<|im_end|>\n"
+            "<|im_start|>assistant\nHello!<|im_end|>\n"
+            "<|im_start|>user\nBye<|im_end|>\n"
+            "<|im_start|>assistant\n<think>\n\n</think>\n\n");
+}
+
+TEST(ChatTemplateTest, FinalAssistantTurnKeepsReasoning) {
+  EXPECT_EQ(Render({{"user", "Hi"}, {"assistant", "<think>\nplan\n</think>\n\nOk"}},
+                   false),
+            "<|im_start|>user\nHi<|im_end|>\n"
+            "<|im_start|>assistant\n<think>\nplan\n</think>\n\nOk<|im_end|>\n");
+  // Without reasoning, the final turn still gets an (empty) think block.
+  EXPECT_EQ(Render({{"user", "Hi"}, {"assistant", "Ok"}}, false),
+            "<|im_start|>user\nHi<|im_end|>\n"
+            "<|im_start|>assistant\n<think>\n\n</think>\n\nOk<|im_end|>\n");
+  ChatMessage with_field{"assistant", "Ok", std::string("\nr\n")};
+  EXPECT_EQ(Render({{"user", "Hi"}, with_field}, false),
+            "<|im_start|>user\nHi<|im_end|>\n"
+            "<|im_start|>assistant\n<think>\nr\n</think>\n\nOk<|im_end|>\n");
+}
+
+TEST(ChatTemplateTest, ConsecutiveToolTurnsShareOneUserTurn) {
+  EXPECT_EQ(Render({{"user", "q"}, {"tool", "r1"}, {"tool", "r2"}}, false),
+            "<|im_start|>user\nq<|im_end|>\n"
+            "<|im_start|>user\n<tool_response>\nr1\n</tool_response>"
+            "\n<tool_response>\nr2\n</tool_response><|im_end|>\n");
+}
+
+TEST(ChatTemplateTest, LateSystemMessageIsRenderedInPlace) {
+  EXPECT_EQ(Render({{"user", "a"}, {"system", "s"}}, false),
+            "<|im_start|>user\na<|im_end|>\n<|im_start|>system\ns<|im_end|>\n");
+}
+
+TEST(ChatTemplateTest, EmptyConversationIsJustTheGenerationPrompt) {
+  EXPECT_EQ(Render({}), "<|im_start|>assistant\n");
+}
+
+TEST(ChatTemplateTest, UnknownRoleIsInvalidArgument) {
+  for (const char* role : {"bot", "", "User", "function", "developer"}) {
+    auto text = RenderQwen3Chat({{"user", "hi"}, {role, "x"}}, {});
+    ASSERT_FALSE(text.ok()) << role;
+    EXPECT_EQ(text.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(text.status().message().find("chat message 1: unknown role"),
+              std::string::npos)
+        << text.status();
+  }
+}
+
+}  // namespace
+}  // namespace dedit

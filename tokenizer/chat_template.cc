@@ -1,0 +1,147 @@
+#include "tokenizer/chat_template.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+
+namespace dedit {
+namespace {
+
+constexpr absl::string_view kThinkOpen = "<think>";
+constexpr absl::string_view kThinkClose = "</think>";
+
+// Python's str.lstrip('\n') / rstrip('\n') / strip('\n'), which the
+// template applies to reasoning and answers.
+absl::string_view LStripNewlines(absl::string_view s) {
+  while (!s.empty() && s.front() == '\n') s.remove_prefix(1);
+  return s;
+}
+absl::string_view RStripNewlines(absl::string_view s) {
+  while (!s.empty() && s.back() == '\n') s.remove_suffix(1);
+  return s;
+}
+absl::string_view StripNewlines(absl::string_view s) {
+  return RStripNewlines(LStripNewlines(s));
+}
+
+// s.split(sep)[-1] and s.split(sep)[0].
+absl::string_view AfterLast(absl::string_view s, absl::string_view sep) {
+  const size_t pos = s.rfind(sep);
+  return pos == absl::string_view::npos ? s : s.substr(pos + sep.size());
+}
+absl::string_view BeforeFirst(absl::string_view s, absl::string_view sep) {
+  const size_t pos = s.find(sep);
+  return pos == absl::string_view::npos ? s : s.substr(0, pos);
+}
+
+bool IsToolResponseWrapped(absl::string_view content) {
+  return absl::StartsWith(content, "<tool_response>") &&
+         absl::EndsWith(content, "</tool_response>");
+}
+
+absl::Status CheckRoles(absl::Span<const ChatMessage> messages) {
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const std::string& role = messages[i].role;
+    if (role != "system" && role != "user" && role != "assistant" &&
+        role != "tool") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "chat message ", i, ": unknown role '", role,
+          "' (expected system, user, assistant or tool)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// An assistant turn's reasoning and answer, as the template derives them.
+struct AssistantParts {
+  absl::string_view reasoning;
+  absl::string_view content;
+};
+
+AssistantParts SplitReasoning(const ChatMessage& message) {
+  AssistantParts parts{absl::string_view(), message.content};
+  if (message.reasoning_content.has_value()) {
+    parts.reasoning = *message.reasoning_content;
+  } else if (absl::StrContains(message.content, kThinkClose)) {
+    parts.reasoning = LStripNewlines(AfterLast(
+        RStripNewlines(BeforeFirst(message.content, kThinkClose)), kThinkOpen));
+    parts.content = LStripNewlines(AfterLast(message.content, kThinkClose));
+  }
+  return parts;
+}
+
+void RenderAssistant(const AssistantParts& parts, bool keep_reasoning,
+                     std::string* out) {
+  absl::StrAppend(out, "<|im_start|>assistant\n");
+  if (keep_reasoning) {
+    absl::StrAppend(out, "<think>\n", StripNewlines(parts.reasoning),
+                    "\n</think>\n\n", LStripNewlines(parts.content));
+  } else {
+    absl::StrAppend(out, parts.content);
+  }
+  absl::StrAppend(out, "<|im_end|>\n");
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> RenderQwen3Chat(
+    absl::Span<const ChatMessage> messages,
+    const ChatTemplateOptions& options) {
+  RETURN_IF_ERROR(CheckRoles(messages));
+  const size_t n = messages.size();
+  std::string out;
+  if (n > 0 && messages[0].role == "system") {
+    absl::StrAppend(&out, "<|im_start|>system\n", messages[0].content,
+                    "<|im_end|>\n");
+  }
+  // The last "real" user query: tool results wrapped as user messages do
+  // not count. Reasoning is shown only for assistant turns after it.
+  size_t last_query_index = n == 0 ? 0 : n - 1;
+  for (size_t i = n; i-- > 0;) {
+    if (messages[i].role == "user" &&
+        !IsToolResponseWrapped(messages[i].content)) {
+      last_query_index = i;
+      break;
+    }
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const ChatMessage& message = messages[i];
+    if (message.role == "user" || (message.role == "system" && i != 0)) {
+      absl::StrAppend(&out, "<|im_start|>", message.role, "\n",
+                      message.content, "<|im_end|>\n");
+    } else if (message.role == "assistant") {
+      const AssistantParts parts = SplitReasoning(message);
+      // Jinja: loop.last or (not loop.last and reasoning_content).
+      const bool keep_reasoning =
+          i > last_query_index && (i + 1 == n || !parts.reasoning.empty());
+      RenderAssistant(parts, keep_reasoning, &out);
+    } else if (message.role == "tool") {
+      if (i == 0 || messages[i - 1].role != "tool") {
+        absl::StrAppend(&out, "<|im_start|>user");
+      }
+      absl::StrAppend(&out, "\n<tool_response>\n", message.content,
+                      "\n</tool_response>");
+      if (i + 1 == n || messages[i + 1].role != "tool") {
+        absl::StrAppend(&out, "<|im_end|>\n");
+      }
+    }
+  }
+  if (options.add_generation_prompt) {
+    absl::StrAppend(&out, "<|im_start|>assistant\n");
+    if (!options.enable_thinking) {
+      absl::StrAppend(&out, "<think>\n\n</think>\n\n");
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<int32_t>> EncodeQwen3Chat(
+    const Tokenizer& tokenizer, absl::Span<const ChatMessage> messages,
+    const ChatTemplateOptions& options) {
+  ASSIGN_OR_RETURN(std::string prompt, RenderQwen3Chat(messages, options));
+  auto ids = tokenizer.Encode(prompt);
+  if (!ids.ok()) return Annotate(ids.status(), "chat prompt");
+  return ids;
+}
+
+}  // namespace dedit
