@@ -26,7 +26,7 @@ TempDirs& AllTempDirs() {
 }
 
 struct ThreadInit {
-  ThreadInit() { at::set_num_threads(2); }
+  ThreadInit() { at::set_num_threads(1); }
 } thread_init;
 
 }  // namespace

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# GPU check for the engine, run on a machine with CUDA PyTorch but no Debian
+# toolchain extras: builds the engine, its tests and dedit-generate against
+# the CUDA libtorch with plain g++ (no CMake needed), runs the engine tests
+# on cuda, then a small speculative-vs-target-only benchmark.
+#
+# Needs a `.device/` folder (made by scripts/make_device_bundle.sh on a
+# Debian machine) with abseil, nlohmann-json and googletest built there.
+# Usage: scripts/device_check.sh OUTDIR
+set -uo pipefail
+OUT=${1:-/tmp/device_out}
+mkdir -p "$OUT"
+exec > >(tee "$OUT/log.txt") 2>&1
+date
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv || true
+PY=$(command -v python3 || command -v python)
+$PY - <<'P'
+import torch, sys
+print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda,
+      "cxx11abi", torch._C._GLIBCXX_USE_CXX11_ABI, "gpu", torch.cuda.is_available())
+P
+g++ --version | head -1
+ldd --version | head -1
+TORCH=$($PY -c "import torch, os; print(os.path.dirname(torch.__file__))")
+ABI=$($PY -c "import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))")
+TORCH_INC=${TORCH_INC:-$TORCH/include}
+TORCH_LIBDIR=${TORCH_LIBDIR:-$TORCH/lib}
+DEV=${DEV:-cuda}
+CUDA_LIBS=""
+[ -e "$TORCH_LIBDIR/libtorch_cuda.so" ] && CUDA_LIBS="-ltorch_cuda -lc10_cuda"
+ROOT=$(pwd)
+B=$ROOT/build-device
+mkdir -p "$B/obj"
+# A response file keeps the quoted define intact through xargs/sh.
+cat > "$B/cxxflags" <<F
+-O2 -std=c++17 -fPIC -D_GLIBCXX_USE_CXX11_ABI=$ABI -DDEDIT_SOURCE_DIR=\\"$ROOT\\"
+-I$ROOT -I$ROOT/.device/include -I$TORCH_INC -I$TORCH_INC/torch/csrc/api/include
+-Wno-deprecated-declarations
+F
+SRCS="common/safetensors.cc common/model_config.cc common/tensor_io.cc common/transformer_ops.cc
+  common/kv_cache.cc common/qwen3_model.cc common/dedit_drafter.cc common/sampling.cc
+  common/local_backends.cc common/speculative_engine.cc common/tiny_model.cc common/in_process.cc
+  tests/common/test_util.cc tests/common/qwen3_model_test.cc tests/common/dedit_drafter_test.cc
+  tests/common/sampling_test.cc tests/common/speculative_engine_test.cc
+  tools/generate/main.cc tools/make_tiny_model/main.cc"
+t0=$(date +%s)
+echo $SRCS | tr ' ' '\n' | grep . | xargs -P "$(nproc)" -I{} sh -c \
+  "g++ @$B/cxxflags -c $ROOT/{} -o $B/obj/\$(echo {} | tr / _).o || echo BUILD_FAIL {}"
+echo "compile: $(( $(date +%s) - t0 ))s"
+ABSL=$(ls $ROOT/.device/lib/libabsl_*.so | sed 's|.*/lib\(absl_[a-z0-9_]*\)\.so|-l\1|' | tr '\n' ' ')
+LIBS="-L$TORCH_LIBDIR -Wl,-rpath,$TORCH_LIBDIR -Wl,--no-as-needed -ltorch $CUDA_LIBS -ltorch_cpu -lc10 -Wl,--as-needed \
+  -L$ROOT/.device/lib -Wl,-rpath,$ROOT/.device/lib $ABSL -lpthread -ldl"
+O=$B/obj
+CORE="$O/common_*.o"
+g++ -o $B/dedit_engine_tests $CORE $O/tests_common_*.o -L$ROOT/.device/lib -lgmock -lgtest_main -lgtest $LIBS \
+  || echo LINK_FAIL tests
+g++ -o $B/dedit-generate $CORE $O/tools_generate_main.cc.o $LIBS || echo LINK_FAIL generate
+g++ -o $B/dedit-make-tiny-model $CORE $O/tools_make_tiny_model_main.cc.o $LIBS || echo LINK_FAIL make
+echo "== engine tests on $DEV =="
+DEDIT_TEST_DEVICE=$DEV timeout 300 $B/dedit_engine_tests 2>&1 | tail -45
+[ -n "${SKIP_BENCH:-}" ] && exit 0
+echo "== benchmark (random weights, bf16, $DEV) =="
+M=/tmp/gpu-model
+$B/dedit-make-tiny-model --out $M --vocab 32000 --hidden 2048 --intermediate 6144 --layers 24 \
+  --heads 16 --kv_heads 8 --head_dim 128 --drafter_layers 3 --block_size 16 --dtype bfloat16 --seed 3
+P='[1,5,9,200,31,77,1000,4242,17,99,3000,12,5,6]'
+for args in "--ar" "--window 16 --passes 1" "--window 16 --passes 2" "--window 16 --passes 3"; do
+  echo "-- $args"
+  for i in 1 2; do echo "$P"; done | $B/dedit-generate --target $M/target --drafter $M/drafter \
+    --device $DEV --dtype bfloat16 --json --max_tokens 128 --ignore_eos $args | tail -1 | \
+    $PY -c "import json,sys; j=json.loads(sys.stdin.read()); t=j['timings']; r=j['rounds']; \
+print('tok/s %.1f rounds %d tau %.3f draft/round %.2fms verify/round %.2fms' % (t['decode_tokens_per_s'], r, j['mean_acceptance_length'], 1e3*t['draft_s']/r, 1e3*t['verify_s']/r))"
+done
+date
