@@ -4,6 +4,7 @@
 #include <unordered_set>
 
 #include <ATen/Functions.h>
+#include <c10/core/InferenceMode.h>
 #include <ATen/TensorOperators.h>
 
 #include "absl/strings/str_cat.h"
@@ -118,6 +119,7 @@ absl::Status DEditDrafter::AppendContext(SequenceId id, int64_t start,
   const int64_t n = features.size(0);
   if (n == 0) return absl::OkStatus();
   const Qwen3Config& c = config_.layers;
+  c10::InferenceMode inference_mode;
   return GuardTorch([&] {
     at::Tensor f = features.to(options_.device, options_.dtype);
     // ctx = hidden_norm(fc(features)); each layer projects the same fused
@@ -179,6 +181,8 @@ absl::Status DEditDrafter::ValidateRequests(
 
 absl::StatusOr<std::vector<DraftResult>> DEditDrafter::Draft(
     const std::vector<DraftRequest>& requests) {
+  // No autograd bookkeeping on the model thread (STYLE.md rule 3).
+  c10::InferenceMode inference_mode;
   RETURN_IF_ERROR(ValidateRequests(requests));
   return GuardTorch([&] { return RunDraft(requests); });
 }

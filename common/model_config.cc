@@ -1,11 +1,10 @@
 #include "common/model_config.h"
 
 #include <cmath>
-#include <fstream>
 #include <limits>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/file_util.h"
 #include "common/status.h"
 #include "nlohmann/json.hpp"
 
@@ -272,15 +271,6 @@ std::string DrafterConfigToJson(const DrafterConfig& config) {
                          {"causal_editor", config.causal_editor}};
   }
   return j.dump(2) + "\n";
-}
-
-absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return absl::DataLossError(absl::StrCat("cannot read ", path));
-  return ss.str();
 }
 
 absl::StatusOr<Qwen3Config> LoadQwen3Config(const std::string& dir) {

@@ -70,9 +70,6 @@ absl::Status CheckDrafterMatchesTarget(const DrafterConfig& drafter,
 std::string Qwen3ConfigToJson(const Qwen3Config& config);
 std::string DrafterConfigToJson(const DrafterConfig& config);
 
-// Reads a whole file; NOT_FOUND when missing.
-absl::StatusOr<std::string> ReadFileToString(const std::string& path);
-
 }  // namespace dedit
 
 #endif  // DEDIT_COMMON_MODEL_CONFIG_H_

@@ -4,6 +4,7 @@
 #include <unordered_set>
 
 #include <ATen/Functions.h>
+#include <c10/core/InferenceMode.h>
 #include <ATen/TensorOperators.h>
 
 #include "absl/strings/str_cat.h"
@@ -172,6 +173,8 @@ absl::Status Qwen3Model::ValidateSegments(
 
 absl::StatusOr<TargetForwardResult> Qwen3Model::Forward(
     const std::vector<TargetSegment>& segments) {
+  // No autograd bookkeeping on the model thread (STYLE.md rule 3).
+  c10::InferenceMode inference_mode;
   RETURN_IF_ERROR(ValidateSegments(segments));
   if (segments.empty()) return TargetForwardResult{};
   return GuardTorch([&] { return RunForward(segments); });

@@ -44,6 +44,11 @@ struct VerifyOutcome {
 struct TargetStepResult {
   std::vector<int32_t> first_tokens;     // one per prefill, in order
   std::vector<VerifyOutcome> verified;   // one per verify, in order
+  // Optional per-prefill status (empty = all OK; else one per prefill). A
+  // remote target refuses single prompts (e.g. RESOURCE_EXHAUSTED when its
+  // KV capacity is full) without failing the rest of the step; the engine
+  // finishes only those requests, with that status.
+  std::vector<absl::Status> prefill_status;
 };
 
 // The target side: prefill, verify, commit, release.

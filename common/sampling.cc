@@ -48,8 +48,14 @@ std::vector<int32_t> TokenSampler::Choose(const at::Tensor& logits) {
   at::Tensor values, indices;
   if (params_.top_k > 0 && params_.top_k < vocab) {
     std::tie(values, indices) = scaled.topk(params_.top_k, -1);  // sorted
-  } else {
+  } else if (params_.top_p < 1.0f) {
     std::tie(values, indices) = scaled.sort(-1, /*descending=*/true);
+  } else {
+    // Plain sampling needs no order: skip the vocabulary-wide sort.
+    values = scaled;
+    indices = at::arange(vocab, scaled.options().dtype(at::kLong))
+                  .unsqueeze(0)
+                  .expand({rows, vocab});
   }
   at::Tensor probs = at::softmax(values, -1);
   // Candidates to keep per row: everything before the cumulative mass reaches

@@ -219,6 +219,7 @@ void SpeculativeEngine::Finish(SequenceId id, FinishReason reason,
 }
 
 absl::Status SpeculativeEngine::Step() {
+  last_step_ = StepStats();
   // 1. Draft every running sequence in one batched call.
   std::vector<SequenceId> round_ids = running_;
   std::map<SequenceId, int> window;
@@ -239,6 +240,8 @@ absl::Status SpeculativeEngine::Step() {
     const double t0 = NowSeconds();
     auto result = drafter_->Draft(draft_requests);
     draft_seconds = NowSeconds() - t0;
+    last_step_.drafts = static_cast<int>(draft_requests.size());
+    last_step_.draft_seconds = draft_seconds;
     const bool batch_ok = result.ok() && result->size() == draft_requests.size();
     for (size_t i = 0; i < draft_requests.size(); ++i) {
       const DraftRequest& r = draft_requests[i];
@@ -276,6 +279,9 @@ absl::Status SpeculativeEngine::Step() {
   const double t0 = NowSeconds();
   auto step = verifier_->Step(prefills, verifies);
   const double verify_seconds = NowSeconds() - t0;
+  last_step_.prefills = static_cast<int>(prefills.size());
+  last_step_.verifies = static_cast<int>(verifies.size());
+  last_step_.verify_seconds = verify_seconds;
   pending_.clear();
   if (!step.ok()) {
     for (SequenceId id : prefill_ids) Finish(id, FinishReason::kError, step.status());
@@ -285,7 +291,19 @@ absl::Status SpeculativeEngine::Step() {
 
   // 3. Commit.
   const double now = NowSeconds();
+  const bool has_prefill_status = !step->prefill_status.empty();
+  if (has_prefill_status && step->prefill_status.size() != prefill_ids.size()) {
+    const absl::Status bad = absl::InternalError(
+        "verifier returned a prefill status count that does not match");
+    for (SequenceId id : prefill_ids) Finish(id, FinishReason::kError, bad);
+    for (SequenceId id : round_ids) Finish(id, FinishReason::kError, bad);
+    return bad;
+  }
   for (size_t i = 0; i < prefill_ids.size(); ++i) {
+    if (has_prefill_status && !step->prefill_status[i].ok()) {
+      Finish(prefill_ids[i], FinishReason::kError, step->prefill_status[i]);
+      continue;
+    }
     Sequence& seq = sequences_.at(prefill_ids[i]);
     seq.start = static_cast<int64_t>(seq.request.prompt.size());
     seq.bonus = step->first_tokens[i];
@@ -320,6 +338,7 @@ absl::Status SpeculativeEngine::Step() {
                                                         : EditOutcome::kShortened);
       }
     }
+    if (options_.on_round) options_.on_round(id, record);
     seq.result.rounds.push_back(std::move(record));
     seq.start += out.accepted + 1;
     seq.bonus = committed.back();

@@ -105,6 +105,19 @@ class SpeculativeEngine {
     int64_t max_context = 40960;  // prompt + generated + window
     int max_new_tokens_limit = 1 << 20;
     int max_passes = 8;
+    // Called on the stepping thread for every finished round (after its
+    // record is complete, before its tokens are emitted), e.g. to update
+    // per-round metrics while requests are still running. May be empty.
+    std::function<void(SequenceId, const RoundRecord&)> on_round;
+  };
+
+  // What the last Step() did, for per-step metrics.
+  struct StepStats {
+    int prefills = 0;            // prompts prefilled
+    int verifies = 0;            // sequences verified (drafted or not)
+    int drafts = 0;              // sequences drafted
+    double draft_seconds = 0;    // the batched Draft call
+    double verify_seconds = 0;   // the batched target step
   };
 
   // `drafter` may be null (target-only engine).
@@ -121,6 +134,7 @@ class SpeculativeEngine {
   bool idle() const { return pending_.empty() && running_.empty(); }
   size_t num_running() const { return running_.size() + pending_.size(); }
   std::vector<GenerationResult> TakeFinished();
+  const StepStats& last_step() const { return last_step_; }
 
   // Submits all requests, steps until done, and returns results in order.
   absl::StatusOr<std::vector<GenerationResult>> Generate(
@@ -154,6 +168,7 @@ class SpeculativeEngine {
   std::map<SequenceId, Sequence> sequences_;  // pending and running
   std::vector<SequenceId> running_;
   std::vector<GenerationResult> finished_;
+  StepStats last_step_;
 };
 
 }  // namespace dedit

@@ -37,7 +37,7 @@ cat > "$B/cxxflags" <<F
 -I$ROOT -I$ROOT/.device/include -I$TORCH_INC -I$TORCH_INC/torch/csrc/api/include
 -Wno-deprecated-declarations
 F
-SRCS="common/safetensors.cc common/model_config.cc common/tensor_io.cc common/transformer_ops.cc
+SRCS="common/file_util.cc common/safetensors.cc common/model_config.cc common/tensor_io.cc common/transformer_ops.cc
   common/kv_cache.cc common/qwen3_model.cc common/dedit_drafter.cc common/sampling.cc
   common/local_backends.cc common/speculative_engine.cc common/tiny_model.cc common/in_process.cc
   tests/common/test_util.cc tests/common/qwen3_model_test.cc tests/common/dedit_drafter_test.cc
@@ -61,7 +61,7 @@ DEDIT_TEST_DEVICE=$DEV timeout 300 $B/dedit_engine_tests 2>&1 | tail -45
 [ -n "${SKIP_BENCH:-}" ] && exit 0
 echo "== benchmark (random weights, bf16, $DEV) =="
 M=/tmp/gpu-model
-$B/dedit-make-tiny-model --out $M --vocab 32000 --hidden 2048 --intermediate 6144 --layers 24 \
+$B/dedit-make-tiny-model --out $M --vocab 32000 --hidden 2048 --intermediate 6144 --layers 12 \
   --heads 16 --kv_heads 8 --head_dim 128 --drafter_layers 3 --block_size 16 --dtype bfloat16 --seed 3
 P='[1,5,9,200,31,77,1000,4242,17,99,3000,12,5,6]'
 for args in "--ar" "--window 16 --passes 1" "--window 16 --passes 2" "--window 16 --passes 3"; do

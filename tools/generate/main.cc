@@ -64,6 +64,13 @@ struct Prompt {
 
 #ifdef DEDIT_HAVE_TOKENIZER
 std::unique_ptr<Tokenizer> g_tokenizer;
+
+// Thinking off, as the DFlash/DEdit evaluation protocol runs Qwen3.
+ChatTemplateOptions ChatOptions() {
+  ChatTemplateOptions o;
+  o.enable_thinking = false;
+  return o;
+}
 #endif
 
 absl::Status LoadTokenizerIfPresent() {
@@ -87,7 +94,8 @@ absl::StatusOr<std::vector<int32_t>> EncodeText(const std::string& text,
     return absl::FailedPreconditionError("text prompts need a tokenizer.json");
   }
   if (chat) {
-    return EncodeQwen3Chat(*g_tokenizer, {{"user", text}}, {});
+    const std::vector<ChatMessage> messages = {{"user", text}};
+    return EncodeQwen3Chat(*g_tokenizer, messages, ChatOptions());
   }
   return g_tokenizer->Encode(text);
 #else
@@ -139,7 +147,7 @@ absl::StatusOr<std::vector<int32_t>> ParsePromptLine(const std::string& line) {
       }
       chat.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
     }
-    return EncodeQwen3Chat(*g_tokenizer, chat, {});
+    return EncodeQwen3Chat(*g_tokenizer, chat, ChatOptions());
   }
 #endif
   return absl::InvalidArgumentError("expected ids, text or messages");
