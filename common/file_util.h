@@ -10,8 +10,9 @@
 
 namespace dedit {
 
-// Reads a whole file; NOT_FOUND when it cannot be opened, DATA_LOSS when a
-// read fails midway.
+// Whole file contents. NOT_FOUND when the file does not exist, the OS error
+// as FAILED_PRECONDITION when it cannot be opened, DATA_LOSS when a read
+// fails midway.
 absl::StatusOr<std::string> ReadFileToString(const std::string& path);
 
 }  // namespace dedit

@@ -55,11 +55,9 @@ struct AddedVocabulary::Trie {
     for (char ch : pattern) {
       const uint8_t b = static_cast<uint8_t>(ch);
       auto& children = nodes[node].children;
-      auto it = std::lower_bound(
-          children.begin(), children.end(), b,
-          [](const std::pair<uint8_t, int32_t>& c, uint8_t v) {
-            return c.first < v;
-          });
+      auto it = std::lower_bound(children.begin(), children.end(), b,
+                                 [](const std::pair<uint8_t, int32_t>& c,
+                                    uint8_t v) { return c.first < v; });
       if (it != children.end() && it->first == b) {
         node = it->second;
         continue;
@@ -76,11 +74,9 @@ struct AddedVocabulary::Trie {
 
   int32_t Child(int32_t node, uint8_t b) const {
     const auto& children = nodes[node].children;
-    auto it = std::lower_bound(
-        children.begin(), children.end(), b,
-        [](const std::pair<uint8_t, int32_t>& c, uint8_t v) {
-          return c.first < v;
-        });
+    auto it = std::lower_bound(children.begin(), children.end(), b,
+                               [](const std::pair<uint8_t, int32_t>& c,
+                                  uint8_t v) { return c.first < v; });
     return (it != children.end() && it->first == b) ? it->second : -1;
   }
 };
@@ -159,7 +155,8 @@ void AddedVocabulary::Split(absl::string_view text, Pass pass,
       const bool word_before =
           start > 0 &&
           IsWordChar(CharAt(text, LastCharStart(text, start), &length));
-      const bool word_after = stop < n && IsWordChar(CharAt(text, stop, &length));
+      const bool word_after =
+          stop < n && IsWordChar(CharAt(text, stop, &length));
       if (word_before || word_after) {
         pos = stop;
         continue;

@@ -1,7 +1,6 @@
 #include "tokenizer/bpe_model.h"
 
 #include <algorithm>
-#include <functional>
 #include <utility>
 
 #include "absl/hash/hash.h"
@@ -36,10 +35,11 @@ absl::Status ParseMergeEntry(const nlohmann::json& entry, size_t index,
   if (entry.is_string()) {
     const std::string& s = entry.get_ref<const std::string&>();
     const size_t space = s.find(' ');
-    if (space == std::string::npos || s.find(' ', space + 1) != std::string::npos) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "model.merges[", index, "]: \"", s,
-          "\" must be two tokens separated by exactly one space"));
+    if (space == std::string::npos ||
+        s.find(' ', space + 1) != std::string::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model.merges[", index, "]: \"", s,
+                       "\" must be two tokens separated by exactly one space"));
     }
     *left = s.substr(0, space);
     *right = s.substr(space + 1);
@@ -51,9 +51,9 @@ absl::Status ParseMergeEntry(const nlohmann::json& entry, size_t index,
     *right = entry[1].get<std::string>();
     return absl::OkStatus();
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("model.merges[", index,
-                   "]: expected \"a b\" or [\"a\", \"b\"], got ", entry.dump()));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "model.merges[", index, "]: expected \"a b\" or [\"a\", \"b\"], got ",
+      entry.dump()));
 }
 
 }  // namespace
@@ -70,13 +70,14 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(
         absl::StrCat("model.type: ", type->dump(),
                      " is not supported (only BPE models are)"));
   }
-  RETURN_IF_ERROR(RejectOption(model, "dropout", "BPE dropout is for training"));
+  RETURN_IF_ERROR(
+      RejectOption(model, "dropout", "BPE dropout is for training"));
   RETURN_IF_ERROR(RejectOption(model, "byte_fallback",
                                "byte-level vocabularies cover every byte"));
   RETURN_IF_ERROR(RejectOption(model, "continuing_subword_prefix",
                                "not used by byte-level BPE"));
-  RETURN_IF_ERROR(RejectOption(model, "end_of_word_suffix",
-                               "not used by byte-level BPE"));
+  RETURN_IF_ERROR(
+      RejectOption(model, "end_of_word_suffix", "not used by byte-level BPE"));
 
   std::unique_ptr<BpeModel> bpe(new BpeModel());
   ASSIGN_OR_RETURN(bpe->fuse_unk_,
@@ -89,17 +90,17 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(
     return absl::InvalidArgumentError("model.vocab: missing");
   }
   if (!vocab->is_object()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model.vocab: expected an object (token -> id), got ",
-        vocab->type_name()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.vocab: expected an object (token -> id), got ",
+                     vocab->type_name()));
   }
   if (vocab->empty()) return absl::InvalidArgumentError("model.vocab: empty");
   bpe->token_to_id_.reserve(vocab->size());
   int32_t max_id = -1;
   for (auto it = vocab->begin(); it != vocab->end(); ++it) {
-    ASSIGN_OR_RETURN(int32_t id, JsonToTokenId(it.value(), absl::StrCat(
-                                                             "model.vocab[\"",
-                                                             it.key(), "\"]")));
+    ASSIGN_OR_RETURN(int32_t id,
+                     JsonToTokenId(it.value(), absl::StrCat("model.vocab[\"",
+                                                            it.key(), "\"]")));
     if (id > kMaxTokenId) {
       return absl::InvalidArgumentError(
           absl::StrCat("model.vocab[\"", it.key(), "\"]: id ", id,
@@ -135,9 +136,9 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(
     }
     auto it = bpe->token_to_id_.find(unk->get<std::string>());
     if (it == bpe->token_to_id_.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "model.unk_token: '", unk->get<std::string>(),
-          "' is not in the vocabulary"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("model.unk_token: '", unk->get<std::string>(),
+                       "' is not in the vocabulary"));
     }
     bpe->unk_id_ = it->second;
   }
@@ -203,7 +204,8 @@ void BpeModel::Tokenize(absl::string_view word,
       return;
     }
   }
-  const bool cacheable = shard_capacity_ > 0 && word.size() <= kMaxCachedWordBytes;
+  const bool cacheable =
+      shard_capacity_ > 0 && word.size() <= kMaxCachedWordBytes;
   if (!cacheable) {
     MergeWord(word, ids);
     return;
@@ -271,33 +273,42 @@ void BpeModel::MergeWord(absl::string_view word,
     symbols[i].next = static_cast<int32_t>(i + 1);
   }
 
+  // A queued merge. `order` packs (rank, left index) so that one integer
+  // comparison gives HF's order: lowest rank first, then leftmost.
   struct Candidate {
-    uint32_t rank;
-    int32_t left;  // Symbol index; ties go to the leftmost pair.
+    uint64_t order;
     int32_t right;
     int32_t left_id;
     int32_t right_id;
     int32_t merged_id;
-    bool operator>(const Candidate& o) const {
-      return rank != o.rank ? rank > o.rank : left > o.left;
-    }
+  };
+  auto later = [](const Candidate& a, const Candidate& b) {
+    return a.order > b.order;
   };
   std::vector<Candidate> heap;
-  auto consider = [&](int32_t left, int32_t right) {
+  heap.reserve(symbols.size());
+  // Appends the merge of two adjacent symbols, if there is one.
+  auto queue = [&](int32_t left, int32_t right) {
     const Merge* m = FindMerge(symbols[left].id, symbols[right].id);
-    if (m == nullptr) return;
-    heap.push_back({m->rank, left, right, symbols[left].id, symbols[right].id,
-                    m->merged_id});
-    std::push_heap(heap.begin(), heap.end(), std::greater<Candidate>());
+    if (m == nullptr) return false;
+    heap.push_back(
+        {(static_cast<uint64_t>(m->rank) << 32) | static_cast<uint32_t>(left),
+         right, symbols[left].id, symbols[right].id, m->merged_id});
+    return true;
+  };
+  auto consider = [&](int32_t left, int32_t right) {
+    if (queue(left, right)) std::push_heap(heap.begin(), heap.end(), later);
   };
   for (size_t i = 0; i + 1 < symbols.size(); ++i) {
-    consider(static_cast<int32_t>(i), static_cast<int32_t>(i + 1));
+    queue(static_cast<int32_t>(i), static_cast<int32_t>(i + 1));
   }
+  std::make_heap(heap.begin(), heap.end(), later);
   while (!heap.empty()) {
-    std::pop_heap(heap.begin(), heap.end(), std::greater<Candidate>());
+    std::pop_heap(heap.begin(), heap.end(), later);
     const Candidate c = heap.back();
     heap.pop_back();
-    Symbol& left = symbols[c.left];
+    const int32_t left_index = static_cast<int32_t>(c.order & 0xFFFFFFFFu);
+    Symbol& left = symbols[left_index];
     // Stale candidates: a side was merged since the pair was queued. Symbols
     // only grow, so unchanged ids at adjacent positions mean the same pair.
     if (left.id != c.left_id || left.next != c.right ||
@@ -307,12 +318,13 @@ void BpeModel::MergeWord(absl::string_view word,
     Symbol& right = symbols[c.right];
     left.id = c.merged_id;
     left.next = right.next;
-    if (right.next >= 0) symbols[right.next].prev = c.left;
+    if (right.next >= 0) symbols[right.next].prev = left_index;
     right.id = -1;
-    if (left.prev >= 0) consider(left.prev, c.left);
-    if (left.next >= 0) consider(c.left, left.next);
+    if (left.prev >= 0) consider(left.prev, left_index);
+    if (left.next >= 0) consider(left_index, left.next);
   }
-  for (int32_t i = 0; i >= 0; i = symbols[i].next) ids->push_back(symbols[i].id);
+  for (int32_t i = 0; i >= 0; i = symbols[i].next)
+    ids->push_back(symbols[i].id);
 }
 
 }  // namespace dedit

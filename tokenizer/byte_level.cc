@@ -46,8 +46,8 @@ bool ByteLevelAlphabet::AppendDecoded(absl::string_view text,
   size_t i = 0;
   while (i < text.size()) {
     const Utf8Sequence seq = DecodeUtf8Sequence(text.substr(i));
-    const int b = seq.kind == Utf8SequenceKind::kValid ? Decode(seq.code_point)
-                                                       : -1;
+    const int b =
+        seq.kind == Utf8SequenceKind::kValid ? Decode(seq.code_point) : -1;
     if (b < 0) {
       out->resize(original_size);
       return false;

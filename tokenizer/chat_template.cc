@@ -44,9 +44,9 @@ absl::Status CheckRoles(absl::Span<const ChatMessage> messages) {
     const std::string& role = messages[i].role;
     if (role != "system" && role != "user" && role != "assistant" &&
         role != "tool") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "chat message ", i, ": unknown role '", role,
-          "' (expected system, user, assistant or tool)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("chat message ", i, ": unknown role '", role,
+                       "' (expected system, user, assistant or tool)"));
     }
   }
   return absl::OkStatus();
@@ -107,8 +107,8 @@ absl::StatusOr<std::string> RenderQwen3Chat(
   for (size_t i = 0; i < n; ++i) {
     const ChatMessage& message = messages[i];
     if (message.role == "user" || (message.role == "system" && i != 0)) {
-      absl::StrAppend(&out, "<|im_start|>", message.role, "\n",
-                      message.content, "<|im_end|>\n");
+      absl::StrAppend(&out, "<|im_start|>", message.role, "\n", message.content,
+                      "<|im_end|>\n");
     } else if (message.role == "assistant") {
       const AssistantParts parts = SplitReasoning(message);
       // Jinja: loop.last or (not loop.last and reasoning_content).

@@ -45,7 +45,7 @@ struct ChatMessage {
   std::string content;
   // Assistant reasoning given separately (OpenAI-style APIs); when set, the
   // content is used as is instead of being split at "</think>".
-  std::optional<std::string> reasoning_content;
+  std::optional<std::string> reasoning_content = std::nullopt;
 };
 
 struct ChatTemplateOptions {

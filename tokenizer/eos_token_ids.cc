@@ -1,7 +1,6 @@
 #include "tokenizer/eos_token_ids.h"
 
 #include <algorithm>
-
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
@@ -36,11 +35,12 @@ absl::StatusOr<std::optional<std::string>> ParseEosTokenString(
   }
   auto it = doc.find("eos_token");
   if (it == doc.end() || it->is_null()) return std::optional<std::string>();
-  if (it->is_string()) return std::optional<std::string>(it->get<std::string>());
+  if (it->is_string())
+    return std::optional<std::string>(it->get<std::string>());
   if (it->is_object()) {
-    ASSIGN_OR_RETURN(std::string content,
-                     JsonRequiredString(*it, "content",
-                                        "tokenizer_config.json eos_token"));
+    ASSIGN_OR_RETURN(
+        std::string content,
+        JsonRequiredString(*it, "content", "tokenizer_config.json eos_token"));
     return std::optional<std::string>(content);
   }
   return absl::InvalidArgumentError(absl::StrCat(
@@ -63,8 +63,9 @@ absl::StatusOr<std::vector<int32_t>> ParseEosTokenIdField(
   const std::string where = absl::StrCat(file_name, " eos_token_id");
   if (it->is_array()) {
     for (size_t i = 0; i < it->size(); ++i) {
-      ASSIGN_OR_RETURN(int32_t id,
-                       JsonToTokenId((*it)[i], absl::StrCat(where, "[", i, "]")));
+      ASSIGN_OR_RETURN(
+          int32_t id,
+          JsonToTokenId((*it)[i], absl::StrCat(where, "[", i, "]")));
       AppendUnique(id, &ids);
     }
     return ids;

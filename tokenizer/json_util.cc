@@ -47,29 +47,6 @@ class ErrorRecorder : public nlohmann::json::json_sax_t {
 
 }  // namespace
 
-absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
-  std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(path.c_str(), "rb"),
-                                             &std::fclose);
-  if (file == nullptr) {
-    const int err = errno;
-    const std::string message =
-        absl::StrCat("cannot open ", path, ": ", std::strerror(err));
-    if (err == ENOENT) return absl::NotFoundError(message);
-    return absl::FailedPreconditionError(message);
-  }
-  std::string contents;
-  char buffer[1 << 16];
-  size_t n;
-  while ((n = std::fread(buffer, 1, sizeof(buffer), file.get())) > 0) {
-    contents.append(buffer, n);
-  }
-  if (std::ferror(file.get())) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot read ", path, ": ", std::strerror(errno)));
-  }
-  return contents;
-}
-
 absl::StatusOr<nlohmann::json> ParseJson(absl::string_view text,
                                          absl::string_view what) {
   nlohmann::json doc = nlohmann::json::parse(text.begin(), text.end(),
@@ -92,7 +69,7 @@ absl::StatusOr<int32_t> JsonToTokenId(const nlohmann::json& value,
     if (v >= 0 && v <= INT32_MAX) return static_cast<int32_t>(v);
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
-        where, ": expected an integer token id, got ", JsonTypeName(value)));
+        where, ": expected an integer token id, got ", value.type_name()));
   }
   return absl::InvalidArgumentError(absl::StrCat(
       where, ": token id ", value.dump(), " is outside [0, 2^31)"));
@@ -105,7 +82,7 @@ absl::StatusOr<bool> JsonOptionalBool(const nlohmann::json& object,
   if (it == object.end() || it->is_null()) return fallback;
   if (!it->is_boolean()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        where, ".", key, ": expected a boolean, got ", JsonTypeName(*it)));
+        where, ".", key, ": expected a boolean, got ", it->type_name()));
   }
   return it->get<bool>();
 }
@@ -120,13 +97,9 @@ absl::StatusOr<std::string> JsonRequiredString(const nlohmann::json& object,
   }
   if (!it->is_string()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        where, ".", key, ": expected a string, got ", JsonTypeName(*it)));
+        where, ".", key, ": expected a string, got ", it->type_name()));
   }
   return it->get<std::string>();
-}
-
-const char* JsonTypeName(const nlohmann::json& value) {
-  return value.type_name();
 }
 
 }  // namespace dedit

@@ -10,19 +10,15 @@
 #define DEDIT_TOKENIZER_JSON_UTIL_H_
 
 #include <cstdint>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/file_util.h"  // ReadFileToString
 #include "absl/strings/string_view.h"
 
 namespace dedit {
-
-// Whole file contents. NOT_FOUND when the file does not exist, otherwise
-// the OS error as FAILED_PRECONDITION.
-absl::StatusOr<std::string> ReadFileToString(const std::string& path);
 
 // Parses `text`. INVALID_ARGUMENT "<what>: invalid JSON: ... line L, column
 // C ..." on a syntax error (truncation included).
@@ -43,9 +39,6 @@ absl::StatusOr<bool> JsonOptionalBool(const nlohmann::json& object,
 absl::StatusOr<std::string> JsonRequiredString(const nlohmann::json& object,
                                                const char* key,
                                                absl::string_view where);
-
-// Short human-readable JSON type name ("string", "array", ...).
-const char* JsonTypeName(const nlohmann::json& value);
 
 }  // namespace dedit
 

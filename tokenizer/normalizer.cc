@@ -42,8 +42,8 @@ class UnicodeNormalizer : public Normalizer {
     icu::StringByteSink<std::string> sink(&out);
     form_->normalizeUTF8(0, piece, sink, /*edits=*/nullptr, status);
     if (U_FAILURE(status)) {
-      return absl::InternalError(absl::StrCat(
-          name_, " normalization failed: ", u_errorName(status)));
+      return absl::InternalError(
+          absl::StrCat(name_, " normalization failed: ", u_errorName(status)));
     }
     *text = std::move(out);
     return absl::OkStatus();
@@ -77,9 +77,8 @@ absl::StatusOr<std::unique_ptr<Normalizer>> MakeUnicodeNormalizer(
   if (type == "NFKC") form = icu::Normalizer2::getNFKCInstance(status);
   if (type == "NFKD") form = icu::Normalizer2::getNFKDInstance(status);
   if (form == nullptr || U_FAILURE(status)) {
-    return absl::InternalError(absl::StrCat("ICU has no ", type,
-                                            " normalizer: ",
-                                            u_errorName(status)));
+    return absl::InternalError(absl::StrCat(
+        "ICU has no ", type, " normalizer: ", u_errorName(status)));
   }
   return std::make_unique<UnicodeNormalizer>(form, type);
 }
@@ -116,9 +115,9 @@ absl::StatusOr<std::unique_ptr<Normalizer>> ParseAt(const nlohmann::json& spec,
     return std::unique_ptr<Normalizer>(
         new SequenceNormalizer(std::move(steps)));
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      where, ".type: unsupported normalizer '", type,
-      "' (supported: NFC, NFD, NFKC, NFKD, Sequence)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat(where, ".type: unsupported normalizer '", type,
+                   "' (supported: NFC, NFD, NFKC, NFKD, Sequence)"));
 }
 
 }  // namespace

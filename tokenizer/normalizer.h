@@ -13,9 +13,8 @@
 #define DEDIT_TOKENIZER_NORMALIZER_H_
 
 #include <memory>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"

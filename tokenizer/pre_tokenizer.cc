@@ -40,7 +40,8 @@ void CoverWithMatches(size_t n, const std::vector<Regex::Match>& matches,
   }
   size_t previous_end = 0;
   for (const Regex::Match& m : matches) {
-    if (m.begin != previous_end) ranges->push_back({previous_end, m.begin, false});
+    if (m.begin != previous_end)
+      ranges->push_back({previous_end, m.begin, false});
     ranges->push_back({m.begin, m.end, true});
     previous_end = m.end;
   }
@@ -213,8 +214,8 @@ absl::StatusOr<SplitBehavior> ParseBehavior(const nlohmann::json& spec,
   if (name == "MergedWithPrevious") return SplitBehavior::kMergedWithPrevious;
   if (name == "MergedWithNext") return SplitBehavior::kMergedWithNext;
   if (name == "Contiguous") return SplitBehavior::kContiguous;
-  return absl::InvalidArgumentError(absl::StrCat(
-      where, ".behavior: unknown split behavior '", name, "'"));
+  return absl::InvalidArgumentError(
+      absl::StrCat(where, ".behavior: unknown split behavior '", name, "'"));
 }
 
 absl::StatusOr<std::unique_ptr<PreTokenizer>> ParseSplit(
@@ -235,7 +236,8 @@ absl::StatusOr<std::unique_ptr<PreTokenizer>> ParseSplit(
     regex_text = literal.empty() ? "(?!)" : EscapeLiteral(literal);
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
-        where, ".pattern: expected {\"Regex\": string} or {\"String\": string}"));
+        where,
+        ".pattern: expected {\"Regex\": string} or {\"String\": string}"));
   }
   auto compiled = Regex::Compile(regex_text);
   if (!compiled.ok()) return Annotate(compiled.status(), where + ".pattern");

@@ -20,10 +20,9 @@
 #define DEDIT_TOKENIZER_PRE_TOKENIZER_H_
 
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"

@@ -34,14 +34,13 @@ absl::StatusOr<std::unique_ptr<Regex>> Regex::Compile(
   if (!utf8.ok()) return Annotate(utf8, "regex pattern");
   int error_code = 0;
   PCRE2_SIZE error_offset = 0;
-  pcre2_code* code = pcre2_compile(
-      reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
-      PCRE2_UTF | PCRE2_UCP, &error_code, &error_offset, nullptr);
+  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()),
+                                   pattern.size(), PCRE2_UTF | PCRE2_UCP,
+                                   &error_code, &error_offset, nullptr);
   if (code == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("regex pattern does not compile at offset ",
-                     error_offset, ": ", Pcre2ErrorMessage(error_code),
-                     " (pattern: ", pattern, ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "regex pattern does not compile at offset ", error_offset, ": ",
+        Pcre2ErrorMessage(error_code), " (pattern: ", pattern, ")"));
   }
   // JIT makes the pre-tokenizer several times faster; when it is not
   // available (e.g. an unsupported CPU) pcre2_match falls back to the
@@ -61,7 +60,8 @@ absl::Status Regex::FindAll(absl::string_view subject,
   auto* code = static_cast<pcre2_code*>(code_);
   std::unique_ptr<pcre2_match_data, MatchDataDeleter> md(
       pcre2_match_data_create_from_pattern(code, nullptr));
-  if (md == nullptr) return absl::ResourceExhaustedError("regex: out of memory");
+  if (md == nullptr)
+    return absl::ResourceExhaustedError("regex: out of memory");
   const auto* text = reinterpret_cast<PCRE2_SPTR>(subject.data());
   const size_t n = subject.size();
   size_t search_from = 0;
@@ -71,8 +71,8 @@ absl::Status Regex::FindAll(absl::string_view subject,
   // flag PCRE2 re-validates the whole subject on every call (quadratic).
   uint32_t options = PCRE2_NO_UTF_CHECK;
   while (search_from <= n) {
-    int rc = pcre2_match(code, text, n, search_from, options, md.get(),
-                         nullptr);
+    int rc =
+        pcre2_match(code, text, n, search_from, options, md.get(), nullptr);
     if (rc == PCRE2_ERROR_JIT_STACKLIMIT) {
       // The JIT's fixed stack is too small for this subject; the
       // interpreter uses the heap instead.

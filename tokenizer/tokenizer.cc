@@ -1,9 +1,8 @@
 #include "tokenizer/tokenizer.h"
 
 #include <algorithm>
-#include <utility>
-
 #include <nlohmann/json.hpp>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
@@ -35,7 +34,8 @@ absl::Status CheckDecoder(const nlohmann::json& doc) {
     return absl::InvalidArgumentError(
         absl::StrCat("decoder: expected an object, got ", it->type_name()));
   }
-  ASSIGN_OR_RETURN(std::string type, JsonRequiredString(*it, "type", "decoder"));
+  ASSIGN_OR_RETURN(std::string type,
+                   JsonRequiredString(*it, "type", "decoder"));
   if (type != "ByteLevel") {
     return absl::InvalidArgumentError(absl::StrCat(
         "decoder.type: unsupported decoder '", type, "' (only ByteLevel)"));
@@ -91,8 +91,7 @@ absl::StatusOr<std::vector<AddedToken>> ParseAddedTokens(
     ASSIGN_OR_RETURN(token.content,
                      JsonRequiredString(entry, "content", where));
     if (token.content.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ".content: empty"));
+      return absl::InvalidArgumentError(absl::StrCat(where, ".content: empty"));
     }
     ASSIGN_OR_RETURN(token.special,
                      JsonOptionalBool(entry, "special", false, where));
@@ -141,14 +140,13 @@ absl::Status Tokenizer::Load(absl::string_view json_text) {
   ASSIGN_OR_RETURN(model_, BpeModel::FromJson(*model));
   const nlohmann::json null_json;
   auto normalizer = doc.find("normalizer");
-  ASSIGN_OR_RETURN(normalizer_, ParseNormalizer(normalizer == doc.end()
-                                                    ? null_json
-                                                    : *normalizer));
+  ASSIGN_OR_RETURN(
+      normalizer_,
+      ParseNormalizer(normalizer == doc.end() ? null_json : *normalizer));
   auto pre_tokenizer = doc.find("pre_tokenizer");
-  ASSIGN_OR_RETURN(pre_tokenizer_,
-                   ParsePreTokenizer(pre_tokenizer == doc.end()
-                                         ? null_json
-                                         : *pre_tokenizer));
+  ASSIGN_OR_RETURN(pre_tokenizer_, ParsePreTokenizer(pre_tokenizer == doc.end()
+                                                         ? null_json
+                                                         : *pre_tokenizer));
   RETURN_IF_ERROR(CheckDecoder(doc));
   RETURN_IF_ERROR(CheckPostProcessor(doc));
 
@@ -165,16 +163,20 @@ absl::Status Tokenizer::Load(absl::string_view json_text) {
 
   // The id -> bytes table that Decode and the streaming detokenizer read.
   vocab_size_ = model_->id_limit();
-  for (const AddedToken& t : added) vocab_size_ = std::max(vocab_size_, t.id + 1);
+  for (const AddedToken& t : added)
+    vocab_size_ = std::max(vocab_size_, t.id + 1);
   std::vector<const std::string*> token_of(vocab_size_, nullptr);
   id_flags_.assign(vocab_size_, 0);
   for (int32_t id = 0; id < model_->id_limit(); ++id) {
     token_of[id] = model_->IdToToken(id);
   }
-  // Added tokens take precedence, as in HF's id_to_token.
+  // Added tokens take precedence, as in HF's id_to_token. With duplicate
+  // contents or ids the first entry wins, as in the matcher.
   for (const AddedToken& t : added) {
     token_of[t.id] = &t.content;
     if (t.special) id_flags_[t.id] |= kIdSpecial;
+    added_token_ids_.emplace(t.content, t.id);
+    added_token_contents_.emplace(t.id, t.content);
   }
   const ByteLevelAlphabet& alphabet = ByteLevelAlphabet::Get();
   token_offsets_.assign(vocab_size_ + 1, 0);
@@ -217,7 +219,8 @@ absl::Status Tokenizer::EncodeText(absl::string_view text,
       continue;
     }
     normalized.assign(text.data() + segment.begin, segment.end - segment.begin);
-    if (normalizer_ != nullptr) RETURN_IF_ERROR(normalizer_->Normalize(&normalized));
+    if (normalizer_ != nullptr)
+      RETURN_IF_ERROR(normalizer_->Normalize(&normalized));
     if (!added_->HasTokensFor(AddedVocabulary::kNormalizedText)) {
       RETURN_IF_ERROR(EncodeNormalized(normalized, ids));
       continue;
@@ -228,10 +231,10 @@ absl::Status Tokenizer::EncodeText(absl::string_view text,
       if (inner.token_id >= 0) {
         ids->push_back(inner.token_id);
       } else {
-        RETURN_IF_ERROR(EncodeNormalized(
-            absl::string_view(normalized).substr(inner.begin,
-                                                 inner.end - inner.begin),
-            ids));
+        RETURN_IF_ERROR(
+            EncodeNormalized(absl::string_view(normalized)
+                                 .substr(inner.begin, inner.end - inner.begin),
+                             ids));
       }
     }
   }
@@ -281,16 +284,14 @@ absl::StatusOr<absl::string_view> Tokenizer::TokenBytes(int32_t id) const {
 }
 
 std::optional<int32_t> Tokenizer::TokenToId(absl::string_view token) const {
-  for (const AddedToken& t : added_->tokens()) {
-    if (t.content == token) return t.id;
-  }
+  auto it = added_token_ids_.find(token);
+  if (it != added_token_ids_.end()) return it->second;
   return model_->TokenToId(token);
 }
 
 std::optional<std::string> Tokenizer::IdToToken(int32_t id) const {
-  for (const AddedToken& t : added_->tokens()) {
-    if (t.id == id) return t.content;
-  }
+  auto it = added_token_contents_.find(id);
+  if (it != added_token_contents_.end()) return it->second;
   const std::string* token = model_->IdToToken(id);
   if (token == nullptr) return std::nullopt;
   return *token;

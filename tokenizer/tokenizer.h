@@ -46,6 +46,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -124,9 +125,12 @@ class Tokenizer {
                                 std::vector<int32_t>* ids) const;
 
   std::unique_ptr<BpeModel> model_;
-  std::unique_ptr<Normalizer> normalizer_;      // May be null.
+  std::unique_ptr<Normalizer> normalizer_;       // May be null.
   std::unique_ptr<PreTokenizer> pre_tokenizer_;  // May be null.
   std::unique_ptr<AddedVocabulary> added_;
+  // Added-token content -> id and id -> content, for the accessors.
+  absl::flat_hash_map<std::string, int32_t> added_token_ids_;
+  absl::flat_hash_map<int32_t, std::string> added_token_contents_;
   int32_t vocab_size_ = 0;
   // Decoded bytes of every id, packed: id i owns
   // token_bytes_[token_offsets_[i], token_offsets_[i + 1]).

@@ -82,8 +82,7 @@ absl::Status ValidateUtf8(absl::string_view text) {
   return absl::InvalidArgumentError(absl::StrFormat(
       "invalid UTF-8 at byte offset %d (byte 0x%02x%s)", *bad,
       static_cast<uint8_t>(text[*bad]),
-      seq.kind == Utf8SequenceKind::kIncomplete ? ", truncated sequence"
-                                                : ""));
+      seq.kind == Utf8SequenceKind::kIncomplete ? ", truncated sequence" : ""));
 }
 
 void AppendUtf8Lossy(absl::string_view bytes, std::string* out) {

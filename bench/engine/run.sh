@@ -10,11 +10,14 @@ BUILD=${1:-build}
 shift || true
 EXTRA=("$@")
 MODEL=${MODEL:-/tmp/dedit-bench-model}
+# Shapes of the generated target (~185M parameters by default); override
+# with MODEL_ARGS to try others.
+MODEL_ARGS=${MODEL_ARGS:---vocab 32000 --hidden 1024 --intermediate 3072 --layers 12 --heads 16 --kv_heads 8 --head_dim 64 --drafter_layers 2 --block_size 16}
+MAX_TOKENS=${MAX_TOKENS:-64}
 GEN=$BUILD/tools/generate/dedit-generate
 if [ ! -f "$MODEL/target/model.safetensors" ]; then
-  "$BUILD/tools/make_tiny_model/dedit-make-tiny-model" --out "$MODEL" \
-    --vocab 32000 --hidden 1024 --intermediate 3072 --layers 12 --heads 16 \
-    --kv_heads 8 --head_dim 64 --drafter_layers 2 --block_size 16 --seed 5
+  # shellcheck disable=SC2086
+  "$BUILD/tools/make_tiny_model/dedit-make-tiny-model" --out "$MODEL" $MODEL_ARGS --seed 5
 fi
 PROMPTS=$(mktemp)
 cat > "$PROMPTS" <<'P'
@@ -25,7 +28,7 @@ P
 run() {
   local label=$1; shift
   "$GEN" --target "$MODEL/target" --drafter "$MODEL/drafter" --json \
-    --max_tokens 64 --ignore_eos "${EXTRA[@]}" "$@" < "$PROMPTS" > "/tmp/dedit-bench-$label.jsonl"
+    --max_tokens "$MAX_TOKENS" --ignore_eos "${EXTRA[@]}" "$@" < "$PROMPTS" > "/tmp/dedit-bench-$label.jsonl"
 }
 run ar --ar
 for k in 1 2 3; do run "w16k$k" --window 16 --passes "$k"; done

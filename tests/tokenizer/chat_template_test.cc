@@ -3,10 +3,10 @@
 // and the comparison with HF's Jinja rendering, are in qwen3_golden_test.cc.
 #include "tokenizer/chat_template.h"
 
+#include <gtest/gtest.h>
+
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 namespace dedit {
 namespace {
@@ -49,10 +49,11 @@ TEST(ChatTemplateTest, HistoricalReasoningIsDropped) {
 }
 
 TEST(ChatTemplateTest, FinalAssistantTurnKeepsReasoning) {
-  EXPECT_EQ(Render({{"user", "Hi"}, {"assistant", "<think>\nplan\n</think>\n\nOk"}},
-                   false),
-            "<|im_start|>user\nHi<|im_end|>\n"
-            "<|im_start|>assistant\n<think>\nplan\n</think>\n\nOk<|im_end|>\n");
+  EXPECT_EQ(
+      Render({{"user", "Hi"}, {"assistant", "<think>\nplan\n</think>\n\nOk"}},
+             false),
+      "<|im_start|>user\nHi<|im_end|>\n"
+      "<|im_start|>assistant\n<think>\nplan\n</think>\n\nOk<|im_end|>\n");
   // Without reasoning, the final turn still gets an (empty) think block.
   EXPECT_EQ(Render({{"user", "Hi"}, {"assistant", "Ok"}}, false),
             "<|im_start|>user\nHi<|im_end|>\n"

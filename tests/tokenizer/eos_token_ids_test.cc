@@ -1,5 +1,7 @@
 #include "tokenizer/eos_token_ids.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -7,10 +9,6 @@
 #include <fstream>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
-
-#include <gmock/gmock.h>
 
 #include "absl/strings/str_cat.h"
 #include "tests/tokenizer/test_util.h"
@@ -28,13 +26,14 @@ class EosTokenIdsTest : public ::testing::Test {
     char pattern[] = "/tmp/dedit_eos_test.XXXXXX";
     ASSERT_NE(mkdtemp(pattern), nullptr);
     dir_ = pattern;
-    auto tok = Tokenizer::FromFile(testing_util::TestDataPath("tiny_pairs.json"));
+    auto tok =
+        Tokenizer::FromFile(testing_util::TestDataPath("tiny_pairs.json"));
     ASSERT_TRUE(tok.ok()) << tok.status();
     tokenizer_ = *std::move(tok);
   }
   void TearDown() override {
-    for (const char* name : {"generation_config.json", "config.json",
-                             "tokenizer_config.json"}) {
+    for (const char* name :
+         {"generation_config.json", "config.json", "tokenizer_config.json"}) {
       std::remove((dir_ + "/" + name).c_str());
     }
     rmdir(dir_.c_str());
@@ -51,7 +50,8 @@ class EosTokenIdsTest : public ::testing::Test {
 };
 
 TEST(ParseEosTokenIdFieldTest, IntListNullAndAbsent) {
-  EXPECT_THAT(*ParseEosTokenIdField(R"({"eos_token_id": 5})", "c"), ElementsAre(5));
+  EXPECT_THAT(*ParseEosTokenIdField(R"({"eos_token_id": 5})", "c"),
+              ElementsAre(5));
   EXPECT_THAT(*ParseEosTokenIdField(R"({"eos_token_id": [7, 5, 7]})", "c"),
               ElementsAre(7, 5));
   EXPECT_TRUE(ParseEosTokenIdField(R"({"eos_token_id": null})", "c")->empty());
@@ -59,9 +59,10 @@ TEST(ParseEosTokenIdFieldTest, IntListNullAndAbsent) {
 }
 
 TEST(ParseEosTokenIdFieldTest, MalformedValuesNameTheFile) {
-  for (const char* bad : {R"({"eos_token_id": "5"})", R"({"eos_token_id": -1})",
-                          R"({"eos_token_id": [1, "x"]})",
-                          R"({"eos_token_id": 1.5})", R"([1])", R"({"eos_token_id": )"}) {
+  for (const char* bad :
+       {R"({"eos_token_id": "5"})", R"({"eos_token_id": -1})",
+        R"({"eos_token_id": [1, "x"]})", R"({"eos_token_id": 1.5})", R"([1])",
+        R"({"eos_token_id": )"}) {
     auto ids = ParseEosTokenIdField(bad, "generation_config.json");
     ASSERT_FALSE(ids.ok()) << bad;
     EXPECT_EQ(ids.status().code(), absl::StatusCode::kInvalidArgument);

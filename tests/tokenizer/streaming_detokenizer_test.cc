@@ -1,11 +1,12 @@
 #include "tokenizer/streaming_detokenizer.h"
 
+#include <gtest/gtest.h>
+
 #include <string>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "tests/tokenizer/test_util.h"
+#include "tokenizer/utf8.h"
 
 namespace dedit {
 namespace {
@@ -17,7 +18,8 @@ const std::string kFffd = "\xEF\xBF\xBD";
 class StreamingDetokenizerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto tok = Tokenizer::FromFile(testing_util::TestDataPath("tiny_pairs.json"));
+    auto tok =
+        Tokenizer::FromFile(testing_util::TestDataPath("tiny_pairs.json"));
     ASSERT_TRUE(tok.ok()) << tok.status();
     tokenizer_ = *std::move(tok);
   }
@@ -37,11 +39,13 @@ class StreamingDetokenizerTest : public ::testing::Test {
   std::unique_ptr<Tokenizer> tokenizer_;
 };
 
-TEST_F(StreamingDetokenizerTest, EmojiSplitAcrossTokensIsHeldBackUntilComplete) {
+TEST_F(StreamingDetokenizerTest,
+       EmojiSplitAcrossTokensIsHeldBackUntilComplete) {
   StreamingDetokenizer detok(tokenizer_.get());
   // "a😀b": 😀 = F0 9F 98 80.
-  EXPECT_EQ(PushAll(detok, {'a', 0xF0, 0x9F, 0x98, 0x80, 'b'}),
-            (std::vector<std::string>{"a", "", "", "", "\xF0\x9F\x98\x80", "b"}));
+  EXPECT_EQ(
+      PushAll(detok, {'a', 0xF0, 0x9F, 0x98, 0x80, 'b'}),
+      (std::vector<std::string>{"a", "", "", "", "\xF0\x9F\x98\x80", "b"}));
   EXPECT_EQ(detok.pending_bytes(), 0u);
   EXPECT_EQ(detok.Flush(), "");
 }
@@ -101,7 +105,8 @@ TEST_F(StreamingDetokenizerTest, IllFormedBytesAreReplacedImmediately) {
 TEST_F(StreamingDetokenizerTest, SpecialTokensCanBeSkipped) {
   const int32_t eos = *tokenizer_->TokenToId("<eos>");
   StreamingDetokenizer keep(tokenizer_.get());
-  EXPECT_EQ(PushAll(keep, {'a', eos}), (std::vector<std::string>{"a", "<eos>"}));
+  EXPECT_EQ(PushAll(keep, {'a', eos}),
+            (std::vector<std::string>{"a", "<eos>"}));
   DecodeOptions options;
   options.skip_special_tokens = true;
   StreamingDetokenizer skip(tokenizer_.get(), options);

@@ -4,12 +4,12 @@
 #ifndef DEDIT_TESTS_TOKENIZER_TEST_UTIL_H_
 #define DEDIT_TESTS_TOKENIZER_TEST_UTIL_H_
 
+#include <gtest/gtest.h>
+
 #include <cstdlib>
 #include <memory>
-#include <string>
-
-#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "tokenizer/json_util.h"
 #include "tokenizer/tokenizer.h"
@@ -56,11 +56,11 @@ inline const Tokenizer* Qwen3Tokenizer() {
 
 // Skips the test when the Qwen3 tokenizer was not provided (a plain run of
 // the binary); under CTest the fixture always provides it.
-#define DEDIT_REQUIRE_QWEN3()                                              \
-  do {                                                                     \
-    if (::dedit::testing_util::Qwen3Dir().empty()) {                       \
+#define DEDIT_REQUIRE_QWEN3()                                             \
+  do {                                                                    \
+    if (::dedit::testing_util::Qwen3Dir().empty()) {                      \
       GTEST_SKIP() << "DEDIT_QWEN3_TOKENIZER_DIR not set; run via ctest"; \
-    }                                                                      \
+    }                                                                     \
   } while (0)
 
 }  // namespace testing_util

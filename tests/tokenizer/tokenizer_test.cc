@@ -3,13 +3,13 @@
 // invalid input, malformed tokenizer.json files.
 #include "tokenizer/tokenizer.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "tests/tokenizer/test_util.h"
@@ -61,8 +61,8 @@ TEST(TokenizerFixtureTest, BothMergeFormatsGiveTheSameTokenizer) {
   std::unique_ptr<Tokenizer> strings = LoadFixture("tiny_strings.json");
   ASSERT_NE(pairs, nullptr);
   ASSERT_NE(strings, nullptr);
-  for (const char* text : {"hello world", "lowest newer wider", "caf\xC3\xA9",
-                           "Hello 123 it's"}) {
+  for (const char* text :
+       {"hello world", "lowest newer wider", "caf\xC3\xA9", "Hello 123 it's"}) {
     EXPECT_EQ(*pairs->Encode(text), *strings->Encode(text)) << text;
   }
   // "hello" is fully merged: h e -> he, l l -> ll, he ll -> hell, hell o.
@@ -82,7 +82,8 @@ TEST(TokenizerFixtureTest, VocabularyAccessors) {
   EXPECT_FALSE(tok->IsSpecialToken(-1));
   EXPECT_EQ(tok->IdToToken(*eos), "<eos>");
   EXPECT_EQ(tok->TokenToId("\xC4\xA0"), 32);  // 'Ġ' is byte 0x20.
-  EXPECT_EQ(tok->vocab_size(), static_cast<int32_t>(tok->added_tokens().back().id + 1));
+  EXPECT_EQ(tok->vocab_size(),
+            static_cast<int32_t>(tok->added_tokens().back().id + 1));
   EXPECT_FALSE(tok->IdToToken(tok->vocab_size()).has_value());
   EXPECT_FALSE(tok->TokenToId("not-a-token").has_value());
 }
@@ -124,18 +125,18 @@ TEST(TokenizerInvalidInputTest, InvalidUtf8NamesTheByteOffset) {
   const std::vector<Case> cases = {
       {"\xFF", 0},
       {"hello \xC3\x28 world", 6},
-      {"caf\xC3\xA9 \xE2\x82", 6},          // Truncated at the end.
+      {"caf\xC3\xA9 \xE2\x82", 6},  // Truncated at the end.
       {"\xED\xA0\x80 surrogate", 0},
-      {"ok<eos>\xC0\xAF", 7},               // Overlong, after an added token.
+      {"ok<eos>\xC0\xAF", 7},  // Overlong, after an added token.
       {std::string("nul\0ok\x80", 7), 6},
   };
   for (const Case& c : cases) {
     auto ids = tok->Encode(c.text);
     ASSERT_FALSE(ids.ok());
     EXPECT_EQ(ids.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_THAT(std::string(ids.status().message()),
-                HasSubstr("invalid UTF-8 at byte offset " +
-                          std::to_string(c.offset)));
+    EXPECT_THAT(
+        std::string(ids.status().message()),
+        HasSubstr("invalid UTF-8 at byte offset " + std::to_string(c.offset)));
   }
 }
 
@@ -158,7 +159,9 @@ TEST(TokenizerInvalidInputTest, DecodeReplacesIllFormedBytes) {
   // In the fixture, id b is the single byte b. 0xF0 0x9F 0x98 0x80 is 😀.
   EXPECT_EQ(*tok->Decode({0xF0, 0x9F, 0x98, 0x80}), "\xF0\x9F\x98\x80");
   EXPECT_EQ(*tok->Decode({0xF0, 0x9F, 0x98}), "\xEF\xBF\xBD");
-  EXPECT_EQ(*tok->Decode({0x61, 0xFF, 0x62}), "a\xEF\xBF\xBD" "b");
+  EXPECT_EQ(*tok->Decode({0x61, 0xFF, 0x62}),
+            "a\xEF\xBF\xBD"
+            "b");
 }
 
 // Random text over an alphabet rich in multi-byte characters, combining
@@ -167,7 +170,18 @@ TEST(TokenizerFixtureTest, RandomTextRoundTripsToNfc) {
   std::unique_ptr<Tokenizer> tok = LoadFixture("tiny_pairs.json");
   ASSERT_NE(tok, nullptr);
   const std::vector<std::string> alphabet = {
-      "a", "e", "l", "o", "w", " ", "  ", "\n", "\r\n", "\t", "'s", "1",
+      "a",
+      "e",
+      "l",
+      "o",
+      "w",
+      " ",
+      "  ",
+      "\n",
+      "\r\n",
+      "\t",
+      "'s",
+      "1",
       "\xCC\x81",          // U+0301 combining acute.
       "\xC3\xA9",          // é
       "\xE4\xBD\xA0",      // 你
@@ -175,7 +189,12 @@ TEST(TokenizerFixtureTest, RandomTextRoundTripsToNfc) {
       "\xE2\x80\x8D",      // ZWJ
       "\xE3\x80\x80",      // Ideographic space.
       "\xC2\xA0",          // NBSP
-      "!", "<", "|", ">", "<eos>", "[mask]"};
+      "!",
+      "<",
+      "|",
+      ">",
+      "<eos>",
+      "[mask]"};
   std::mt19937 rng(1234);
   for (int iteration = 0; iteration < 300; ++iteration) {
     std::string text;
@@ -214,7 +233,9 @@ TEST(TokenizerFixtureTest, RandomBytesNeverCrash) {
 
 class MalformedTokenizerTest : public ::testing::Test {
  protected:
-  void SetUp() override { base_ = LoadJsonOrDie(TestDataPath("tiny_pairs.json")); }
+  void SetUp() override {
+    base_ = LoadJsonOrDie(TestDataPath("tiny_pairs.json"));
+  }
 
   // Loads `doc` and returns the error; fails the test if it loads.
   absl::Status LoadError(const nlohmann::json& doc) {
@@ -233,10 +254,12 @@ MATCHER_P(IsInvalidArgumentWith, substring, "") {
 
 TEST_F(MalformedTokenizerTest, TruncatedJsonIsAnErrorAtEveryLength) {
   const std::string text = base_.dump(1);
-  for (size_t length = 0; length < text.size(); length += (length < 300 ? 1 : 41)) {
+  for (size_t length = 0; length < text.size();
+       length += (length < 300 ? 1 : 41)) {
     auto tok = Tokenizer::FromJson(absl::string_view(text).substr(0, length));
     ASSERT_FALSE(tok.ok()) << length;
-    EXPECT_THAT(tok.status(), IsInvalidArgumentWith("tokenizer.json: invalid JSON"))
+    EXPECT_THAT(tok.status(),
+                IsInvalidArgumentWith("tokenizer.json: invalid JSON"))
         << tok.status();
   }
   auto truncated = Tokenizer::FromJson(text.substr(0, text.size() / 2));
@@ -250,8 +273,9 @@ TEST_F(MalformedTokenizerTest, NotAnObject) {
 
 TEST_F(MalformedTokenizerTest, UnknownModelType) {
   base_["model"]["type"] = "WordPiece";
-  EXPECT_THAT(LoadError(base_),
-              IsInvalidArgumentWith("model.type: \"WordPiece\" is not supported"));
+  EXPECT_THAT(
+      LoadError(base_),
+      IsInvalidArgumentWith("model.type: \"WordPiece\" is not supported"));
 }
 
 TEST_F(MalformedTokenizerTest, MissingModel) {
@@ -262,9 +286,11 @@ TEST_F(MalformedTokenizerTest, MissingModel) {
 TEST_F(MalformedTokenizerTest, MissingOrMistypedVocab) {
   nlohmann::json missing = base_;
   missing["model"].erase("vocab");
-  EXPECT_THAT(LoadError(missing), IsInvalidArgumentWith("model.vocab: missing"));
+  EXPECT_THAT(LoadError(missing),
+              IsInvalidArgumentWith("model.vocab: missing"));
   base_["model"]["vocab"] = nlohmann::json::array();
-  EXPECT_THAT(LoadError(base_), IsInvalidArgumentWith("model.vocab: expected an object"));
+  EXPECT_THAT(LoadError(base_),
+              IsInvalidArgumentWith("model.vocab: expected an object"));
 }
 
 TEST_F(MalformedTokenizerTest, BadVocabIds) {
@@ -275,7 +301,8 @@ TEST_F(MalformedTokenizerTest, BadVocabIds) {
   text_id["model"]["vocab"]["h"] = "7";
   EXPECT_THAT(LoadError(text_id), IsInvalidArgumentWith("expected an integer"));
   base_["model"]["vocab"]["h"] = 2000000000;
-  EXPECT_THAT(LoadError(base_), IsInvalidArgumentWith("exceeds the supported maximum"));
+  EXPECT_THAT(LoadError(base_),
+              IsInvalidArgumentWith("exceeds the supported maximum"));
 }
 
 TEST_F(MalformedTokenizerTest, MissingMerges) {
@@ -285,14 +312,16 @@ TEST_F(MalformedTokenizerTest, MissingMerges) {
 
 TEST_F(MalformedTokenizerTest, MergeReferencingUnknownToken) {
   base_["model"]["merges"].push_back({"\xC4\xA0", "zz-unknown"});
-  EXPECT_THAT(LoadError(base_),
-              IsInvalidArgumentWith("token 'zz-unknown' is not in the vocabulary"));
+  EXPECT_THAT(
+      LoadError(base_),
+      IsInvalidArgumentWith("token 'zz-unknown' is not in the vocabulary"));
 }
 
 TEST_F(MalformedTokenizerTest, MergeWhoseResultIsNotInVocab) {
   base_["model"]["merges"].push_back({"q", "q"});
-  EXPECT_THAT(LoadError(base_),
-              IsInvalidArgumentWith("merged token 'qq' is not in the vocabulary"));
+  EXPECT_THAT(
+      LoadError(base_),
+      IsInvalidArgumentWith("merged token 'qq' is not in the vocabulary"));
 }
 
 TEST_F(MalformedTokenizerTest, MalformedMergeEntries) {
@@ -308,7 +337,8 @@ TEST_F(MalformedTokenizerTest, MalformedMergeEntries) {
 TEST_F(MalformedTokenizerTest, BadRegex) {
   base_["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(?i:'s|[a-";
   const absl::Status s = LoadError(base_);
-  EXPECT_THAT(s, IsInvalidArgumentWith("pre_tokenizer.pretokenizers[0].pattern"));
+  EXPECT_THAT(s,
+              IsInvalidArgumentWith("pre_tokenizer.pretokenizers[0].pattern"));
   EXPECT_THAT(std::string(s.message()), HasSubstr("does not compile"));
 }
 
@@ -323,17 +353,20 @@ TEST_F(MalformedTokenizerTest, UnsupportedPipelineParts) {
               IsInvalidArgumentWith("unsupported pre-tokenizer 'Metaspace'"));
   nlohmann::json behavior = base_;
   behavior["pre_tokenizer"]["pretokenizers"][0]["behavior"] = "Sideways";
-  EXPECT_THAT(LoadError(behavior), IsInvalidArgumentWith("unknown split behavior"));
+  EXPECT_THAT(LoadError(behavior),
+              IsInvalidArgumentWith("unknown split behavior"));
   nlohmann::json decoder = base_;
   decoder["decoder"] = {{"type", "WordPiece"}};
-  EXPECT_THAT(LoadError(decoder), IsInvalidArgumentWith("unsupported decoder 'WordPiece'"));
+  EXPECT_THAT(LoadError(decoder),
+              IsInvalidArgumentWith("unsupported decoder 'WordPiece'"));
   nlohmann::json no_decoder = base_;
   no_decoder.erase("decoder");
   EXPECT_THAT(LoadError(no_decoder), IsInvalidArgumentWith("decoder: missing"));
   nlohmann::json post = base_;
   post["post_processor"] = {{"type", "TemplateProcessing"}};
-  EXPECT_THAT(LoadError(post),
-              IsInvalidArgumentWith("unsupported post-processor 'TemplateProcessing'"));
+  EXPECT_THAT(
+      LoadError(post),
+      IsInvalidArgumentWith("unsupported post-processor 'TemplateProcessing'"));
   nlohmann::json dropout = base_;
   dropout["model"]["dropout"] = 0.1;
   EXPECT_THAT(LoadError(dropout), IsInvalidArgumentWith("model.dropout"));
@@ -345,10 +378,12 @@ TEST_F(MalformedTokenizerTest, UnsupportedPipelineParts) {
 TEST_F(MalformedTokenizerTest, BadAddedTokens) {
   nlohmann::json no_id = base_;
   no_id["added_tokens"][0].erase("id");
-  EXPECT_THAT(LoadError(no_id), IsInvalidArgumentWith("added_tokens[0].id: missing"));
+  EXPECT_THAT(LoadError(no_id),
+              IsInvalidArgumentWith("added_tokens[0].id: missing"));
   nlohmann::json empty = base_;
   empty["added_tokens"][1]["content"] = "";
-  EXPECT_THAT(LoadError(empty), IsInvalidArgumentWith("added_tokens[1].content: empty"));
+  EXPECT_THAT(LoadError(empty),
+              IsInvalidArgumentWith("added_tokens[1].content: empty"));
   nlohmann::json flag = base_;
   flag["added_tokens"][2]["lstrip"] = "yes";
   EXPECT_THAT(LoadError(flag), IsInvalidArgumentWith("added_tokens[2].lstrip"));

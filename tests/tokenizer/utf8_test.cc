@@ -1,8 +1,8 @@
 #include "tokenizer/utf8.h"
 
-#include <string>
-
 #include <gtest/gtest.h>
+
+#include <string>
 
 #include "tokenizer/byte_level.h"
 
@@ -13,8 +13,10 @@ const std::string kFffd = "\xEF\xBF\xBD";
 
 TEST(Utf8Test, AcceptsWellFormedText) {
   EXPECT_FALSE(FindInvalidUtf8("").has_value());
-  EXPECT_FALSE(FindInvalidUtf8("plain ascii text, longer than 8 bytes").has_value());
-  EXPECT_FALSE(FindInvalidUtf8("\xC3\xA9\xE4\xB8\xAD\xF0\x9F\x98\x80").has_value());
+  EXPECT_FALSE(
+      FindInvalidUtf8("plain ascii text, longer than 8 bytes").has_value());
+  EXPECT_FALSE(
+      FindInvalidUtf8("\xC3\xA9\xE4\xB8\xAD\xF0\x9F\x98\x80").has_value());
   EXPECT_FALSE(FindInvalidUtf8("\xF4\x8F\xBF\xBF").has_value());  // U+10FFFF
   EXPECT_FALSE(FindInvalidUtf8(std::string("a\0b", 3)).has_value());
   EXPECT_TRUE(ValidateUtf8("\xEF\xBF\xBE").ok());  // U+FFFE is a scalar.
@@ -22,13 +24,13 @@ TEST(Utf8Test, AcceptsWellFormedText) {
 
 TEST(Utf8Test, FindsFirstIllFormedByteOffset) {
   EXPECT_EQ(FindInvalidUtf8("\xFF"), 0u);
-  EXPECT_EQ(FindInvalidUtf8("abcdefghij\x80"), 10u);  // After the 8-byte skip.
+  EXPECT_EQ(FindInvalidUtf8("abcdefghij\x80"), 10u);   // After the 8-byte skip.
   EXPECT_EQ(FindInvalidUtf8("ab\xC0\xAF"), 2u);        // Overlong '/'.
   EXPECT_EQ(FindInvalidUtf8("\xE0\x80\xAF"), 0u);      // Overlong 3-byte.
   EXPECT_EQ(FindInvalidUtf8("x\xED\xA0\x80"), 1u);     // Surrogate U+D800.
   EXPECT_EQ(FindInvalidUtf8("\xF4\x90\x80\x80"), 0u);  // Above U+10FFFF.
   EXPECT_EQ(FindInvalidUtf8("\xF5\x80\x80\x80"), 0u);
-  EXPECT_EQ(FindInvalidUtf8("ok\xE4\xB8"), 2u);        // Truncated at end.
+  EXPECT_EQ(FindInvalidUtf8("ok\xE4\xB8"), 2u);  // Truncated at end.
   EXPECT_EQ(FindInvalidUtf8("\xC3\xA9\xC3"), 2u);
 }
 
@@ -50,7 +52,9 @@ TEST(Utf8Test, LossyReplacesMaximalSubparts) {
     AppendUtf8Lossy(bytes, &out);
     return out;
   };
-  EXPECT_EQ(lossy("a\xC0\xAF" "b"), "a" + kFffd + kFffd + "b");
+  EXPECT_EQ(lossy("a\xC0\xAF"
+                  "b"),
+            "a" + kFffd + kFffd + "b");
   EXPECT_EQ(lossy("\xE0\x80\xAF"), kFffd + kFffd + kFffd);
   EXPECT_EQ(lossy("\xED\xA0\x80"), kFffd + kFffd + kFffd);
   EXPECT_EQ(lossy("\xF4\x91\x92\x93"), kFffd + kFffd + kFffd + kFffd);
@@ -58,9 +62,9 @@ TEST(Utf8Test, LossyReplacesMaximalSubparts) {
   EXPECT_EQ(lossy("\xF0\x9F\x98"), kFffd);
   EXPECT_EQ(lossy("\xE1\x80\xE2\xF0\x91\x92\xF1\xBF\x41"),
             kFffd + kFffd + kFffd + kFffd + "A");
-  EXPECT_EQ(lossy("\x61\xF1\x80\x80\xE1\x80\xC2\x62\x80\x63\x80\xBF\x64"),
-            "a" + kFffd + kFffd + kFffd + "b" + kFffd + "c" + kFffd + kFffd +
-                "d");
+  EXPECT_EQ(
+      lossy("\x61\xF1\x80\x80\xE1\x80\xC2\x62\x80\x63\x80\xBF\x64"),
+      "a" + kFffd + kFffd + kFffd + "b" + kFffd + "c" + kFffd + kFffd + "d");
   EXPECT_EQ(lossy("valid \xC3\xA9"), "valid \xC3\xA9");
 }
 

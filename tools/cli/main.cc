@@ -63,7 +63,8 @@ bool TakeValueFlag(const std::vector<std::string>& args, size_t* i,
 
 constexpr char kTokenizeUsage[] =
     "usage: dedit-cli tokenize --tokenizer PATH [--decode]\n"
-    "                          [--skip-special-tokens] [--split-special-tokens]\n"
+    "                          [--skip-special-tokens] "
+    "[--split-special-tokens]\n"
     "\n"
     "Reads a JSON array from stdin and writes a JSON array to stdout.\n"
     "  default   [\"text\", ...]      -> [[id, ...], ...]\n"
@@ -107,8 +108,7 @@ int RunTokenize(const std::vector<std::string>& args) {
   }
   const absl::Status status = RunTokenizeCommand(options, std::cin, std::cout);
   if (!status.ok()) {
-    std::fprintf(stderr, "dedit-cli tokenize: %s\n",
-                 status.ToString().c_str());
+    std::fprintf(stderr, "dedit-cli tokenize: %s\n", status.ToString().c_str());
     return kExitFailure;
   }
   return kExitOk;

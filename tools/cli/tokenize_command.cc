@@ -4,11 +4,10 @@
 #include <istream>
 #include <iterator>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <ostream>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
@@ -37,7 +36,8 @@ absl::Status Encode(const Tokenizer& tokenizer, const nlohmann::json& input,
       return absl::InvalidArgumentError(absl::StrCat(
           where, ": expected a string, got ", input[i].type_name()));
     }
-    auto ids = tokenizer.Encode(input[i].get_ref<const std::string&>(), options);
+    auto ids =
+        tokenizer.Encode(input[i].get_ref<const std::string&>(), options);
     if (!ids.ok()) return Annotate(ids.status(), where);
     output->push_back(*std::move(ids));
   }
@@ -50,15 +50,15 @@ absl::Status Decode(const Tokenizer& tokenizer, const nlohmann::json& input,
   for (size_t i = 0; i < input.size(); ++i) {
     const std::string where = absl::StrCat("input[", i, "]");
     if (!input[i].is_array()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, ": expected an array of token ids, got ",
-          input[i].type_name()));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": expected an array of token ids, got ",
+                       input[i].type_name()));
     }
     ids.clear();
     for (size_t j = 0; j < input[i].size(); ++j) {
-      ASSIGN_OR_RETURN(int32_t id, JsonToTokenId(input[i][j], absl::StrCat(
-                                                                where, "[", j,
-                                                                "]")));
+      ASSIGN_OR_RETURN(
+          int32_t id,
+          JsonToTokenId(input[i][j], absl::StrCat(where, "[", j, "]")));
       ids.push_back(id);
     }
     auto text = tokenizer.Decode(ids, options);

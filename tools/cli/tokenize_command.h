@@ -25,8 +25,8 @@
 namespace dedit {
 
 struct TokenizeCommandOptions {
-  std::string tokenizer_path;  // A tokenizer.json file.
-  bool decode = false;         // Ids -> text instead of text -> ids.
+  std::string tokenizer_path;         // A tokenizer.json file.
+  bool decode = false;                // Ids -> text instead of text -> ids.
   bool skip_special_tokens = false;   // Decode only.
   bool split_special_tokens = false;  // Encode only.
 };

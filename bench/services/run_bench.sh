@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Time per generated token in-process (target-only, speculative) vs through
+# the three services on loopback, and service throughput at 1/4/16 streams.
+# Results go to stdout as JSON lines; bench/README.md explains them.
+#
+#   bench/services/run_bench.sh [--build-dir build] [--device cpu]
+#       [--threads 1] [--max-tokens 64] [--requests 4] [--model-args "..."]
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+BUILD="$ROOT/build"
+DEVICE=cpu
+DTYPE=float32
+THREADS=1
+MAX_TOKENS=64
+REQUESTS=4
+W=16
+K=3
+# A small random pair: big enough that the model, not the RPCs, is most of
+# a step on CPU; random weights, so acceptance is near 1 token per round.
+MODEL_ARGS="--vocab 4096 --hidden 256 --layers 8 --heads 8 --kv_heads 4 --drafter_layers 1 --block_size 16 --passes 3 --max_positions 4096"
+OUT=/tmp/dedit-bench
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --build-dir) BUILD=$2; shift 2 ;;
+    --device) DEVICE=$2; shift 2 ;;
+    --dtype) DTYPE=$2; shift 2 ;;
+    --threads) THREADS=$2; shift 2 ;;
+    --max-tokens) MAX_TOKENS=$2; shift 2 ;;
+    --requests) REQUESTS=$2; shift 2 ;;
+    --model-args) MODEL_ARGS=$2; shift 2 ;;
+    --out) OUT=$2; shift 2 ;;
+    *) echo "run_bench.sh: unknown flag $1" >&2; exit 2 ;;
+  esac
+done
+bin() { find "$BUILD" -name "$1" -type f -perm -u+x | head -1; }
+STUBS=$(find "$BUILD" -type d -path '*proto/python' | head -1)
+mkdir -p "$OUT"
+if [ ! -f "$OUT/models/target/config.json" ]; then
+  # shellcheck disable=SC2086
+  "$(bin dedit-make-tiny-model)" --out "$OUT/models" $MODEL_ARGS >/dev/null
+fi
+VOCAB=$(python3 -c "import json;print(json.load(open('$OUT/models/target/config.json'))['vocab_size'])")
+
+# Same prompts for every configuration: REQUESTS prompts of 32 ids.
+python3 - "$VOCAB" "$REQUESTS" > "$OUT/prompts.jsonl" <<'PY'
+import json, random, sys
+rng = random.Random(1)
+for _ in range(int(sys.argv[2])):
+    print(json.dumps([rng.randrange(int(sys.argv[1])) for _ in range(32)]))
+PY
+
+inprocess() {  # label, extra flags...
+  local label=$1; shift
+  "$(bin dedit-generate)" --target "$OUT/models/target" --drafter "$OUT/models/drafter" \
+      --device "$DEVICE" --dtype "$DTYPE" --threads "$THREADS" --json --ignore_eos \
+      --max_tokens "$MAX_TOKENS" "$@" < "$OUT/prompts.jsonl" |
+  python3 -c "
+import json, sys
+rows = [json.loads(l) for l in sys.stdin if l.strip()]
+per = [r['timings']['decode_s'] / (len(r['tokens']) - 1) for r in rows]
+tau = [r['mean_acceptance_length'] for r in rows]
+print(json.dumps({'config': '$label', 'requests': len(rows),
+                  'decode_ms_per_token': 1000 * sum(per) / len(per),
+                  'mean_acceptance_length': sum(tau) / len(tau)}))"
+}
+
+echo "# (a) in-process target-only, (b) in-process speculative W=$W K=$K"
+inprocess inprocess_target_only --ar
+inprocess inprocess_speculative --window "$W" --passes "$K"
+
+echo "# (c) through the services on loopback (device $DEVICE)"
+"$ROOT/scripts/serve.sh" --build-dir "$BUILD" --run-dir "$OUT/serve" \
+    --target-dir "$OUT/models/target" --drafter-dir "$OUT/models/drafter" \
+    --target-device "$DEVICE" --drafter-device "$DEVICE" --dtype "$DTYPE" \
+    --threads "$THREADS" --router-port 50150 --target-port 50151 \
+    --drafter-port 50152 --metrics-ports 9150,9151,9152 --detach >&2
+trap 'kill -TERM $(cat "$OUT"/serve/*.pid) 2>/dev/null || true' EXIT
+client() { /usr/bin/python3 "$ROOT/bench/services/bench_client.py" \
+    --router 127.0.0.1:50150 --stubs "$STUBS" --vocab "$VOCAB" \
+    --max-tokens "$MAX_TOKENS" --window "$W" --passes "$K" "$@"; }
+client --concurrency 1 --requests "$REQUESTS" --no-speculation
+client --concurrency 1 --requests "$REQUESTS"
+echo "# throughput at 1/4/16 concurrent streams (speculative)"
+for c in 4 16; do client --concurrency "$c" --requests 2; done
+echo "# throughput at 1/4/16 concurrent streams (target-only)"
+for c in 4 16; do client --concurrency "$c" --requests 2 --no-speculation; done
