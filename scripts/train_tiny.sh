@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# Trains the bundled tiny model pair end to end with dedit-train, on CPU:
+#   tokenizer -> target -> distill -> drafter (+ the no-ProposalMix ablation)
+#   -> eval -> copy into models/tiny/{target,drafter}.
+#
+#   scripts/train_tiny.sh [full|smoke]
+#
+# Resumable: every stage checkpoints under $WORK and a finished stage is
+# skipped, so rerunning the same command continues where it stopped. With
+# MAX_MINUTES=N each training stage stops cleanly after N minutes (exit 75
+# from dedit-train); run the script again to go on.
+#
+# Environment:
+#   BUILD        build directory holding training/dedit-train (default build)
+#   WORK         scratch directory (default $BUILD/train-tiny-<profile>)
+#   OUT          where the finished pair is copied (default models/tiny;
+#                empty = do not copy)
+#   MAX_MINUTES  per-stage time budget for this invocation (default 0 = none)
+#   THREADS      libtorch threads (default: all cores)
+#   ABLATION     1 = also train/eval the drafter without ProposalMix
+#                (default 1 for full, 0 for smoke)
+#
+# Corpus: the Python 3.11 standard library (Debian libpython3.11-stdlib) and
+# the reST sources of its documentation (Debian python3.11-doc), both under
+# the PSF License; held-out files are chosen by path hash.
+set -euo pipefail
+
+profile=${1:-full}
+repo=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=${BUILD:-$repo/build}
+WORK=${WORK:-$BUILD/train-tiny-$profile}
+OUT=${OUT-$repo/models/tiny}
+MAX_MINUTES=${MAX_MINUTES:-0}
+THREADS=${THREADS:-0}
+train="$BUILD/training/dedit-train"
+
+case "$profile" in
+  full)
+    ABLATION=${ABLATION:-1}
+    vocab=2048
+    target_args=(--hidden_size=192 --intermediate_size=512 --num_layers=4
+                 --num_heads=6 --num_kv_heads=2 --head_dim=32 --seq_len=256
+                 --batch_size=16 --steps=1500 --lr=2e-3 --eval_every=250)
+    distill_args=(--num_sequences=2048 --prompt_min=16 --prompt_max=96
+                  --continuation=160 --distill_batch=64)
+    drafter_args=(--drafter_layers=1 --block_size=16 --target_layer_ids=1,2,3
+                  --sequences_per_step=4 --blocks_per_sequence=32
+                  --steps=1500 --lr=2e-3 --eval_every=250)
+    eval_args=(--num_prompts=24 --prompt_tokens=64 --max_new_tokens=128)
+    ;;
+  smoke)
+    ABLATION=${ABLATION:-0}
+    vocab=2048
+    target_args=(--hidden_size=192 --intermediate_size=512 --num_layers=4
+                 --num_heads=6 --num_kv_heads=2 --head_dim=32 --seq_len=256
+                 --batch_size=8 --steps=300 --lr=2e-3 --eval_every=100)
+    distill_args=(--num_sequences=256 --prompt_min=16 --prompt_max=96
+                  --continuation=128 --distill_batch=64)
+    drafter_args=(--drafter_layers=1 --block_size=16 --target_layer_ids=1,2,3
+                  --sequences_per_step=4 --blocks_per_sequence=32
+                  --steps=300 --lr=2e-3 --eval_every=100)
+    eval_args=(--num_prompts=8 --prompt_tokens=64 --max_new_tokens=96)
+    ;;
+  *) echo "usage: $0 [full|smoke]" >&2; exit 2 ;;
+esac
+
+if [ ! -x "$train" ]; then
+  echo "train_tiny: $train not built (cmake --build $BUILD --target dedit-train)" >&2
+  exit 1
+fi
+for dir in /usr/lib/python3.11 /usr/share/doc/python3.11/html/_sources; do
+  if [ ! -d "$dir" ]; then
+    echo "train_tiny: corpus directory $dir missing" \
+         "(apt-get install libpython3.11-stdlib python3.11-doc)" >&2
+    exit 1
+  fi
+done
+mkdir -p "$WORK"
+common=(--threads="$THREADS" --checkpoint_every_s=180)
+timings="$WORK/timings.txt"
+
+# Runs one stage; exit 75 (time budget used) stops the script cleanly.
+stage() {
+  local name=$1; shift
+  local start=$SECONDS rc=0
+  echo "== $name: $*" >&2
+  "$@" || rc=$?
+  echo "$name $((SECONDS - start))s rc=$rc $(date -u +%FT%TZ)" >> "$timings"
+  if [ "$rc" -eq 75 ]; then
+    echo "train_tiny: $name paused by MAX_MINUTES; rerun to continue" >&2
+    exit 75
+  fi
+  return "$rc"
+}
+
+if [ ! -f "$WORK/tokenizer.json" ]; then
+  stage tokenizer "$train" tokenizer --out="$WORK/tokenizer.json" --vocab_size=$vocab
+fi
+if [ ! -f "$WORK/target/model.safetensors" ]; then
+  stage target "$train" target "${common[@]}" --max_minutes="$MAX_MINUTES" \
+    --tokenizer="$WORK/tokenizer.json" --work_dir="$WORK/target-state" \
+    --out="$WORK/target" --seed=1 "${target_args[@]}"
+fi
+stage distill "$train" distill "${common[@]}" --max_minutes="$MAX_MINUTES" \
+  --target="$WORK/target" --work_dir="$WORK/target-state" \
+  --out="$WORK/distill.bin" --seed=2 "${distill_args[@]}"
+
+drafters=(drafter)
+[ "$ABLATION" = 1 ] && drafters+=(drafter-nomix)
+for d in "${drafters[@]}"; do
+  mix=true
+  [ "$d" = drafter-nomix ] && mix=false
+  if [ ! -f "$WORK/$d/model.safetensors" ]; then
+    stage "$d" "$train" drafter "${common[@]}" --max_minutes="$MAX_MINUTES" \
+      --target="$WORK/target" --data="$WORK/distill.bin" \
+      --work_dir="$WORK/$d-state" --out="$WORK/$d" --seed=3 \
+      --proposal_mix=$mix "${drafter_args[@]}"
+  fi
+  if [ ! -f "$WORK/eval-$d.json" ]; then
+    stage "eval-$d" "$train" eval --threads="$THREADS" \
+      --target="$WORK/target" --drafter="$WORK/$d" \
+      --work_dir="$WORK/target-state" --report="$WORK/eval-$d.json" \
+      "${eval_args[@]}"
+  fi
+done
+
+if [ -n "$OUT" ]; then
+  for m in target drafter; do
+    mkdir -p "$OUT/$m"
+    cp "$WORK/$m/config.json" "$WORK/$m/model.safetensors" \
+       "$WORK/$m/tokenizer.json" "$OUT/$m/"
+  done
+  cp "$WORK/eval-drafter.json" "$OUT/drafter/eval.json"
+  echo "train_tiny: copied the pair to $OUT (sizes: $(du -sh "$OUT" | cut -f1))" >&2
+fi
+echo "train_tiny: done; stage timings in $timings" >&2

@@ -1,0 +1,139 @@
+// ProposalMix input construction, slot loss weights, the weighted loss and
+// the block batches the drafter trainer builds.
+#include "training/proposal_mix.h"
+
+#include <ATen/Functions.h>
+#include <ATen/TensorOperators.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "training/drafter_trainer.h"
+
+namespace dedit::training {
+namespace {
+
+at::Tensor Long(std::vector<int64_t> v) {
+  return at::tensor(v, at::TensorOptions().dtype(at::kLong));
+}
+
+TEST(SlotLossWeightsTest, DecayExponentiallyFromOneAtSlotOne) {
+  at::Tensor w = SlotLossWeights(16, 7.0);
+  ASSERT_EQ(w.size(0), 15);
+  for (int k = 1; k <= 15; ++k) {
+    EXPECT_NEAR(w[k - 1].item<float>(), std::exp(-(k - 1) / 7.0), 1e-6) << k;
+  }
+  EXPECT_FLOAT_EQ(w[0].item<float>(), 1.0f);
+}
+
+TEST(WeightedSlotLossTest, WeightsSlotsAndIgnoresInvalidOnes) {
+  // Two blocks of W = 4 (3 slots), vocab 5.
+  at::Tensor logits = at::randn({2, 3, 5});
+  at::Tensor targets = Long({0, 1, 2, 3, 4, 0}).view({2, 3});
+  at::Tensor valid = at::tensor(std::vector<int64_t>{1, 1, 1, 1, 0, 0},
+                                at::TensorOptions().dtype(at::kLong))
+                         .view({2, 3})
+                         .to(at::kBool);
+  at::Tensor w = SlotLossWeights(4, 2.0);
+  const double loss =
+      WeightedSlotLoss(logits, targets, valid, w).item<double>();
+  at::Tensor logp = at::log_softmax(logits, -1);
+  double num = 0, den = 0;
+  for (int b = 0; b < 2; ++b) {
+    for (int k = 0; k < 3; ++k) {
+      if (!valid[b][k].item<bool>()) continue;
+      const double wk = std::exp(-k / 2.0);
+      num += -wk * logp[b][k][targets[b][k].item<int64_t>()].item<double>();
+      den += wk;
+    }
+  }
+  EXPECT_NEAR(loss, num / den, 1e-5);
+}
+
+TEST(BuildEditInputTest, ConfidentSlotsTakeGroundTruthOthersKeepProposal) {
+  // block = [anchor 9, truth 1 2 3 4]; proposal = [1 7 3 8].
+  at::Tensor block = Long({9, 1, 2, 3, 4}).view({1, 5});
+  at::Tensor proposal = Long({1, 7, 3, 8}).view({1, 4});
+  at::Tensor conf =
+      at::tensor(std::vector<float>{0.9f, 0.8f, 0.2f, 0.4f}).view({1, 4});
+  at::Tensor valid = at::ones({1, 4}, at::TensorOptions().dtype(at::kBool));
+  EditInput in = BuildEditInput(block, proposal, conf, valid, 0.5, true);
+  // Slot 1: confident + correct -> 1; slot 2: confident + wrong -> truth 2
+  // (an overwrite); slots 3, 4: unconfident -> the proposal 3, 8.
+  std::vector<int64_t> want = {9, 1, 2, 3, 8};
+  for (int i = 0; i < 5; ++i)
+    EXPECT_EQ(in.tokens[0][i].item<int64_t>(), want[i]) << i;
+  EXPECT_DOUBLE_EQ(in.rates.p1_accuracy, 2.0 / 4);   // slots 1 and 3
+  EXPECT_DOUBLE_EQ(in.rates.gt_selection, 2.0 / 4);  // slots 1 and 2
+  EXPECT_DOUBLE_EQ(in.rates.overwrite, 1.0 / 4);     // slot 2
+}
+
+TEST(BuildEditInputTest, ThresholdIsInclusive) {
+  at::Tensor block = Long({9, 1}).view({1, 2});
+  at::Tensor proposal = Long({5}).view({1, 1});
+  at::Tensor conf = at::full({1, 1}, 0.5f);
+  at::Tensor valid = at::ones({1, 1}, at::TensorOptions().dtype(at::kBool));
+  EXPECT_EQ(BuildEditInput(block, proposal, conf, valid, 0.5, true)
+                .tokens[0][1]
+                .item<int64_t>(),
+            1);
+}
+
+TEST(BuildEditInputTest, WithoutProposalMixTheInputIsThePlainProposal) {
+  at::Tensor block = Long({9, 1, 2, 3}).view({1, 4});
+  at::Tensor proposal = Long({6, 7, 8}).view({1, 3});
+  at::Tensor conf = at::full({1, 3}, 0.99f);
+  at::Tensor valid = at::ones({1, 3}, at::TensorOptions().dtype(at::kBool));
+  EditInput in = BuildEditInput(block, proposal, conf, valid, 0.5, false);
+  std::vector<int64_t> want = {9, 6, 7, 8};
+  for (int i = 0; i < 4; ++i)
+    EXPECT_EQ(in.tokens[0][i].item<int64_t>(), want[i]);
+  EXPECT_DOUBLE_EQ(in.rates.gt_selection, 1.0);  // still measured
+}
+
+TEST(BuildEditInputTest, InvalidSlotsKeepTheProposalAndAreNotCounted) {
+  at::Tensor block = Long({9, 1, 0}).view({1, 3});  // slot 2 past the end
+  at::Tensor proposal = Long({1, 5}).view({1, 2});
+  at::Tensor conf = at::full({1, 2}, 0.9f);
+  at::Tensor valid = at::tensor(std::vector<int64_t>{1, 0},
+                                at::TensorOptions().dtype(at::kLong))
+                         .view({1, 2})
+                         .to(at::kBool);
+  EditInput in = BuildEditInput(block, proposal, conf, valid, 0.5, true);
+  EXPECT_EQ(in.tokens[0][2].item<int64_t>(), 5);
+  EXPECT_DOUBLE_EQ(in.rates.p1_accuracy, 1.0);
+  EXPECT_DOUBLE_EQ(in.rates.gt_selection, 1.0);
+}
+
+TEST(MakeBlockBatchTest, AnchorsLieInTheContinuationAndSlotsFollowThem) {
+  DistillRecord a{4, {10, 11, 12, 13, 14, 15, 16, 17, 18, 19}};
+  DistillRecord b{2, {20, 21, 22, 23, 24, 25}};
+  std::mt19937_64 rng(1);
+  const int w = 4;
+  BlockBatch batch =
+      MakeBlockBatch({&a, &b}, 8, w, /*mask_id=*/99, /*pad_id=*/0, &rng);
+  ASSERT_EQ(batch.ids.size(1), 10);
+  EXPECT_EQ(batch.ids[1][6].item<int64_t>(), 0);  // padding
+  const DistillRecord* recs[] = {&a, &b};
+  for (int s = 0; s < 2; ++s) {
+    const int64_t len = static_cast<int64_t>(recs[s]->tokens.size());
+    for (int j = 0; j < 8; ++j) {
+      const int64_t anchor = batch.anchors[s][j].item<int64_t>();
+      EXPECT_GE(anchor, recs[s]->prompt_len);
+      EXPECT_LE(anchor, len - 2);
+      EXPECT_EQ(batch.p1_tokens[s][j][0].item<int64_t>(),
+                recs[s]->tokens[anchor]);
+      for (int k = 1; k < w; ++k) {
+        EXPECT_EQ(batch.p1_tokens[s][j][k].item<int64_t>(), 99);
+        const bool inside = anchor + k < len;
+        EXPECT_EQ(batch.valid[s][j][k - 1].item<bool>(), inside);
+        EXPECT_EQ(batch.truth[s][j][k].item<int64_t>(),
+                  inside ? recs[s]->tokens[anchor + k] : 0);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dedit::training

@@ -1,0 +1,153 @@
+#include "training/corpus.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/file_util.h"
+#include "common/model_config.h"
+#include "common/status.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/utf8.h"
+
+namespace dedit::training {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kCacheMagic[8] = {'D', 'E', 'D', 'T', 'O', 'K', '0', '1'};
+
+uint64_t FileListHash(const std::vector<CorpusFile>& files, CorpusSplit split,
+                      uint64_t tokenizer_hash, int32_t eot_id) {
+  std::string key = absl::StrCat(tokenizer_hash, ":", eot_id, ":");
+  for (const CorpusFile& f : files) {
+    if (f.split == split) absl::StrAppend(&key, f.path, "#", f.bytes, ";");
+  }
+  return Fnv1a(key);
+}
+
+}  // namespace
+
+uint64_t Fnv1a(const std::string& text) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+absl::StatusOr<std::vector<CorpusFile>> ListCorpusFiles(
+    const CorpusSpec& spec) {
+  std::vector<CorpusFile> files;
+  for (const std::string& root : spec.roots) {
+    std::error_code ec;
+    if (!fs::is_directory(root, ec)) {
+      return absl::NotFoundError(
+          absl::StrCat("corpus root ", root, " is not a directory"));
+    }
+    fs::recursive_directory_iterator it(
+        root, fs::directory_options::skip_permission_denied, ec),
+        end;
+    for (; it != end; it.increment(ec)) {
+      if (ec) break;
+      const fs::path& p = it->path();
+      if (it->is_directory(ec)) {
+        const std::string name = p.filename().string();
+        if (std::find(spec.exclude_dirs.begin(), spec.exclude_dirs.end(),
+                      name) != spec.exclude_dirs.end()) {
+          it.disable_recursion_pending();
+        }
+        continue;
+      }
+      if (!it->is_regular_file(ec)) continue;
+      const std::string path = p.string();
+      bool match = false;
+      for (const std::string& suffix : spec.suffixes) {
+        match = match || absl::EndsWith(path, suffix);
+      }
+      if (!match) continue;
+      const int64_t bytes = static_cast<int64_t>(it->file_size(ec));
+      if (ec || bytes == 0 || bytes > spec.max_file_bytes) continue;
+      CorpusFile f;
+      f.path = path;
+      f.bytes = bytes;
+      f.split =
+          spec.heldout_every > 0 &&
+                  Fnv1a(path) % static_cast<uint64_t>(spec.heldout_every) == 0
+              ? CorpusSplit::kHeldOut
+              : CorpusSplit::kTrain;
+      files.push_back(std::move(f));
+    }
+  }
+  if (files.empty()) return absl::NotFoundError("no corpus files matched");
+  std::sort(
+      files.begin(), files.end(),
+      [](const CorpusFile& a, const CorpusFile& b) { return a.path < b.path; });
+  return files;
+}
+
+absl::StatusOr<std::string> ReadCorpusText(const std::string& path) {
+  ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  if (!ValidateUtf8(text).ok()) return std::string();
+  return text;
+}
+
+absl::StatusOr<TokenStream> LoadOrBuildTokenStream(
+    const std::vector<CorpusFile>& files, CorpusSplit split,
+    const Tokenizer& tokenizer, uint64_t tokenizer_hash, int32_t eot_id,
+    const std::string& cache_path) {
+  const uint64_t hash = FileListHash(files, split, tokenizer_hash, eot_id);
+  {
+    std::ifstream in(cache_path, std::ios::binary);
+    char magic[8];
+    uint64_t stored_hash = 0, docs = 0, n = 0;
+    if (in.read(magic, 8) && std::equal(magic, magic + 8, kCacheMagic) &&
+        in.read(reinterpret_cast<char*>(&stored_hash), 8) &&
+        stored_hash == hash && in.read(reinterpret_cast<char*>(&docs), 8) &&
+        in.read(reinterpret_cast<char*>(&n), 8)) {
+      TokenStream stream;
+      stream.num_documents = static_cast<int64_t>(docs);
+      stream.tokens.resize(n);
+      if (in.read(reinterpret_cast<char*>(stream.tokens.data()),
+                  static_cast<std::streamsize>(n * sizeof(int32_t)))) {
+        return stream;
+      }
+    }
+  }
+  TokenStream stream;
+  for (const CorpusFile& f : files) {
+    if (f.split != split) continue;
+    ASSIGN_OR_RETURN(std::string text, ReadCorpusText(f.path));
+    if (text.empty()) continue;
+    EncodeOptions options;
+    options.split_special_tokens = true;  // corpus text never holds controls
+    auto ids = tokenizer.Encode(text, options);
+    if (!ids.ok()) return Annotate(ids.status(), f.path);
+    stream.tokens.insert(stream.tokens.end(), ids->begin(), ids->end());
+    stream.tokens.push_back(eot_id);
+    ++stream.num_documents;
+  }
+  const std::string tmp = cache_path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    const uint64_t docs = static_cast<uint64_t>(stream.num_documents);
+    const uint64_t n = stream.tokens.size();
+    out.write(kCacheMagic, 8);
+    out.write(reinterpret_cast<const char*>(&hash), 8);
+    out.write(reinterpret_cast<const char*>(&docs), 8);
+    out.write(reinterpret_cast<const char*>(&n), 8);
+    out.write(reinterpret_cast<const char*>(stream.tokens.data()),
+              static_cast<std::streamsize>(n * sizeof(int32_t)));
+    if (!out) return absl::InternalError(absl::StrCat("cannot write ", tmp));
+  }
+  if (std::rename(tmp.c_str(), cache_path.c_str()) != 0) {
+    return absl::InternalError(absl::StrCat("cannot rename ", tmp));
+  }
+  return stream;
+}
+
+}  // namespace dedit::training

@@ -1,0 +1,78 @@
+// The training corpus: text files under a few roots (e.g. the Python
+// standard library and its documentation, as Debian installs them), split
+// into train and held-out *by file*, and their token streams cached on disk.
+//
+// A file is held out iff FNV-1a(its path) % heldout_every == 0, so the split
+// is stable across machines that install the same packages. Documents are
+// joined with the end-of-text token.
+//
+//   CorpusSpec spec{.roots = {"/usr/lib/python3.11"}, .suffixes = {".py"}};
+//   ASSIGN_OR_RETURN(std::vector<CorpusFile> files, ListCorpusFiles(spec));
+//   ASSIGN_OR_RETURN(TokenStream train,
+//                    LoadOrBuildTokenStream(files, CorpusSplit::kTrain,
+//                                           tokenizer, Fnv1a(json), eot_id,
+//                                           cache_path));
+#ifndef DEDIT_TRAINING_CORPUS_H_
+#define DEDIT_TRAINING_CORPUS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace dedit {
+class Tokenizer;
+}
+
+namespace dedit::training {
+
+struct CorpusSpec {
+  std::vector<std::string> roots;
+  // A file is taken when its name ends with one of these.
+  std::vector<std::string> suffixes = {".py", ".rst.txt"};
+  // Directories skipped anywhere below a root (test suites, duplicated
+  // documentation such as pydoc_data, third-party packages).
+  std::vector<std::string> exclude_dirs = {
+      "__pycache__", "test",          "tests",        "idle_test",
+      "pydoc_data",  "site-packages", "dist-packages"};
+  int heldout_every = 20;
+  // Files larger than this are skipped (generated tables, not prose/code).
+  int64_t max_file_bytes = 512 * 1024;
+};
+
+enum class CorpusSplit { kTrain, kHeldOut };
+
+struct CorpusFile {
+  std::string path;
+  int64_t bytes = 0;
+  CorpusSplit split = CorpusSplit::kTrain;
+};
+
+// Every matching file under the roots, sorted by path. NOT_FOUND when a
+// root is missing or nothing matches.
+absl::StatusOr<std::vector<CorpusFile>> ListCorpusFiles(const CorpusSpec& spec);
+
+// Reads a file; files that are not valid UTF-8 yield an empty string.
+absl::StatusOr<std::string> ReadCorpusText(const std::string& path);
+
+// A split's tokens, documents separated by `eot_id`.
+struct TokenStream {
+  std::vector<int32_t> tokens;
+  int64_t num_documents = 0;
+};
+
+// Tokenizes the files of `split` (or loads `cache_path` when it exists and
+// was made from the same file list and `tokenizer_hash`, e.g. Fnv1a of the
+// tokenizer.json text) and writes the cache.
+absl::StatusOr<TokenStream> LoadOrBuildTokenStream(
+    const std::vector<CorpusFile>& files, CorpusSplit split,
+    const Tokenizer& tokenizer, uint64_t tokenizer_hash, int32_t eot_id,
+    const std::string& cache_path);
+
+// 64-bit FNV-1a, the split's hash.
+uint64_t Fnv1a(const std::string& text);
+
+}  // namespace dedit::training
+
+#endif  // DEDIT_TRAINING_CORPUS_H_

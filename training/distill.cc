@@ -1,0 +1,164 @@
+#include "training/distill.h"
+
+#include <unistd.h>
+
+#include <fstream>
+#include <iostream>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/file_util.h"
+#include "common/in_process.h"
+#include "common/model_config.h"
+#include "common/status.h"
+#include "tokenizer/tokenizer.h"
+
+namespace dedit::training {
+namespace {
+
+constexpr char kMagic[8] = {'D', 'E', 'D', 'D', 'I', 'S', '0', '1'};
+
+// Writes records after the complete ones already in `path` (dropping a torn
+// tail), creating the file with its magic when needed.
+absl::Status AppendRecords(const std::string& path, int64_t keep_bytes,
+                           const std::vector<DistillRecord>& records) {
+  if (keep_bytes == 0) {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write(kMagic, 8);
+    if (!out) return absl::InternalError(absl::StrCat("cannot write ", path));
+    keep_bytes = 8;
+  }
+  if (truncate(path.c_str(), keep_bytes) != 0) {
+    return absl::InternalError(absl::StrCat("cannot truncate ", path));
+  }
+  std::ofstream out(path, std::ios::binary | std::ios::app);
+  for (const DistillRecord& r : records) {
+    const uint32_t header[2] = {static_cast<uint32_t>(r.prompt_len),
+                                static_cast<uint32_t>(r.tokens.size())};
+    out.write(reinterpret_cast<const char*>(header), sizeof(header));
+    out.write(reinterpret_cast<const char*>(r.tokens.data()),
+              static_cast<std::streamsize>(r.tokens.size() * sizeof(int32_t)));
+  }
+  out.close();
+  if (!out) return absl::InternalError(absl::StrCat("cannot append to ", path));
+  return absl::OkStatus();
+}
+
+// Reads complete records; `valid_bytes` receives the offset after the last.
+absl::StatusOr<std::vector<DistillRecord>> ReadRecords(const std::string& path,
+                                                       int64_t* valid_bytes) {
+  std::vector<DistillRecord> records;
+  *valid_bytes = 0;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return records;
+  char magic[8];
+  if (!in.read(magic, 8) || !std::equal(magic, magic + 8, kMagic)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " is not distill data"));
+  }
+  *valid_bytes = 8;
+  while (true) {
+    uint32_t header[2];
+    if (!in.read(reinterpret_cast<char*>(header), sizeof(header))) break;
+    DistillRecord r;
+    r.prompt_len = static_cast<int32_t>(header[0]);
+    r.tokens.resize(header[1]);
+    if (!in.read(reinterpret_cast<char*>(r.tokens.data()),
+                 static_cast<std::streamsize>(header[1] * sizeof(int32_t)))) {
+      break;
+    }
+    *valid_bytes +=
+        static_cast<int64_t>(sizeof(header) + header[1] * sizeof(int32_t));
+    records.push_back(std::move(r));
+  }
+  return records;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<DistillRecord>> ReadDistillData(
+    const std::string& path) {
+  if (!FileExists(path)) return absl::NotFoundError(absl::StrCat("no ", path));
+  int64_t valid = 0;
+  return ReadRecords(path, &valid);
+}
+
+absl::StatusOr<StageOutcome> RunDistill(const DistillOptions& o) {
+  const std::string tokenizer_path = o.target_dir + "/tokenizer.json";
+  ASSIGN_OR_RETURN(std::string tokenizer_json,
+                   ReadFileToString(tokenizer_path));
+  ASSIGN_OR_RETURN(auto tokenizer, Tokenizer::FromJson(tokenizer_json));
+  const std::optional<int32_t> eot = tokenizer->TokenToId("<|endoftext|>");
+  if (!eot) return absl::InvalidArgumentError("tokenizer has no <|endoftext|>");
+  RETURN_IF_ERROR(MakeDirs(o.work_dir));
+  ASSIGN_OR_RETURN(std::vector<CorpusFile> files, ListCorpusFiles(o.corpus));
+  ASSIGN_OR_RETURN(
+      TokenStream train,
+      LoadOrBuildTokenStream(files, CorpusSplit::kTrain, *tokenizer,
+                             Fnv1a(tokenizer_json), *eot,
+                             o.work_dir + "/tokens_train.bin"));
+  int64_t valid_bytes = 0;
+  ASSIGN_OR_RETURN(std::vector<DistillRecord> done,
+                   ReadRecords(o.out_path, &valid_bytes));
+  int64_t next = static_cast<int64_t>(done.size());
+  if (next >= o.num_sequences) {
+    std::cerr << "[distill] " << next << " sequences already in " << o.out_path
+              << "\n";
+    return StageOutcome::kFinished;
+  }
+  InProcessStack::Options so;
+  so.target_dir = o.target_dir;
+  ASSIGN_OR_RETURN(auto stack, InProcessStack::Load(so));
+
+  Deadline deadline(o.max_minutes);
+  ProgressLine progress("distill", next, o.num_sequences, 10.0);
+  while (next < o.num_sequences && !deadline.Expired()) {
+    const int64_t count = std::min<int64_t>(o.batch, o.num_sequences - next);
+    std::vector<GenerationRequest> requests;
+    std::vector<DistillRecord> records;
+    for (int64_t i = next; i < next + count; ++i) {
+      std::mt19937_64 rng(o.seed * 0x9e3779b97f4a7c15ull +
+                          static_cast<uint64_t>(i));
+      std::uniform_int_distribution<int> len_dist(o.prompt_min_tokens,
+                                                  o.prompt_max_tokens);
+      const int len = len_dist(rng);
+      std::uniform_int_distribution<int64_t> off_dist(
+          0, static_cast<int64_t>(train.tokens.size()) - len - 1);
+      const int64_t off = off_dist(rng);
+      GenerationRequest r;
+      r.prompt.assign(train.tokens.begin() + off,
+                      train.tokens.begin() + off + len);
+      r.max_new_tokens = o.continuation_tokens;
+      r.window = 1;
+      r.passes = 0;
+      DistillRecord rec;
+      rec.prompt_len = len;
+      rec.tokens = r.prompt;
+      records.push_back(std::move(rec));
+      requests.push_back(std::move(r));
+    }
+    ASSIGN_OR_RETURN(std::vector<GenerationResult> results,
+                     stack->engine().Generate(std::move(requests)));
+    int64_t generated = 0;
+    for (size_t i = 0; i < results.size(); ++i) {
+      if (!results[i].status.ok()) return results[i].status;
+      records[i].tokens.insert(records[i].tokens.end(),
+                               results[i].tokens.begin(),
+                               results[i].tokens.end());
+      generated += static_cast<int64_t>(results[i].tokens.size());
+    }
+    RETURN_IF_ERROR(AppendRecords(o.out_path, valid_bytes, records));
+    ASSIGN_OR_RETURN(done, ReadRecords(o.out_path, &valid_bytes));
+    next = static_cast<int64_t>(done.size());
+    progress.Report(next, generated, "");
+  }
+  if (next < o.num_sequences) {
+    std::cerr << "[distill] time budget used; " << next << "/"
+              << o.num_sequences << " sequences (run again to continue)\n";
+    return StageOutcome::kPaused;
+  }
+  return StageOutcome::kFinished;
+}
+
+}  // namespace dedit::training

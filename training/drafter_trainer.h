@@ -1,0 +1,90 @@
+// `dedit-train drafter`: trains a DEdit drafter for a frozen target on the
+// distilled data (DESIGN.md §1-2, REFERENCE.md "Training").
+//
+// Per step: a few distilled sequences; the frozen target computes their
+// context features; many blocks per sequence at random anchors inside the
+// target-generated continuation (slot 0 = the anchor token, slot k predicts
+// x[a+k], slot 0 is not trained). Pass P1 runs on [anchor, MASK...]; pass P2
+// runs, with the same weights and the same context, on the ProposalMix input
+// built from P1's argmax and confidence (proposal_mix.h). Loss =
+// L(P1) + edit_loss_weight * L(P2), each the cross-entropy weighted per slot
+// by exp(-(k-1)/gamma). The target's embedding and lm_head are frozen.
+//
+// Logged: both losses, the paper's ProposalMix rates (P1 accuracy, GT
+// selection, overwrite), and on held-out sequences the mean accepted length
+// tau (bonus included) of P1, P2 and P3 drafts against the ground truth.
+//
+//   DrafterTrainingOptions o;  // target_dir, distill_path, out_dir, ...
+//   ASSIGN_OR_RETURN(StageOutcome outcome, RunDrafterTraining(o));
+#ifndef DEDIT_TRAINING_DRAFTER_TRAINER_H_
+#define DEDIT_TRAINING_DRAFTER_TRAINER_H_
+
+#include <ATen/Tensor.h>
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "training/distill.h"
+#include "training/optimizer.h"
+#include "training/progress.h"
+
+namespace dedit::training {
+
+struct DrafterTrainingOptions {
+  std::string target_dir;    // exported target (frozen)
+  std::string distill_path;  // from `dedit-train distill`
+  std::string work_dir;      // state.safetensors, log.jsonl
+  std::string out_dir;       // the exported drafter
+  // Drafter shape: the target's layer shape with these overrides.
+  int num_layers = 1;
+  int intermediate_size = 0;  // 0 = the target's
+  int block_size = 16;
+  std::vector<int> target_layer_ids;  // empty = DefaultTargetLayerIds(L, 3)
+  int num_passes = 3;                 // dedit_config.num_passes (inference K)
+  // Objective.
+  double gamma = 7.0;
+  double eta = 0.5;
+  bool proposal_mix = true;
+  bool causal_editor = false;
+  double edit_loss_weight = 1.0;
+  // Batch: sequences per step x blocks per sequence.
+  int sequences_per_step = 4;
+  int blocks_per_sequence = 32;
+  int64_t steps = 1500;
+  LearningRateSchedule schedule;
+  AdamWOptions adamw;
+  uint64_t seed = 3;
+  double checkpoint_every_s = 300;
+  double max_minutes = 0;
+  int eval_every = 250;
+  int heldout_sequences = 64;  // last records of the distill data
+  std::string export_dtype = "bfloat16";
+};
+
+absl::StatusOr<StageOutcome> RunDrafterTraining(
+    const DrafterTrainingOptions& options);
+
+// A batch of blocks over a few sequences (exposed for tests).
+struct BlockBatch {
+  at::Tensor ids;        // [S, T] int64, sequences padded with pad_id
+  at::Tensor anchors;    // [S, NB] int64, positions of slot 0
+  at::Tensor truth;      // [S, NB, W] int64: x[a + j] (pad_id past the end)
+  at::Tensor valid;      // [S, NB, W-1] bool: a + k < length, k = 1..W-1
+  at::Tensor p1_tokens;  // [S, NB, W] int64: [x[a], MASK x (W-1)]
+};
+
+// Builds blocks for `sequences` (prompt_len, tokens) with anchors drawn
+// uniformly from [prompt_len, length - 2] (the target-generated part), or
+// taken from `fixed_anchors` when it is non-empty (one list per sequence,
+// each of size blocks_per_sequence).
+BlockBatch MakeBlockBatch(
+    const std::vector<const DistillRecord*>& sequences, int blocks_per_sequence,
+    int window, int32_t mask_id, int32_t pad_id, std::mt19937_64* rng,
+    const std::vector<std::vector<int64_t>>& fixed_anchors = {});
+
+}  // namespace dedit::training
+
+#endif  // DEDIT_TRAINING_DRAFTER_TRAINER_H_

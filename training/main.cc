@@ -1,0 +1,314 @@
+// dedit-train: trains a tokenizer, a Qwen3 target and a DEdit drafter, and
+// evaluates the pair in the engine. Flags only; the work is in the stage
+// libraries (training/*.h).
+//
+//   dedit-train tokenizer --out=tok.json --vocab_size=2048
+//   dedit-train target    --tokenizer=tok.json --work_dir=w/target
+//   --out=m/target dedit-train distill   --target=m/target --work_dir=w/target
+//   --out=w/distill.bin dedit-train drafter   --target=m/target
+//   --data=w/distill.bin
+//                         --work_dir=w/drafter --out=m/drafter
+//   dedit-train eval      --target=m/target --drafter=m/drafter --report=r.json
+//
+// Every training stage checkpoints and resumes: rerunning the same command
+// continues. Exit status: 0 done, 75 stopped by --max_minutes (rerun to
+// continue), 1 error, 2 usage.
+#include <ATen/Parallel.h>
+
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "training/bpe_trainer.h"
+#include "training/distill.h"
+#include "training/drafter_trainer.h"
+#include "training/evaluation.h"
+#include "training/progress.h"
+#include "training/target_trainer.h"
+
+// Shared.
+ABSL_FLAG(std::string, corpus_roots,
+          "/usr/lib/python3.11,/usr/share/doc/python3.11/html/_sources",
+          "comma-separated corpus directories");
+ABSL_FLAG(std::string, corpus_suffixes, ".py,.rst.txt",
+          "file name endings taken from the corpus roots");
+ABSL_FLAG(int, heldout_every, 20, "1 file in N (by path hash) is held out");
+ABSL_FLAG(std::string, work_dir, "", "caches, checkpoint state and logs");
+ABSL_FLAG(std::string, out, "",
+          "output: tokenizer.json, model folder or data file");
+ABSL_FLAG(uint64_t, seed, 1, "seed of the weights and of the batch order");
+ABSL_FLAG(int, threads, 0, "intra-op threads (0 = libtorch default)");
+ABSL_FLAG(double, max_minutes, 0,
+          "stop at a checkpoint after this long (0 = no limit)");
+ABSL_FLAG(double, checkpoint_every_s, 300, "seconds between checkpoints");
+ABSL_FLAG(std::string, export_dtype, "bfloat16", "dtype of exported weights");
+ABSL_FLAG(int64_t, steps, 2000, "optimizer steps");
+ABSL_FLAG(double, lr, 1e-3, "peak learning rate");
+ABSL_FLAG(double, warmup, 0.04, "warmup fraction of the steps");
+ABSL_FLAG(double, weight_decay, 0.1, "AdamW decoupled weight decay (matrices)");
+ABSL_FLAG(int, eval_every, 250, "held-out evaluation every N steps");
+// tokenizer
+ABSL_FLAG(int, vocab_size, 2048, "tokenizer: ids including special tokens");
+// target
+ABSL_FLAG(std::string, tokenizer, "", "target: tokenizer.json");
+ABSL_FLAG(int, hidden_size, 192, "target: hidden size");
+ABSL_FLAG(int, intermediate_size, 512, "target: MLP size");
+ABSL_FLAG(int, num_layers, 4, "target: decoder layers");
+ABSL_FLAG(int, num_heads, 6, "target: attention heads");
+ABSL_FLAG(int, num_kv_heads, 2, "target: key/value heads");
+ABSL_FLAG(int, head_dim, 32, "target: head dimension");
+ABSL_FLAG(double, rope_theta, 10000.0, "target: RoPE theta");
+ABSL_FLAG(int, seq_len, 256, "target: training window (= max positions)");
+ABSL_FLAG(int, batch_size, 16, "target: windows per step");
+// distill / drafter / eval
+ABSL_FLAG(std::string, target, "", "exported target folder");
+ABSL_FLAG(int, num_sequences, 2048, "distill: sequences to generate");
+ABSL_FLAG(int, prompt_min, 16, "distill: shortest prompt (tokens)");
+ABSL_FLAG(int, prompt_max, 96, "distill: longest prompt (tokens)");
+ABSL_FLAG(int, continuation, 160, "distill: greedy tokens per prompt");
+ABSL_FLAG(int, distill_batch, 32, "distill: sequences decoded together");
+ABSL_FLAG(std::string, data, "", "drafter: distilled data file");
+ABSL_FLAG(int, drafter_layers, 1, "drafter: decoder layers");
+ABSL_FLAG(int, drafter_intermediate, 0, "drafter: MLP size (0 = target's)");
+ABSL_FLAG(int, block_size, 16, "drafter: block size W");
+ABSL_FLAG(std::string, target_layer_ids, "",
+          "drafter: comma-separated feature layers (empty = default for 3)");
+ABSL_FLAG(int, num_passes, 3, "drafter: default passes K in its config");
+ABSL_FLAG(double, gamma, 7.0, "drafter: slot loss decay exp(-(k-1)/gamma)");
+ABSL_FLAG(double, eta, 0.5, "drafter: ProposalMix confidence threshold");
+ABSL_FLAG(bool, proposal_mix, true,
+          "drafter: ProposalMix (false = P2 on plain P1 argmax)");
+ABSL_FLAG(bool, causal_editor, false, "drafter: causal mask inside the block");
+ABSL_FLAG(double, edit_loss_weight, 1.0, "drafter: weight of the P2 loss");
+ABSL_FLAG(int, sequences_per_step, 4, "drafter: sequences per step");
+ABSL_FLAG(int, blocks_per_sequence, 32, "drafter: blocks per sequence");
+ABSL_FLAG(std::string, drafter, "", "eval: drafter folder");
+ABSL_FLAG(int, num_prompts, 16, "eval: held-out prompts");
+ABSL_FLAG(int, prompt_tokens, 64, "eval: prompt length");
+ABSL_FLAG(int, max_new_tokens, 128, "eval: tokens generated per prompt");
+ABSL_FLAG(int, window, 16, "eval: block size W");
+ABSL_FLAG(std::string, passes, "1,2,3,4", "eval: pass counts K");
+ABSL_FLAG(bool, causal_too, true, "eval: also run the causal editor");
+ABSL_FLAG(std::string, report, "", "eval: write the JSON report here");
+ABSL_FLAG(
+    std::string, prompt_split, "heldout",
+    "eval: prompts from 'heldout' files (reported) or 'train' (diagnosis)");
+
+namespace {
+
+using namespace dedit::training;  // NOLINT: binary-local convenience
+
+int Fail(const absl::Status& status) {
+  std::cerr << "dedit-train: " << status << "\n";
+  return 1;
+}
+
+int OutcomeCode(const absl::StatusOr<StageOutcome>& outcome) {
+  if (!outcome.ok()) return Fail(outcome.status());
+  return *outcome == StageOutcome::kFinished ? 0 : 75;
+}
+
+std::vector<int> IntList(const std::string& text) {
+  std::vector<int> out;
+  for (absl::string_view piece : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    int v;
+    if (absl::SimpleAtoi(piece, &v)) out.push_back(v);
+  }
+  return out;
+}
+
+CorpusSpec CorpusFromFlags() {
+  CorpusSpec spec;
+  spec.roots =
+      absl::StrSplit(absl::GetFlag(FLAGS_corpus_roots), ',', absl::SkipEmpty());
+  spec.suffixes = absl::StrSplit(absl::GetFlag(FLAGS_corpus_suffixes), ',',
+                                 absl::SkipEmpty());
+  spec.heldout_every = absl::GetFlag(FLAGS_heldout_every);
+  return spec;
+}
+
+LearningRateSchedule ScheduleFromFlags() {
+  LearningRateSchedule s;
+  s.peak = absl::GetFlag(FLAGS_lr);
+  s.warmup_fraction = absl::GetFlag(FLAGS_warmup);
+  return s;
+}
+
+AdamWOptions AdamWFromFlags() {
+  AdamWOptions a;
+  a.weight_decay = absl::GetFlag(FLAGS_weight_decay);
+  return a;
+}
+
+bool Require(const std::vector<std::pair<const char*, std::string>>& flags) {
+  bool ok = true;
+  for (const auto& [name, value] : flags) {
+    if (value.empty()) {
+      std::cerr << "dedit-train: --" << name << " is required\n";
+      ok = false;
+    }
+  }
+  return ok;
+}
+
+int RunTokenizer() {
+  const std::string out = absl::GetFlag(FLAGS_out);
+  if (!Require({{"out", out}})) return 2;
+  BpeTrainerOptions options;
+  options.vocab_size = absl::GetFlag(FLAGS_vocab_size);
+  absl::Status status = TrainCorpusTokenizer(CorpusFromFlags(), options, out);
+  return status.ok() ? 0 : Fail(status);
+}
+
+int RunTarget() {
+  TargetTrainingOptions o;
+  o.tokenizer_path = absl::GetFlag(FLAGS_tokenizer);
+  o.work_dir = absl::GetFlag(FLAGS_work_dir);
+  o.out_dir = absl::GetFlag(FLAGS_out);
+  if (!Require({{"tokenizer", o.tokenizer_path},
+                {"work_dir", o.work_dir},
+                {"out", o.out_dir}})) {
+    return 2;
+  }
+  o.corpus = CorpusFromFlags();
+  o.model.hidden_size = absl::GetFlag(FLAGS_hidden_size);
+  o.model.intermediate_size = absl::GetFlag(FLAGS_intermediate_size);
+  o.model.num_hidden_layers = absl::GetFlag(FLAGS_num_layers);
+  o.model.num_attention_heads = absl::GetFlag(FLAGS_num_heads);
+  o.model.num_key_value_heads = absl::GetFlag(FLAGS_num_kv_heads);
+  o.model.head_dim = absl::GetFlag(FLAGS_head_dim);
+  o.model.rope_theta = absl::GetFlag(FLAGS_rope_theta);
+  o.model.rms_norm_eps = 1e-6;
+  o.model.tie_word_embeddings = true;
+  o.seq_len = absl::GetFlag(FLAGS_seq_len);
+  o.batch_size = absl::GetFlag(FLAGS_batch_size);
+  o.steps = absl::GetFlag(FLAGS_steps);
+  o.schedule = ScheduleFromFlags();
+  o.adamw = AdamWFromFlags();
+  o.seed = absl::GetFlag(FLAGS_seed);
+  o.checkpoint_every_s = absl::GetFlag(FLAGS_checkpoint_every_s);
+  o.max_minutes = absl::GetFlag(FLAGS_max_minutes);
+  o.eval_every = absl::GetFlag(FLAGS_eval_every);
+  o.export_dtype = absl::GetFlag(FLAGS_export_dtype);
+  return OutcomeCode(RunTargetTraining(o));
+}
+
+int RunDistillStage() {
+  DistillOptions o;
+  o.target_dir = absl::GetFlag(FLAGS_target);
+  o.work_dir = absl::GetFlag(FLAGS_work_dir);
+  o.out_path = absl::GetFlag(FLAGS_out);
+  if (!Require({{"target", o.target_dir},
+                {"work_dir", o.work_dir},
+                {"out", o.out_path}})) {
+    return 2;
+  }
+  o.corpus = CorpusFromFlags();
+  o.num_sequences = absl::GetFlag(FLAGS_num_sequences);
+  o.prompt_min_tokens = absl::GetFlag(FLAGS_prompt_min);
+  o.prompt_max_tokens = absl::GetFlag(FLAGS_prompt_max);
+  o.continuation_tokens = absl::GetFlag(FLAGS_continuation);
+  o.batch = absl::GetFlag(FLAGS_distill_batch);
+  o.seed = absl::GetFlag(FLAGS_seed);
+  o.max_minutes = absl::GetFlag(FLAGS_max_minutes);
+  return OutcomeCode(RunDistill(o));
+}
+
+int RunDrafter() {
+  DrafterTrainingOptions o;
+  o.target_dir = absl::GetFlag(FLAGS_target);
+  o.distill_path = absl::GetFlag(FLAGS_data);
+  o.work_dir = absl::GetFlag(FLAGS_work_dir);
+  o.out_dir = absl::GetFlag(FLAGS_out);
+  if (!Require({{"target", o.target_dir},
+                {"data", o.distill_path},
+                {"work_dir", o.work_dir},
+                {"out", o.out_dir}})) {
+    return 2;
+  }
+  o.num_layers = absl::GetFlag(FLAGS_drafter_layers);
+  o.intermediate_size = absl::GetFlag(FLAGS_drafter_intermediate);
+  o.block_size = absl::GetFlag(FLAGS_block_size);
+  o.target_layer_ids = IntList(absl::GetFlag(FLAGS_target_layer_ids));
+  o.num_passes = absl::GetFlag(FLAGS_num_passes);
+  o.gamma = absl::GetFlag(FLAGS_gamma);
+  o.eta = absl::GetFlag(FLAGS_eta);
+  o.proposal_mix = absl::GetFlag(FLAGS_proposal_mix);
+  o.causal_editor = absl::GetFlag(FLAGS_causal_editor);
+  o.edit_loss_weight = absl::GetFlag(FLAGS_edit_loss_weight);
+  o.sequences_per_step = absl::GetFlag(FLAGS_sequences_per_step);
+  o.blocks_per_sequence = absl::GetFlag(FLAGS_blocks_per_sequence);
+  o.steps = absl::GetFlag(FLAGS_steps);
+  o.schedule = ScheduleFromFlags();
+  o.adamw = AdamWFromFlags();
+  o.seed = absl::GetFlag(FLAGS_seed);
+  o.checkpoint_every_s = absl::GetFlag(FLAGS_checkpoint_every_s);
+  o.max_minutes = absl::GetFlag(FLAGS_max_minutes);
+  o.eval_every = absl::GetFlag(FLAGS_eval_every);
+  o.export_dtype = absl::GetFlag(FLAGS_export_dtype);
+  return OutcomeCode(RunDrafterTraining(o));
+}
+
+int RunEval() {
+  EvaluationOptions o;
+  o.target_dir = absl::GetFlag(FLAGS_target);
+  o.drafter_dir = absl::GetFlag(FLAGS_drafter);
+  o.work_dir = absl::GetFlag(FLAGS_work_dir);
+  if (!Require({{"target", o.target_dir},
+                {"drafter", o.drafter_dir},
+                {"work_dir", o.work_dir}})) {
+    return 2;
+  }
+  o.corpus = CorpusFromFlags();
+  o.num_prompts = absl::GetFlag(FLAGS_num_prompts);
+  o.prompt_tokens = absl::GetFlag(FLAGS_prompt_tokens);
+  o.max_new_tokens = absl::GetFlag(FLAGS_max_new_tokens);
+  o.window = absl::GetFlag(FLAGS_window);
+  o.passes = IntList(absl::GetFlag(FLAGS_passes));
+  o.causal_too = absl::GetFlag(FLAGS_causal_too);
+  o.seed = absl::GetFlag(FLAGS_seed);
+  const std::string split = absl::GetFlag(FLAGS_prompt_split);
+  if (split != "heldout" && split != "train") {
+    std::cerr << "dedit-train: --prompt_split must be heldout or train\n";
+    return 2;
+  }
+  o.split = split == "train" ? CorpusSplit::kTrain : CorpusSplit::kHeldOut;
+  auto report = RunEvaluation(o);
+  if (!report.ok()) return Fail(report.status());
+  const std::string path = absl::GetFlag(FLAGS_report);
+  if (!path.empty()) {
+    absl::Status status = WriteTextFile(path, report->dump(2) + "\n");
+    if (!status.ok()) return Fail(status);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "dedit-train <tokenizer|target|distill|drafter|eval> [--flags]");
+  if (argc < 2 || argv[1][0] == '-') {
+    std::cerr << "usage: dedit-train <tokenizer|target|distill|drafter|eval> "
+                 "[--flags]   (--help for flags)\n";
+    return 2;
+  }
+  const std::string command = argv[1];
+  std::vector<char*> args = {argv[0]};
+  for (int i = 2; i < argc; ++i) args.push_back(argv[i]);
+  absl::ParseCommandLine(static_cast<int>(args.size()), args.data());
+  if (absl::GetFlag(FLAGS_threads) > 0)
+    at::set_num_threads(absl::GetFlag(FLAGS_threads));
+  if (command == "tokenizer") return RunTokenizer();
+  if (command == "target") return RunTarget();
+  if (command == "distill") return RunDistillStage();
+  if (command == "drafter") return RunDrafter();
+  if (command == "eval") return RunEval();
+  std::cerr << "dedit-train: unknown command '" << command << "'\n";
+  return 2;
+}

@@ -1,0 +1,130 @@
+#include "training/progress.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace dedit::training {
+namespace {
+
+double SecondsBetween(std::chrono::steady_clock::time_point a,
+                      std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+}  // namespace
+
+ProgressLine::ProgressLine(std::string stage, int64_t first_step,
+                           int64_t total_steps, double interval_s)
+    : stage_(std::move(stage)),
+      first_step_(first_step),
+      total_steps_(total_steps),
+      interval_s_(interval_s),
+      start_(std::chrono::steady_clock::now()),
+      last_print_(start_) {}
+
+double ProgressLine::elapsed_s() const {
+  return SecondsBetween(start_, std::chrono::steady_clock::now());
+}
+
+double ProgressLine::tokens_per_s() const {
+  const double e = elapsed_s();
+  return e > 0 ? tokens_ / e : 0;
+}
+
+void ProgressLine::Report(int64_t step, int64_t tokens,
+                          const std::string& fields) {
+  tokens_ += tokens;
+  const auto now = std::chrono::steady_clock::now();
+  const bool last = step >= total_steps_;
+  if (!last && SecondsBetween(last_print_, now) < interval_s_) return;
+  last_print_ = now;
+  const double elapsed = SecondsBetween(start_, now);
+  const int64_t done = step - first_step_;
+  const double eta =
+      done > 0 ? elapsed / done * static_cast<double>(total_steps_ - step) : 0;
+  std::cerr << absl::StrFormat(
+      "[%s] step %d/%d %s tok/s %.0f elapsed %s ETA %s\n", stage_, step,
+      total_steps_, fields, elapsed > 0 ? tokens_ / elapsed : 0.0,
+      FormatDuration(elapsed), FormatDuration(eta));
+}
+
+Deadline::Deadline(double minutes)
+    : limited_(minutes > 0),
+      end_(std::chrono::steady_clock::now() +
+           std::chrono::milliseconds(
+               static_cast<int64_t>(std::max(0.0, minutes) * 60000.0))) {}
+
+bool Deadline::Expired() const {
+  return limited_ && std::chrono::steady_clock::now() >= end_;
+}
+
+Every::Every(double seconds)
+    : seconds_(seconds), last_(std::chrono::steady_clock::now()) {}
+
+bool Every::Due() {
+  const auto now = std::chrono::steady_clock::now();
+  if (SecondsBetween(last_, now) < seconds_) return false;
+  last_ = now;
+  return true;
+}
+
+absl::Status MakeDirs(const std::string& dir) {
+  std::string path;
+  for (size_t i = 0; i <= dir.size(); ++i) {
+    if (i == dir.size() || dir[i] == '/') {
+      if (!path.empty() && mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) {
+        return absl::InternalError(
+            absl::StrCat("mkdir ", path, ": ", std::strerror(errno)));
+      }
+    }
+    if (i < dir.size()) path += dir[i];
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteTextFile(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+    out.close();
+    if (!out) return absl::InternalError(absl::StrCat("cannot write ", tmp));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return absl::InternalError(
+        absl::StrCat("rename ", tmp, ": ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AppendLine(const std::string& path, const std::string& line) {
+  std::ofstream out(path, std::ios::binary | std::ios::app);
+  out << line << "\n";
+  out.close();
+  if (!out) return absl::InternalError(absl::StrCat("cannot append to ", path));
+  return absl::OkStatus();
+}
+
+bool FileExists(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0;
+}
+
+std::string FormatDuration(double seconds) {
+  if (!(seconds >= 0) || std::isinf(seconds)) return "?";
+  const int64_t s = static_cast<int64_t>(std::llround(seconds));
+  if (s >= 3600) return absl::StrFormat("%dh%02dm", s / 3600, (s % 3600) / 60);
+  if (s >= 60) return absl::StrFormat("%dm%02ds", s / 60, s % 60);
+  return absl::StrFormat("%ds", s);
+}
+
+}  // namespace dedit::training

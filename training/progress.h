@@ -1,0 +1,78 @@
+// Run bookkeeping shared by the dedit-train stages: the progress line
+// (step, loss, tokens/s, ETA), a wall-clock budget that lets a long run stop
+// cleanly at a checkpoint and resume in a later session, a JSON-lines log,
+// and small file helpers.
+//
+//   ProgressLine progress("target", first_step, total_steps);
+//   progress.Report(step + 1, tokens, absl::StrFormat("loss %.3f", loss));
+//   if (budget.Expired()) { save; return StageOutcome::kPaused; }
+#ifndef DEDIT_TRAINING_PROGRESS_H_
+#define DEDIT_TRAINING_PROGRESS_H_
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace dedit::training {
+
+// How a stage ended: all steps done, or stopped by its time budget (the
+// checkpoint is saved; running the same command again continues).
+enum class StageOutcome { kFinished, kPaused };
+
+class ProgressLine {
+ public:
+  // Prints at most every `interval_s` seconds (and always for the last
+  // step) to stderr.
+  ProgressLine(std::string stage, int64_t first_step, int64_t total_steps,
+               double interval_s = 10.0);
+
+  // `step` = steps completed; `tokens` = tokens processed by this step;
+  // `fields` = stage-specific text ("loss 3.41 lr 5.0e-04").
+  void Report(int64_t step, int64_t tokens, const std::string& fields);
+  double elapsed_s() const;
+  double tokens_per_s() const;
+
+ private:
+  std::string stage_;
+  int64_t first_step_, total_steps_;
+  double interval_s_;
+  std::chrono::steady_clock::time_point start_, last_print_;
+  int64_t tokens_ = 0;
+};
+
+// A wall-clock budget; zero or negative minutes = unlimited.
+class Deadline {
+ public:
+  explicit Deadline(double minutes);
+  bool Expired() const;
+
+ private:
+  bool limited_;
+  std::chrono::steady_clock::time_point end_;
+};
+
+// Seconds since the first call of a periodic action (checkpoints).
+class Every {
+ public:
+  explicit Every(double seconds);
+  // True once per `seconds`.
+  bool Due();
+
+ private:
+  double seconds_;
+  std::chrono::steady_clock::time_point last_;
+};
+
+absl::Status MakeDirs(const std::string& dir);
+// Writes via a temporary file and rename.
+absl::Status WriteTextFile(const std::string& path, const std::string& text);
+absl::Status AppendLine(const std::string& path, const std::string& line);
+bool FileExists(const std::string& path);
+// "1h02m", "3m12s", "45s".
+std::string FormatDuration(double seconds);
+
+}  // namespace dedit::training
+
+#endif  // DEDIT_TRAINING_PROGRESS_H_

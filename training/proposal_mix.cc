@@ -1,0 +1,45 @@
+#include "training/proposal_mix.h"
+
+#include <ATen/Functions.h>
+#include <ATen/TensorOperators.h>
+
+#include <cmath>
+
+namespace dedit::training {
+
+at::Tensor SlotLossWeights(int window, double gamma) {
+  at::Tensor k = at::arange(1, window, at::TensorOptions().dtype(at::kDouble));
+  return at::exp(-(k - 1.0) / gamma).to(at::kFloat);
+}
+
+at::Tensor WeightedSlotLoss(const at::Tensor& logits, const at::Tensor& targets,
+                            const at::Tensor& valid,
+                            const at::Tensor& slot_weights) {
+  at::Tensor nll = -at::log_softmax(logits, -1)
+                        .gather(-1, targets.unsqueeze(-1))
+                        .squeeze(-1);
+  at::Tensor w = slot_weights.expand_as(nll) * valid.to(at::kFloat);
+  return (nll * w).sum() / w.sum().clamp_min(1e-12);
+}
+
+EditInput BuildEditInput(const at::Tensor& block, const at::Tensor& proposal,
+                         const at::Tensor& confidence, const at::Tensor& valid,
+                         double eta, bool proposal_mix) {
+  const int64_t w = block.size(-1);
+  at::Tensor anchor = block.narrow(-1, 0, 1);
+  at::Tensor truth = block.narrow(-1, 1, w - 1);
+  at::Tensor confident = (confidence >= eta).logical_and(valid);
+  at::Tensor mixed =
+      proposal_mix ? at::where(confident, truth, proposal) : proposal;
+  EditInput out;
+  out.tokens = at::cat({anchor, mixed}, -1);
+  const double n = std::max<double>(valid.sum().item<int64_t>(), 1.0);
+  at::Tensor correct = proposal.eq(truth).logical_and(valid);
+  out.rates.p1_accuracy = correct.sum().item<int64_t>() / n;
+  out.rates.gt_selection = confident.sum().item<int64_t>() / n;
+  out.rates.overwrite =
+      confident.logical_and(correct.logical_not()).sum().item<int64_t>() / n;
+  return out;
+}
+
+}  // namespace dedit::training

@@ -1,0 +1,181 @@
+#include "training/target_trainer.h"
+
+#include <ATen/Functions.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/core/grad_mode.h>
+
+#include <cmath>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/file_util.h"
+#include "common/status.h"
+#include "common/tensor_io.h"
+#include "common/torch_status.h"
+#include "tokenizer/tokenizer.h"
+#include "training/trainable_models.h"
+
+namespace dedit::training {
+namespace {
+
+// [count, seq_len + 1] windows of `stream` at offsets drawn from `rng`.
+at::Tensor SampleWindows(const std::vector<int32_t>& stream, int count,
+                         int seq_len, std::mt19937_64& rng) {
+  const int64_t span = static_cast<int64_t>(stream.size()) - seq_len - 1;
+  std::uniform_int_distribution<int64_t> offset(0, std::max<int64_t>(span, 0));
+  std::vector<int64_t> ids;
+  ids.reserve(static_cast<size_t>(count) * (seq_len + 1));
+  for (int i = 0; i < count; ++i) {
+    const int64_t o = offset(rng);
+    for (int j = 0; j <= seq_len; ++j) ids.push_back(stream[o + j]);
+  }
+  return at::tensor(ids, at::TensorOptions().dtype(at::kLong))
+      .view({count, seq_len + 1});
+}
+
+at::Tensor NextTokenLoss(const TrainableTarget& model,
+                         const at::Tensor& windows) {
+  const int64_t t = windows.size(1) - 1;
+  at::Tensor inputs = windows.narrow(1, 0, t);
+  at::Tensor labels = windows.narrow(1, 1, t);
+  at::Tensor logits = model.Logits(model.Forward(inputs, {}, nullptr));
+  return at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}),
+                                labels.reshape({-1}));
+}
+
+std::string RunFingerprint(const TargetTrainingOptions& o,
+                           const Qwen3Config& c) {
+  return absl::StrCat(Qwen3ConfigToJson(c), "seq_len=", o.seq_len,
+                      " batch=", o.batch_size, " steps=", o.steps,
+                      " seed=", o.seed, " lr=", o.schedule.peak);
+}
+
+}  // namespace
+
+absl::StatusOr<StageOutcome> RunTargetTraining(const TargetTrainingOptions& o) {
+  ASSIGN_OR_RETURN(std::string tokenizer_json,
+                   ReadFileToString(o.tokenizer_path));
+  ASSIGN_OR_RETURN(auto tokenizer, Tokenizer::FromJson(tokenizer_json));
+  const std::optional<int32_t> eot = tokenizer->TokenToId("<|endoftext|>");
+  if (!eot) {
+    return absl::InvalidArgumentError("tokenizer has no <|endoftext|> token");
+  }
+  Qwen3Config config = o.model;
+  config.vocab_size = tokenizer->vocab_size();
+  config.bos_token_id = -1;
+  config.eos_token_ids = {*eot};
+  config.max_position_embeddings = o.seq_len;
+  config.dtype = "float32";
+
+  RETURN_IF_ERROR(MakeDirs(o.work_dir));
+  ASSIGN_OR_RETURN(std::vector<CorpusFile> files, ListCorpusFiles(o.corpus));
+  const uint64_t tok_hash = Fnv1a(tokenizer_json);
+  ASSIGN_OR_RETURN(
+      TokenStream train,
+      LoadOrBuildTokenStream(files, CorpusSplit::kTrain, *tokenizer, tok_hash,
+                             *eot, o.work_dir + "/tokens_train.bin"));
+  ASSIGN_OR_RETURN(
+      TokenStream heldout,
+      LoadOrBuildTokenStream(files, CorpusSplit::kHeldOut, *tokenizer, tok_hash,
+                             *eot, o.work_dir + "/tokens_heldout.bin"));
+  std::cerr << absl::StrFormat(
+      "[target] corpus: %d train docs / %d tokens, %d held-out docs / %d "
+      "tokens\n",
+      train.num_documents, train.tokens.size(), heldout.num_documents,
+      heldout.tokens.size());
+  if (static_cast<int64_t>(train.tokens.size()) <= o.seq_len + 1 ||
+      static_cast<int64_t>(heldout.tokens.size()) <= o.seq_len + 1) {
+    return absl::FailedPreconditionError("corpus too small for seq_len");
+  }
+
+  ASSIGN_OR_RETURN(TrainableTarget model,
+                   TrainableTarget::Init(config, o.seed));
+  AdamW optimizer(&model.parameters(), o.adamw);
+  const std::string state_path = o.work_dir + "/state.safetensors";
+  const std::string log_path = o.work_dir + "/log.jsonl";
+  const std::string fingerprint = RunFingerprint(o, config);
+  int64_t step = 0;
+  if (FileExists(state_path)) {
+    std::map<std::string, std::string> meta;
+    ASSIGN_OR_RETURN(step, LoadTrainingState(state_path, &model.parameters(),
+                                             &optimizer, &meta));
+    if (meta["fingerprint"] != fingerprint) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(state_path,
+                       " belongs to a different run (model, batch, steps, seed "
+                       "or lr differ); use another --work_dir or delete it"));
+    }
+    std::cerr << "[target] resumed at step " << step << "\n";
+  }
+
+  // Fixed held-out windows, the same at every evaluation.
+  std::mt19937_64 eval_rng(o.seed ^ 0x5eed5eedull);
+  const at::Tensor eval_windows =
+      SampleWindows(heldout.tokens, o.eval_windows, o.seq_len, eval_rng);
+  auto heldout_loss = [&]() {
+    at::NoGradGuard no_grad;
+    double sum = 0;
+    const int chunk = std::max(1, o.batch_size);
+    int64_t n = 0;
+    for (int64_t i = 0; i < eval_windows.size(0); i += chunk) {
+      const int64_t m = std::min<int64_t>(chunk, eval_windows.size(0) - i);
+      sum +=
+          NextTokenLoss(model, eval_windows.narrow(0, i, m)).item<double>() * m;
+      n += m;
+    }
+    return sum / std::max<int64_t>(n, 1);
+  };
+  auto save = [&]() {
+    return SaveTrainingState(state_path, model.parameters(), optimizer, step,
+                             {{"fingerprint", fingerprint}});
+  };
+
+  Deadline deadline(o.max_minutes);
+  Every checkpoint(o.checkpoint_every_s);
+  ProgressLine progress("target", step, o.steps);
+  double loss_ema = -1;
+  RETURN_IF_ERROR(GuardTorch([&]() -> absl::Status {
+    while (step < o.steps) {
+      if (deadline.Expired()) break;
+      std::mt19937_64 rng(o.seed * 0x9e3779b97f4a7c15ull + step);
+      at::Tensor windows =
+          SampleWindows(train.tokens, o.batch_size, o.seq_len, rng);
+      at::Tensor loss = NextTokenLoss(model, windows);
+      loss.backward();
+      const double lr = LearningRate(step, o.steps, o.schedule);
+      const double grad_norm = optimizer.Step(lr);
+      const double l = loss.item<double>();
+      loss_ema = loss_ema < 0 ? l : 0.95 * loss_ema + 0.05 * l;
+      ++step;
+      nlohmann::json rec = {
+          {"step", step}, {"loss", l}, {"lr", lr}, {"grad_norm", grad_norm}};
+      if (step % o.eval_every == 0 || step == o.steps) {
+        rec["heldout_loss"] = heldout_loss();
+        std::cerr << absl::StrFormat("[target] step %d held-out loss %.4f\n",
+                                     step, rec["heldout_loss"].get<double>());
+      }
+      RETURN_IF_ERROR(AppendLine(log_path, rec.dump()));
+      progress.Report(step, int64_t{o.batch_size} * o.seq_len,
+                      absl::StrFormat("loss %.4f (ema %.4f) lr %.2e gnorm %.2f",
+                                      l, loss_ema, lr, grad_norm));
+      if (checkpoint.Due()) RETURN_IF_ERROR(save());
+    }
+    return absl::OkStatus();
+  }));
+  RETURN_IF_ERROR(save());
+  if (step < o.steps) {
+    std::cerr << "[target] time budget used; paused at step " << step
+              << " (run the same command again to continue)\n";
+    return StageOutcome::kPaused;
+  }
+  ASSIGN_OR_RETURN(at::ScalarType dtype, ParseScalarType(o.export_dtype));
+  RETURN_IF_ERROR(
+      model.Export(o.out_dir, dtype, {{"tokenizer.json", tokenizer_json}}));
+  std::cerr << "[target] exported " << o.out_dir << "\n";
+  return StageOutcome::kFinished;
+}
+
+}  // namespace dedit::training

@@ -1,0 +1,53 @@
+// `dedit-train target`: pretrains a small Qwen3 model on the corpus with
+// next-token cross-entropy and exports it as an HF folder (config.json,
+// model.safetensors, tokenizer.json).
+//
+// Each step takes `batch_size` windows of seq_len + 1 tokens at offsets
+// drawn from (seed, step) in the train split. The state (weights, AdamW
+// moments, step) is saved to <work_dir>/state.safetensors every
+// checkpoint_every_s seconds and when the time budget ends; running the same
+// command again resumes there, bit for bit.
+//
+//   TargetTrainingOptions o;  // fill paths and model shape
+//   ASSIGN_OR_RETURN(StageOutcome outcome, RunTargetTraining(o));
+#ifndef DEDIT_TRAINING_TARGET_TRAINER_H_
+#define DEDIT_TRAINING_TARGET_TRAINER_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/model_config.h"
+#include "training/corpus.h"
+#include "training/optimizer.h"
+#include "training/progress.h"
+
+namespace dedit::training {
+
+struct TargetTrainingOptions {
+  std::string tokenizer_path;  // tokenizer.json from `dedit-train tokenizer`
+  CorpusSpec corpus;
+  std::string work_dir;  // token caches, state, log.jsonl
+  std::string out_dir;   // the exported model
+  // vocab_size, bos/eos and max_position_embeddings are filled in from the
+  // tokenizer and seq_len.
+  Qwen3Config model;
+  int seq_len = 256;
+  int batch_size = 16;
+  int64_t steps = 2000;
+  LearningRateSchedule schedule;
+  AdamWOptions adamw;
+  uint64_t seed = 1;
+  double checkpoint_every_s = 300;
+  double max_minutes = 0;  // 0 = until `steps`
+  int eval_every = 250;    // held-out loss every this many steps
+  int eval_windows = 32;
+  std::string export_dtype = "bfloat16";
+};
+
+absl::StatusOr<StageOutcome> RunTargetTraining(
+    const TargetTrainingOptions& options);
+
+}  // namespace dedit::training
+
+#endif  // DEDIT_TRAINING_TARGET_TRAINER_H_

@@ -1,0 +1,456 @@
+#include "training/trainable_models.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Functions.h>
+#include <ATen/TensorOperators.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <unordered_map>
+
+#include "absl/strings/str_cat.h"
+#include "common/safetensors.h"
+#include "common/status.h"
+#include "common/tensor_io.h"
+#include "common/torch_status.h"
+#include "training/progress.h"
+
+namespace dedit::training {
+namespace {
+
+enum class InitKind { kNorm, kLinear, kOutputLinear, kEmbedding };
+
+struct ParamSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+  InitKind kind;
+};
+
+void AppendLayerSpecs(const std::string& prefix, const Qwen3Config& c,
+                      std::vector<ParamSpec>* specs) {
+  const int64_t d = c.hidden_size, hd = c.head_dim, ff = c.intermediate_size;
+  const int64_t q = int64_t{c.num_attention_heads} * hd;
+  const int64_t kv = int64_t{c.num_key_value_heads} * hd;
+  specs->push_back({prefix + "input_layernorm.weight", {d}, InitKind::kNorm});
+  specs->push_back(
+      {prefix + "post_attention_layernorm.weight", {d}, InitKind::kNorm});
+  specs->push_back(
+      {prefix + "self_attn.q_proj.weight", {q, d}, InitKind::kLinear});
+  specs->push_back(
+      {prefix + "self_attn.k_proj.weight", {kv, d}, InitKind::kLinear});
+  specs->push_back(
+      {prefix + "self_attn.v_proj.weight", {kv, d}, InitKind::kLinear});
+  specs->push_back(
+      {prefix + "self_attn.o_proj.weight", {d, q}, InitKind::kOutputLinear});
+  specs->push_back({prefix + "self_attn.q_norm.weight", {hd}, InitKind::kNorm});
+  specs->push_back({prefix + "self_attn.k_norm.weight", {hd}, InitKind::kNorm});
+  specs->push_back(
+      {prefix + "mlp.gate_proj.weight", {ff, d}, InitKind::kLinear});
+  specs->push_back({prefix + "mlp.up_proj.weight", {ff, d}, InitKind::kLinear});
+  specs->push_back(
+      {prefix + "mlp.down_proj.weight", {d, ff}, InitKind::kOutputLinear});
+}
+
+std::vector<ParamSpec> TargetSpecs(const Qwen3Config& c) {
+  std::vector<ParamSpec> specs;
+  specs.push_back({"model.embed_tokens.weight",
+                   {c.vocab_size, c.hidden_size},
+                   InitKind::kEmbedding});
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    AppendLayerSpecs(absl::StrCat("model.layers.", l, "."), c, &specs);
+  }
+  specs.push_back({"model.norm.weight", {c.hidden_size}, InitKind::kNorm});
+  if (!c.tie_word_embeddings) {
+    specs.push_back(
+        {"lm_head.weight", {c.vocab_size, c.hidden_size}, InitKind::kLinear});
+  }
+  return specs;
+}
+
+std::vector<ParamSpec> DrafterSpecs(const DrafterConfig& d) {
+  const Qwen3Config& c = d.layers;
+  const int64_t fw =
+      static_cast<int64_t>(d.target_layer_ids.size()) * c.hidden_size;
+  std::vector<ParamSpec> specs;
+  specs.push_back({"fc.weight", {c.hidden_size, fw}, InitKind::kLinear});
+  specs.push_back({"hidden_norm.weight", {c.hidden_size}, InitKind::kNorm});
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    AppendLayerSpecs(absl::StrCat("layers.", l, "."), c, &specs);
+  }
+  specs.push_back({"norm.weight", {c.hidden_size}, InitKind::kNorm});
+  return specs;
+}
+
+absl::StatusOr<ParameterList> InitParameters(
+    const std::vector<ParamSpec>& specs, int num_layers, uint64_t seed) {
+  return GuardTorch([&] {
+    at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+    // GPT-2 style: residual-branch outputs shrink with depth so the residual
+    // stream's scale does not grow with the number of layers.
+    const double out_std = 0.02 / std::sqrt(2.0 * std::max(num_layers, 1));
+    ParameterList params;
+    for (const ParamSpec& s : specs) {
+      at::Tensor t;
+      switch (s.kind) {
+        case InitKind::kNorm:
+          t = at::ones(s.shape, at::TensorOptions().dtype(at::kFloat));
+          break;
+        case InitKind::kLinear:
+        case InitKind::kEmbedding:
+          t = at::normal(0.0, 0.02, s.shape, gen);
+          break;
+        case InitKind::kOutputLinear:
+          t = at::normal(0.0, out_std, s.shape, gen);
+          break;
+      }
+      params.push_back(
+          {s.name, t.to(at::kFloat).contiguous().requires_grad_(true)});
+    }
+    return params;
+  });
+}
+
+absl::StatusOr<ParameterList> LoadParameters(
+    const std::string& dir, const std::vector<ParamSpec>& specs) {
+  ASSIGN_OR_RETURN(auto archive, WeightArchive::OpenDirectory(dir));
+  ParameterList params;
+  for (const ParamSpec& s : specs) {
+    ASSIGN_OR_RETURN(at::Tensor t,
+                     LoadTensor(*archive, s.name, s.shape, at::kFloat,
+                                c10::Device(c10::kCPU)));
+    RETURN_IF_ERROR(GuardTorch([&] { t.requires_grad_(true); }));
+    params.push_back({s.name, t});
+  }
+  return params;
+}
+
+std::unordered_map<std::string, at::Tensor> ByName(
+    const ParameterList& params) {
+  std::unordered_map<std::string, at::Tensor> map;
+  for (const NamedParameter& p : params) map[p.name] = p.value;
+  return map;
+}
+
+DecoderLayerWeights LayerViews(
+    const std::unordered_map<std::string, at::Tensor>& m,
+    const std::string& prefix) {
+  DecoderLayerWeights w;
+  w.input_layernorm = m.at(prefix + "input_layernorm.weight");
+  w.post_attention_layernorm = m.at(prefix + "post_attention_layernorm.weight");
+  w.q_proj = m.at(prefix + "self_attn.q_proj.weight");
+  w.k_proj = m.at(prefix + "self_attn.k_proj.weight");
+  w.v_proj = m.at(prefix + "self_attn.v_proj.weight");
+  w.o_proj = m.at(prefix + "self_attn.o_proj.weight");
+  w.q_norm = m.at(prefix + "self_attn.q_norm.weight");
+  w.k_norm = m.at(prefix + "self_attn.k_norm.weight");
+  w.gate_proj = m.at(prefix + "mlp.gate_proj.weight");
+  w.up_proj = m.at(prefix + "mlp.up_proj.weight");
+  w.down_proj = m.at(prefix + "mlp.down_proj.weight");
+  return w;
+}
+
+// Positions 0..T-1 repeated for B rows, flattened: [B * T].
+at::Tensor TiledPositions(int64_t batch, int64_t length) {
+  return at::arange(length, at::TensorOptions().dtype(at::kLong))
+      .repeat({batch});
+}
+
+}  // namespace
+
+absl::Status ExportCheckpoint(
+    const std::string& dir, const ParameterList& params, at::ScalarType dtype,
+    const std::string& config_json,
+    const std::map<std::string, std::string>& extra_files) {
+  RETURN_IF_ERROR(MakeDirs(dir));
+  std::vector<TensorToWrite> tensors;
+  for (const NamedParameter& p : params) {
+    at::Tensor value;
+    RETURN_IF_ERROR(
+        GuardTorch([&] { value = p.value.detach().to(dtype).contiguous(); }));
+    ASSIGN_OR_RETURN(TensorToWrite w, FromTensor(p.name, value));
+    tensors.push_back(std::move(w));
+  }
+  RETURN_IF_ERROR(WriteSafetensors(dir + "/model.safetensors", tensors,
+                                   {{"format", "pt"}}));
+  RETURN_IF_ERROR(WriteTextFile(dir + "/config.json", config_json));
+  for (const auto& [name, text] : extra_files) {
+    RETURN_IF_ERROR(WriteTextFile(dir + "/" + name, text));
+  }
+  return absl::OkStatus();
+}
+
+// --------------------------------------------------------------------------
+// Target
+
+absl::StatusOr<TrainableTarget> TrainableTarget::Init(const Qwen3Config& config,
+                                                      uint64_t seed) {
+  TrainableTarget t;
+  t.config_ = config;
+  ASSIGN_OR_RETURN(t.params_, InitParameters(TargetSpecs(config),
+                                             config.num_hidden_layers, seed));
+  RETURN_IF_ERROR(t.BindViews());
+  return t;
+}
+
+absl::StatusOr<TrainableTarget> TrainableTarget::Load(const std::string& dir) {
+  TrainableTarget t;
+  ASSIGN_OR_RETURN(t.config_, LoadQwen3Config(dir));
+  // A tied checkpoint may still carry lm_head.weight; train it untied then.
+  ASSIGN_OR_RETURN(auto archive, WeightArchive::OpenDirectory(dir));
+  if (t.config_.tie_word_embeddings && archive->Contains("lm_head.weight")) {
+    t.config_.tie_word_embeddings = false;
+  }
+  ASSIGN_OR_RETURN(t.params_, LoadParameters(dir, TargetSpecs(t.config_)));
+  RETURN_IF_ERROR(t.BindViews());
+  return t;
+}
+
+absl::Status TrainableTarget::BindViews() {
+  return GuardTorch([&] {
+    auto m = ByName(params_);
+    embed_tokens_ = m.at("model.embed_tokens.weight");
+    lm_head_ =
+        config_.tie_word_embeddings ? embed_tokens_ : m.at("lm_head.weight");
+    final_norm_ = m.at("model.norm.weight");
+    layers_.clear();
+    for (int l = 0; l < config_.num_hidden_layers; ++l) {
+      layers_.push_back(LayerViews(m, absl::StrCat("model.layers.", l, ".")));
+    }
+    rotary_ =
+        Rotary(config_.head_dim, config_.rope_theta, c10::Device(c10::kCPU));
+  });
+}
+
+void TrainableTarget::Freeze() {
+  for (NamedParameter& p : params_) p.value.requires_grad_(false);
+}
+
+at::Tensor TrainableTarget::Forward(const at::Tensor& ids,
+                                    const std::vector<int>& feature_layer_ids,
+                                    at::Tensor* features) const {
+  const Qwen3Config& c = config_;
+  const int64_t b = ids.size(0), t = ids.size(1), n = b * t;
+  const int64_t kvh = c.num_key_value_heads, hd = c.head_dim;
+  const int64_t group = c.num_attention_heads / c.num_key_value_heads;
+  at::Tensor x = at::embedding(embed_tokens_, ids.reshape({n}));  // [n, D]
+  at::Tensor cos, sin;
+  rotary_.Tables(TiledPositions(b, t), x.scalar_type(), &cos, &sin);
+  // Causal mask shared by every (batch, head): key j visible iff j <= i.
+  at::Tensor idx = at::arange(t, at::TensorOptions().dtype(at::kLong));
+  at::Tensor blocked = idx.view({1, t}) > idx.view({t, 1});
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  std::vector<at::Tensor> feats(feature_layer_ids.size());
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const DecoderLayerWeights& w = layers_[l];
+    at::Tensor h = RmsNorm(x, w.input_layernorm, c.rms_norm_eps);
+    at::Tensor q =
+        NormAndRotateHeads(at::linear(h, w.q_proj), c.num_attention_heads, hd,
+                           w.q_norm, c.rms_norm_eps, cos, sin);
+    at::Tensor k = NormAndRotateHeads(at::linear(h, w.k_proj), kvh, hd,
+                                      w.k_norm, c.rms_norm_eps, cos, sin);
+    at::Tensor v = at::linear(h, w.v_proj);
+    // Query head h uses kv head h / group: [B, kv, group * T, hd].
+    at::Tensor qg = q.view({b, t, kvh, group, hd})
+                        .permute({0, 2, 3, 1, 4})
+                        .reshape({b, kvh, group * t, hd});
+    at::Tensor kk =
+        k.view({b, t, kvh, hd}).permute({0, 2, 3, 1});  // [B,kv,hd,T]
+    at::Tensor vv =
+        v.view({b, t, kvh, hd}).permute({0, 2, 1, 3});  // [B,kv,T,hd]
+    at::Tensor scores = at::matmul(qg, kk).to(at::kFloat) * scale;
+    scores = scores.view({b, kvh, group, t, t})
+                 .masked_fill(blocked, -std::numeric_limits<float>::infinity());
+    at::Tensor probs = at::softmax(scores, -1)
+                           .to(vv.scalar_type())
+                           .view({b, kvh, group * t, t});
+    at::Tensor attn = at::matmul(probs, vv)
+                          .view({b, kvh, group, t, hd})
+                          .permute({0, 3, 1, 2, 4})
+                          .reshape({n, kvh * group * hd});
+    x = x + at::linear(attn, w.o_proj);
+    x = x +
+        SwiGluMlp(RmsNorm(x, w.post_attention_layernorm, c.rms_norm_eps), w);
+    for (size_t f = 0; f < feature_layer_ids.size(); ++f) {
+      if (feature_layer_ids[f] == l) feats[f] = x;
+    }
+  }
+  if (features != nullptr) {
+    *features =
+        feats.empty() ? at::Tensor() : at::cat(feats, -1).view({b, t, -1});
+  }
+  return RmsNorm(x, final_norm_, c.rms_norm_eps).view({b, t, c.hidden_size});
+}
+
+at::Tensor TrainableTarget::Logits(const at::Tensor& hidden) const {
+  return at::linear(hidden, lm_head_).to(at::kFloat);
+}
+
+absl::Status TrainableTarget::Export(
+    const std::string& dir, at::ScalarType dtype,
+    const std::map<std::string, std::string>& extra_files) const {
+  Qwen3Config c = config_;
+  c.dtype = dtype == at::kBFloat16 ? "bfloat16"
+            : dtype == at::kHalf   ? "float16"
+                                   : "float32";
+  return ExportCheckpoint(dir, params_, dtype, Qwen3ConfigToJson(c),
+                          extra_files);
+}
+
+// --------------------------------------------------------------------------
+// Drafter
+
+absl::StatusOr<TrainableDrafter> TrainableDrafter::Init(
+    const DrafterConfig& config, uint64_t seed) {
+  TrainableDrafter d;
+  d.config_ = config;
+  ASSIGN_OR_RETURN(d.params_,
+                   InitParameters(DrafterSpecs(config),
+                                  config.layers.num_hidden_layers, seed));
+  RETURN_IF_ERROR(d.BindViews());
+  return d;
+}
+
+absl::StatusOr<TrainableDrafter> TrainableDrafter::Load(
+    const std::string& dir) {
+  TrainableDrafter d;
+  ASSIGN_OR_RETURN(d.config_, LoadDrafterConfig(dir));
+  ASSIGN_OR_RETURN(d.params_, LoadParameters(dir, DrafterSpecs(d.config_)));
+  RETURN_IF_ERROR(d.BindViews());
+  return d;
+}
+
+absl::Status TrainableDrafter::BindViews() {
+  return GuardTorch([&] {
+    auto m = ByName(params_);
+    fc_ = m.at("fc.weight");
+    hidden_norm_ = m.at("hidden_norm.weight");
+    final_norm_ = m.at("norm.weight");
+    layers_.clear();
+    for (int l = 0; l < config_.layers.num_hidden_layers; ++l) {
+      layers_.push_back(LayerViews(m, absl::StrCat("layers.", l, ".")));
+    }
+    const Qwen3Config& c = config_.layers;
+    rotary_ = Rotary(c.head_dim, c.rope_theta, c10::Device(c10::kCPU));
+  });
+}
+
+DrafterContext TrainableDrafter::ProjectContext(
+    const at::Tensor& features) const {
+  const Qwen3Config& c = config_.layers;
+  const int64_t s = features.size(0), t = features.size(1), n = s * t;
+  const int64_t kvh = c.num_key_value_heads, hd = c.head_dim;
+  at::Tensor f = features.reshape({n, features.size(2)}).to(at::kFloat);
+  // ctx = hidden_norm(fc(features)); no input_layernorm on the context
+  // (DFlash), each layer projects the same fused vector.
+  at::Tensor ctx = RmsNorm(at::linear(f, fc_), hidden_norm_, c.rms_norm_eps);
+  at::Tensor cos, sin;
+  rotary_.Tables(TiledPositions(s, t), ctx.scalar_type(), &cos, &sin);
+  DrafterContext out;
+  for (const DecoderLayerWeights& w : layers_) {
+    at::Tensor k = NormAndRotateHeads(at::linear(ctx, w.k_proj), kvh, hd,
+                                      w.k_norm, c.rms_norm_eps, cos, sin);
+    out.keys.push_back(k.view({s, t, kvh, hd}).permute({0, 2, 1, 3}));
+    out.values.push_back(
+        at::linear(ctx, w.v_proj).view({s, t, kvh, hd}).permute({0, 2, 1, 3}));
+  }
+  return out;
+}
+
+at::Tensor TrainableDrafter::BlockLogits(const DrafterContext& context,
+                                         const at::Tensor& tokens,
+                                         const at::Tensor& anchors, bool causal,
+                                         const at::Tensor& embed_tokens,
+                                         const at::Tensor& lm_head) const {
+  const Qwen3Config& c = config_.layers;
+  const int64_t s = tokens.size(0), nb = tokens.size(1), w = tokens.size(2);
+  const int64_t n = s * nb * w;
+  const int64_t kvh = c.num_key_value_heads, hd = c.head_dim;
+  const int64_t group = c.num_attention_heads / c.num_key_value_heads;
+  const int64_t t = context.keys.empty() ? 0 : context.keys[0].size(2);
+  auto long_opts = at::TensorOptions().dtype(at::kLong);
+  at::Tensor slot = at::arange(w, long_opts);
+  at::Tensor positions = (anchors.unsqueeze(-1) + slot).reshape({n});
+  at::Tensor x =
+      at::embedding(embed_tokens, tokens.reshape({n})).to(at::kFloat);
+  at::Tensor cos, sin;
+  rotary_.Tables(positions, x.scalar_type(), &cos, &sin);
+  // Context key j is visible to a block iff j < anchor: [S, 1, NB, 1, T].
+  at::Tensor ctx_blocked =
+      (at::arange(t, long_opts).view({1, 1, t}) >= anchors.unsqueeze(-1))
+          .view({s, 1, nb, 1, t});
+  // Inside the block: nothing masked, or key b hidden from query i iff b > i.
+  at::Tensor blk_blocked;
+  if (causal) {
+    blk_blocked = (slot.view({1, w}) > slot.view({w, 1}))
+                      .repeat({group, 1})
+                      .view({1, 1, 1, group * w, w});
+  }
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const DecoderLayerWeights& lw = layers_[l];
+    at::Tensor h = RmsNorm(x, lw.input_layernorm, c.rms_norm_eps);
+    at::Tensor q =
+        NormAndRotateHeads(at::linear(h, lw.q_proj), c.num_attention_heads, hd,
+                           lw.q_norm, c.rms_norm_eps, cos, sin)
+            .view({s, nb, w, kvh, group, hd});
+    at::Tensor kb = NormAndRotateHeads(at::linear(h, lw.k_proj), kvh, hd,
+                                       lw.k_norm, c.rms_norm_eps, cos, sin)
+                        .view({s, nb, w, kvh, hd});
+    at::Tensor vb = at::linear(h, lw.v_proj).view({s, nb, w, kvh, hd});
+    // Queries grouped as [S, kv, NB, group * W, hd] (query head = kv * group
+    // + g, as in the engine).
+    at::Tensor qg =
+        q.permute({0, 3, 1, 4, 2, 5}).reshape({s, kvh, nb, group * w, hd});
+    // Scores against the context: [S, kv, NB, group * W, T].
+    at::Tensor sc_ctx = at::matmul(qg.reshape({s, kvh, nb * group * w, hd}),
+                                   context.keys[l].transpose(2, 3))
+                            .view({s, kvh, nb, group * w, t});
+    // Scores against the block's own keys: [S, kv, NB, group * W, W].
+    at::Tensor sc_blk = at::matmul(qg, kb.permute({0, 3, 1, 4, 2}));
+    at::Tensor scores = at::cat({sc_ctx, sc_blk}, -1).to(at::kFloat) * scale;
+    at::Tensor blocked = ctx_blocked.expand({s, kvh, nb, group * w, t});
+    if (causal) {
+      blocked = at::cat(
+          {blocked, blk_blocked.expand({s, kvh, nb, group * w, w})}, -1);
+    } else {
+      blocked =
+          at::cat({blocked, at::zeros({s, kvh, nb, group * w, w},
+                                      at::TensorOptions().dtype(at::kBool))},
+                  -1);
+    }
+    at::Tensor probs = at::softmax(scores.masked_fill(blocked, neg_inf), -1);
+    at::Tensor p_ctx = probs.narrow(-1, 0, t);
+    at::Tensor p_blk = probs.narrow(-1, t, w);
+    at::Tensor out =
+        at::matmul(p_ctx.reshape({s, kvh, nb * group * w, t}),
+                   context.values[l])
+            .view({s, kvh, nb, group * w, hd}) +
+        at::matmul(p_blk, vb.permute({0, 3, 1, 2, 4}));  // [S, kv, NB, gW, hd]
+    at::Tensor attn = out.view({s, kvh, nb, group, w, hd})
+                          .permute({0, 2, 4, 1, 3, 5})
+                          .reshape({n, kvh * group * hd});
+    x = x + at::linear(attn, lw.o_proj);
+    x = x +
+        SwiGluMlp(RmsNorm(x, lw.post_attention_layernorm, c.rms_norm_eps), lw);
+  }
+  at::Tensor rows = x.view({s, nb, w, c.hidden_size}).narrow(2, 1, w - 1);
+  return at::linear(RmsNorm(rows, final_norm_, c.rms_norm_eps), lm_head)
+      .to(at::kFloat);
+}
+
+absl::Status TrainableDrafter::Export(
+    const std::string& dir, at::ScalarType dtype,
+    const std::map<std::string, std::string>& extra_files) const {
+  DrafterConfig d = config_;
+  d.layers.dtype = dtype == at::kBFloat16 ? "bfloat16"
+                   : dtype == at::kHalf   ? "float16"
+                                          : "float32";
+  return ExportCheckpoint(dir, params_, dtype, DrafterConfigToJson(d),
+                          extra_files);
+}
+
+}  // namespace dedit::training
