@@ -2,10 +2,11 @@
 //
 //   dedit-cli tokenize --tokenizer PATH [--decode] [--skip-special-tokens]
 //                      [--split-special-tokens]  < in.json > out.json
+//   dedit-cli generate --router HOST:PORT --prompt TEXT [--chat] ...
 //
-// Each subcommand parses its own flags here and fills the Options struct of
-// a library function (tools/cli/*_command.h), so that new subcommands (e.g.
-// `generate`) are one more entry in kCommands. Exit status: 0 success,
+// Each subcommand parses its own flags and fills the Options struct of a
+// library function (tools/cli/*_command.h, router/client/generate_command.h),
+// so a new subcommand is one more entry in the command table. Exit status: 0 success,
 // 1 runtime error (bad input, unreadable tokenizer), 2 usage error.
 #include <cstdio>
 #include <functional>
@@ -16,6 +17,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/string_view.h"
 #include "tools/cli/tokenize_command.h"
+#ifdef DEDIT_HAVE_ROUTER_CLIENT
+#include "router/client/generate_command.h"
+#endif
 
 namespace dedit {
 namespace {
@@ -118,6 +122,9 @@ int Main(int argc, char** argv) {
   const std::vector<Command> commands = {
       {"tokenize", "encode text to token ids, or decode ids (--decode)",
        RunTokenize},
+#ifdef DEDIT_HAVE_ROUTER_CLIENT
+      {"generate", "stream a generation from dedit-router", RunGenerateCommand},
+#endif
   };
   if (argc < 2) {
     PrintUsage(commands, stderr);

@@ -1,0 +1,147 @@
+#include "drafter_service/drafter_server.h"
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include <ATen/Parallel.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+
+#include "common/dedit_drafter.h"
+#include "common/model_config.h"
+#include "common/qwen3_model.h"
+#include "common/status.h"
+#include "common/tensor_io.h"
+#include "drafter_service/drafter_service.h"
+#include "proto/server_bootstrap.h"
+
+namespace dedit {
+namespace {
+
+constexpr char kReadinessService[] = "dedit.v1.Drafter";
+
+// DESIGN.md §4, drafter side.
+class DrafterMetrics {
+ public:
+  DrafterMetrics(prometheus::Registry& r, int max_passes)
+      : pass_family_(prometheus::BuildHistogram()
+                         .Name("dedit_drafter_pass_duration_seconds")
+                         .Help("Wall time of one drafting pass (P1..PK) over a batch")
+                         .Register(r)),
+        batch_size_(prometheus::BuildHistogram()
+                        .Name("dedit_drafter_batch_size")
+                        .Help("Sequences per batched Draft call")
+                        .Register(r)
+                        .Add({}, prometheus::Histogram::BucketBoundaries{
+                                     1, 2, 4, 8, 16, 32, 64, 128, 256})),
+        context_tokens_(prometheus::BuildGauge()
+                            .Name("dedit_drafter_context_tokens")
+                            .Help("Context tokens cached over all sequences")
+                            .Register(r)
+                            .Add({})) {
+    for (int k = 1; k <= max_passes; ++k) {
+      passes_.push_back(&pass_family_.Add(
+          {{"pass", std::to_string(k)}},
+          prometheus::Histogram::BucketBoundaries{0.0005, 0.001, 0.0025, 0.005,
+                                                  0.01, 0.025, 0.05, 0.1, 0.25,
+                                                  0.5, 1, 2.5}));
+    }
+  }
+
+  void Observe(const DrafterBatchStats& s) {
+    batch_size_.Observe(s.sequences);
+    context_tokens_.Set(static_cast<double>(s.context_tokens));
+    // DEditDrafter::Draft runs all passes in one call; every pass does the
+    // same work (same block, same context), so each is attributed an equal
+    // share of the call. (A per-pass hook in DEditDrafter would make this
+    // exact.)
+    const int k = std::min<int>(s.max_passes, static_cast<int>(passes_.size()));
+    for (int i = 0; i < k; ++i) passes_[i]->Observe(s.seconds / s.max_passes);
+  }
+
+ private:
+  prometheus::Family<prometheus::Histogram>& pass_family_;
+  prometheus::Histogram& batch_size_;
+  prometheus::Gauge& context_tokens_;
+  std::vector<prometheus::Histogram*> passes_;
+};
+
+}  // namespace
+
+absl::Status RunDrafterServer(const DrafterServerOptions& options) {
+  if (options.cpu_threads > 0) at::set_num_threads(options.cpu_threads);
+  ASSIGN_OR_RETURN(c10::Device device, ParseDevice(options.device));
+  ASSIGN_OR_RETURN(at::ScalarType dtype, ParseScalarType(options.dtype));
+  ASSIGN_OR_RETURN(Qwen3Config target_config, LoadQwen3Config(options.target_dir));
+  ASSIGN_OR_RETURN(DrafterConfig drafter_config,
+                   LoadDrafterConfig(options.drafter_dir));
+  RETURN_IF_ERROR(CheckDrafterMatchesTarget(drafter_config, target_config));
+  at::Tensor embed_tokens, lm_head;
+  RETURN_IF_ERROR(LoadTargetEmbeddings(options.target_dir, dtype, device,
+                                       &embed_tokens, &lm_head));
+  DEditDrafter::Options drafter_options;
+  drafter_options.device = device;
+  drafter_options.dtype = dtype;
+  ASSIGN_OR_RETURN(std::unique_ptr<DEditDrafter> drafter,
+                   DEditDrafter::Load(options.drafter_dir, embed_tokens,
+                                      lm_head, drafter_options));
+  if (options.causal_editor) drafter->set_causal_editor(*options.causal_editor);
+  std::string model_name = options.model_name;
+  if (model_name.empty()) {
+    model_name = std::filesystem::path(options.drafter_dir).filename().string();
+  }
+
+  auto registry = std::make_shared<prometheus::Registry>();
+  DrafterMetrics metrics(*registry, options.worker.max_passes);
+  DrafterWorkerOptions worker_options = options.worker;
+  worker_options.cpu_threads = options.cpu_threads;
+  DrafterWorker worker(
+      std::move(drafter),
+      [&metrics](const DrafterBatchStats& s) { metrics.Observe(s); },
+      worker_options);
+  worker.Start();
+
+  // Readiness follows the attached context streams (drafter_service.h).
+  std::atomic<grpc::HealthCheckServiceInterface*> health{nullptr};
+  std::atomic<int> streams{0};
+  auto publish_readiness = [&] {
+    if (auto* h = health.load()) {
+      h->SetServingStatus(kReadinessService, streams.load() > 0);
+    }
+  };
+  DrafterServiceImpl service(
+      &worker, {model_name, options.device},
+      [&](int n) {
+        streams.store(n);
+        publish_readiness();
+      },
+      nullptr);
+  ASSIGN_OR_RETURN(StartedServer server,
+                   StartGrpcServer(options.listen_address, {&service}));
+  health.store(server.server->GetHealthCheckService());
+  publish_readiness();
+  ASSIGN_OR_RETURN(std::unique_ptr<MetricsEndpoint> metrics_endpoint,
+                   StartMetricsEndpoint(options.metrics_address, registry));
+  RETURN_IF_ERROR(WriteReadyFile(options.ready_file, server.port,
+                                 metrics_endpoint->port()));
+  std::fprintf(stderr,
+               "dedit-drafter: %s on %s, block %d, gRPC port %d, metrics port %d\n",
+               model_name.c_str(), options.device.c_str(),
+               drafter_config.block_size, server.port, metrics_endpoint->port());
+
+  const int sig = WaitForShutdownSignal();
+  std::fprintf(stderr, "dedit-drafter: signal %d, draining\n", sig);
+  server.server->GetHealthCheckService()->SetServingStatus(false);
+  service.FinishStreams();
+  server.server->Shutdown(std::chrono::system_clock::now() +
+                          std::chrono::milliseconds(options.drain_timeout_ms));
+  health.store(nullptr);
+  worker.Stop();
+  return absl::OkStatus();
+}
+
+}  // namespace dedit

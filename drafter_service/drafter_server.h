@@ -1,0 +1,40 @@
+// dedit-drafter as a library call: loads the drafter (and the target's
+// embedding/lm_head, which it shares), starts the model thread, the gRPC
+// server and /metrics, and serves until SIGTERM/SIGINT.
+//
+//   DrafterServerOptions options;     // filled from flags in main.cc
+//   options.drafter_dir = "models/tiny/drafter";
+//   options.target_dir = "models/tiny/target";
+//   return RunDrafterServer(options).ok() ? 0 : 1;
+#ifndef DEDIT_DRAFTER_SERVICE_DRAFTER_SERVER_H_
+#define DEDIT_DRAFTER_SERVICE_DRAFTER_SERVER_H_
+
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "drafter_service/drafter_worker.h"
+
+namespace dedit {
+
+struct DrafterServerOptions {
+  std::string drafter_dir;
+  std::string target_dir;   // for embed_tokens / lm_head only
+  std::string model_name;   // empty → the drafter folder's name
+  std::string device = "cpu";
+  std::string dtype = "float32";
+  int cpu_threads = 0;
+  std::optional<bool> causal_editor;
+  std::string listen_address = "0.0.0.0:50052";
+  std::string metrics_address = "0.0.0.0:9102";
+  std::string ready_file;
+  int drain_timeout_ms = 5000;
+  DrafterWorkerOptions worker;
+};
+
+// REQUIRES: BlockShutdownSignals() was called before any thread started.
+absl::Status RunDrafterServer(const DrafterServerOptions& options);
+
+}  // namespace dedit
+
+#endif  // DEDIT_DRAFTER_SERVICE_DRAFTER_SERVER_H_

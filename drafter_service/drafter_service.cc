@@ -1,0 +1,193 @@
+#include "drafter_service/drafter_service.h"
+
+#include <utility>
+
+#include <ATen/Functions.h>
+
+#include "common/torch_status.h"
+#include "proto/grpc_status.h"
+#include "proto/tensor_wire.h"
+
+namespace dedit {
+namespace {
+
+// A CPU tensor owning a copy of the wire bytes.
+absl::StatusOr<at::Tensor> ToTensor(const v1::Tensor& wire) {
+  absl::StatusOr<WireTensorView> view = ViewWireTensor(wire);
+  if (!view.ok()) return view.status();
+  if (view->shape.size() != 2) {
+    return absl::InvalidArgumentError("context features must be [n, width]");
+  }
+  const at::ScalarType dtype = view->dtype == WireDtype::kBFloat16 ? at::kBFloat16
+                               : view->dtype == WireDtype::kFloat16 ? at::kHalf
+                                                                   : at::kFloat;
+  return GuardTorch([&] {
+    return at::from_blob(const_cast<void*>(view->data), view->shape,
+                         at::TensorOptions().dtype(dtype))
+        .clone();
+  });
+}
+
+}  // namespace
+
+// Reads context chunks until the target ends the stream; never blocks
+// (AddContext only enqueues).
+class ContextStreamReader : public grpc::ServerReadReactor<v1::ContextChunk> {
+ public:
+  ContextStreamReader(DrafterServiceImpl* service,
+                      v1::StreamContextSummary* summary)
+      : service_(service), summary_(summary) {
+    service_->Attach(this);
+    StartSendInitialMetadata();
+    StartRead(&chunk_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      FinishOnce(grpc::Status::OK);
+      return;
+    }
+    summary_->set_chunks(summary_->chunks() + 1);
+    summary_->set_bytes(summary_->bytes() + chunk_.features().data().size());
+    if (chunk_.release()) {
+      service_->worker_->ReleaseFromStream(chunk_.sequence());
+    } else if (chunk_.has_features()) {
+      absl::StatusOr<at::Tensor> features = ToTensor(chunk_.features());
+      if (!features.ok()) {
+        FinishOnce(ToGrpcStatus(features.status()));
+        return;
+      }
+      if (service_->on_context_bytes_) {
+        service_->on_context_bytes_(
+            static_cast<int64_t>(chunk_.features().data().size()));
+      }
+      service_->worker_->AddContext(chunk_.sequence(), chunk_.start(),
+                                    std::move(*features));
+    }  // else: the target's liveness probe (an empty chunk)
+    StartRead(&chunk_);
+  }
+
+  void OnDone() override {
+    service_->Detach(this);
+    delete this;
+  }
+
+  void FinishOnce(grpc::Status status) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finished_) return;
+    finished_ = true;
+    Finish(std::move(status));
+  }
+
+ private:
+  DrafterServiceImpl* service_;
+  v1::StreamContextSummary* summary_;
+  v1::ContextChunk chunk_;
+  std::mutex mu_;
+  bool finished_ = false;  // GUARDED_BY(mu_)
+};
+
+DrafterServiceImpl::DrafterServiceImpl(
+    DrafterWorker* worker, Identity identity,
+    std::function<void(int)> on_streams_changed,
+    std::function<void(int64_t)> on_context_bytes)
+    : worker_(worker),
+      identity_(std::move(identity)),
+      on_streams_changed_(std::move(on_streams_changed)),
+      on_context_bytes_(std::move(on_context_bytes)) {}
+
+DrafterServiceImpl::~DrafterServiceImpl() = default;
+
+void DrafterServiceImpl::Attach(ContextStreamReader* reader) {
+  std::lock_guard<std::mutex> lock(mu_);
+  readers_.insert(reader);
+  if (on_streams_changed_) on_streams_changed_(static_cast<int>(readers_.size()));
+}
+
+void DrafterServiceImpl::Detach(ContextStreamReader* reader) {
+  std::lock_guard<std::mutex> lock(mu_);
+  readers_.erase(reader);
+  if (on_streams_changed_) on_streams_changed_(static_cast<int>(readers_.size()));
+}
+
+void DrafterServiceImpl::FinishStreams() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (ContextStreamReader* r : readers_) r->FinishOnce(grpc::Status::OK);
+}
+
+grpc::ServerReadReactor<v1::ContextChunk>* DrafterServiceImpl::StreamContext(
+    grpc::CallbackServerContext*, v1::StreamContextSummary* summary) {
+  return new ContextStreamReader(this, summary);
+}
+
+grpc::ServerUnaryReactor* DrafterServiceImpl::Draft(
+    grpc::CallbackServerContext* context, const v1::DraftRequest* request,
+    v1::DraftResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  std::vector<DraftRequest> requests;
+  requests.reserve(request->items_size());
+  for (const v1::DraftItem& d : request->items()) {
+    requests.push_back(
+        {d.sequence(), d.start(), d.bonus(), d.window(), d.passes()});
+  }
+  worker_->Draft(
+      std::move(requests),
+      [reactor, response](std::vector<absl::StatusOr<DraftResult>> results) {
+        for (absl::StatusOr<DraftResult>& r : results) {
+          v1::DraftOutput* out = response->add_results();
+          if (!r.ok()) {
+            out->set_code(static_cast<int>(r.status().code()));
+            out->set_message(std::string(r.status().message()));
+            continue;
+          }
+          for (const DraftPass& pass : r->passes) {
+            v1::DraftPassTokens* p = out->add_passes();
+            p->mutable_tokens()->Add(pass.tokens.begin(), pass.tokens.end());
+            p->mutable_confidences()->Add(pass.confidences.begin(),
+                                          pass.confidences.end());
+          }
+        }
+        reactor->Finish(grpc::Status::OK);
+      });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* DrafterServiceImpl::Release(
+    grpc::CallbackServerContext* context,
+    const v1::DrafterReleaseRequest* request,
+    v1::DrafterReleaseResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  worker_->Release(std::vector<SequenceId>(request->sequences().begin(),
+                                           request->sequences().end()),
+                   [reactor, response](int released) {
+                     response->set_released(released);
+                     reactor->Finish(grpc::Status::OK);
+                   });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* DrafterServiceImpl::Info(
+    grpc::CallbackServerContext* context, const v1::DrafterInfoRequest*,
+    v1::DrafterInfoResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  const DrafterConfig& c = worker_->config();
+  response->set_model_name(identity_.model_name);
+  response->set_block_size(c.block_size);
+  response->set_num_passes(c.num_passes);
+  response->set_max_passes(worker_->options().max_passes);
+  response->set_feature_width(static_cast<int>(c.target_layer_ids.size()) *
+                              c.layers.hidden_size);
+  response->set_vocab_size(c.layers.vocab_size);
+  response->set_device(identity_.device);
+  const DrafterWorker::Snapshot s = worker_->snapshot();
+  response->set_num_sequences(s.num_sequences);
+  response->set_context_tokens(s.context_tokens);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    response->set_context_streams(static_cast<int>(readers_.size()));
+  }
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+}  // namespace dedit

@@ -1,0 +1,69 @@
+// dedit.v1.Drafter over a DrafterWorker. StreamContext readers feed the
+// worker; Draft/Release/Info are unary reactors answered by the model
+// thread.
+//
+// Readiness: the drafter can only draft for sequences whose context the
+// target streams to it, so the named health service "dedit.v1.Drafter" is
+// SERVING only while at least one context stream is attached (the router
+// checks it before speculating again); the overall health ("") stays
+// SERVING for liveness probes.
+#ifndef DEDIT_DRAFTER_SERVICE_DRAFTER_SERVICE_H_
+#define DEDIT_DRAFTER_SERVICE_DRAFTER_SERVICE_H_
+
+#include <functional>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "dedit/v1/services.grpc.pb.h"
+#include "drafter_service/drafter_worker.h"
+
+namespace dedit {
+
+class ContextStreamReader;
+
+class DrafterServiceImpl final : public v1::Drafter::CallbackService {
+ public:
+  struct Identity {
+    std::string model_name;
+    std::string device;
+  };
+  // `on_streams_changed` gets the number of attached context streams.
+  DrafterServiceImpl(DrafterWorker* worker, Identity identity,
+                     std::function<void(int)> on_streams_changed,
+                     std::function<void(int64_t)> on_context_bytes);
+  ~DrafterServiceImpl() override;
+
+  grpc::ServerReadReactor<v1::ContextChunk>* StreamContext(
+      grpc::CallbackServerContext* context,
+      v1::StreamContextSummary* summary) override;
+  grpc::ServerUnaryReactor* Draft(grpc::CallbackServerContext* context,
+                                  const v1::DraftRequest* request,
+                                  v1::DraftResponse* response) override;
+  grpc::ServerUnaryReactor* Release(grpc::CallbackServerContext* context,
+                                    const v1::DrafterReleaseRequest* request,
+                                    v1::DrafterReleaseResponse* response) override;
+  grpc::ServerUnaryReactor* Info(grpc::CallbackServerContext* context,
+                                 const v1::DrafterInfoRequest* request,
+                                 v1::DrafterInfoResponse* response) override;
+
+  // Ends every context stream (graceful shutdown: the target reconnects
+  // elsewhere or later).
+  void FinishStreams();
+
+ private:
+  friend class ContextStreamReader;
+  void Attach(ContextStreamReader* reader);
+  void Detach(ContextStreamReader* reader);
+
+  DrafterWorker* worker_;
+  Identity identity_;
+  std::function<void(int)> on_streams_changed_;
+  std::function<void(int64_t)> on_context_bytes_;
+  std::mutex mu_;
+  std::set<ContextStreamReader*> readers_;  // GUARDED_BY(mu_)
+};
+
+}  // namespace dedit
+
+#endif  // DEDIT_DRAFTER_SERVICE_DRAFTER_SERVICE_H_

@@ -1,0 +1,303 @@
+#include "drafter_service/drafter_worker.h"
+
+#include <algorithm>
+#include <utility>
+
+#include <ATen/Parallel.h>
+#include <c10/core/InferenceMode.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace dedit {
+namespace {
+
+double SecondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+      .count();
+}
+
+}  // namespace
+
+DrafterWorker::DrafterWorker(std::unique_ptr<DEditDrafter> drafter,
+                             BatchObserver observer,
+                             DrafterWorkerOptions options)
+    : drafter_(std::move(drafter)),
+      observer_(std::move(observer)),
+      options_(options) {}
+
+DrafterWorker::~DrafterWorker() { Stop(); }
+
+void DrafterWorker::Start() {
+  thread_ = std::thread([this] { Run(); });
+}
+
+void DrafterWorker::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void DrafterWorker::AddContext(SequenceId sequence, int64_t start,
+                               at::Tensor features) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return;
+    new_context_.push_back({sequence, start, std::move(features), false});
+  }
+  cv_.notify_all();
+}
+
+void DrafterWorker::ReleaseFromStream(SequenceId sequence) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return;
+    new_context_.push_back({sequence, 0, at::Tensor(), true});
+  }
+  cv_.notify_all();
+}
+
+void DrafterWorker::Draft(std::vector<DraftRequest> requests, DraftDone done) {
+  DraftJob job;
+  job.context_deadline = std::chrono::steady_clock::now() +
+                         std::chrono::milliseconds(options_.context_wait_ms);
+  job.state.resize(requests.size());
+  job.requests = std::move(requests);
+  job.done = std::move(done);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!stopping_) {
+      new_drafts_.push_back(std::move(job));
+      cv_.notify_all();
+      return;
+    }
+  }
+  job.done(std::vector<absl::StatusOr<DraftResult>>(
+      job.requests.size(), absl::UnavailableError("drafter is shutting down")));
+}
+
+void DrafterWorker::Release(std::vector<SequenceId> sequences,
+                            ReleaseDone done) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!stopping_) {
+      new_releases_.push_back({std::move(sequences), std::move(done)});
+      cv_.notify_all();
+      return;
+    }
+  }
+  done(0);
+}
+
+DrafterWorker::Snapshot DrafterWorker::snapshot() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return snapshot_;
+}
+
+void DrafterWorker::Run() {
+  if (options_.cpu_threads > 0) at::set_num_threads(options_.cpu_threads);
+  c10::InferenceMode inference_mode;
+  while (true) {
+    std::deque<ContextEvent> context;
+    std::vector<DraftJob> drafts;
+    std::vector<ReleaseJob> releases;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      auto has_work = [&] {
+        return stopping_ || !new_context_.empty() || !new_drafts_.empty() ||
+               !new_releases_.empty();
+      };
+      if (waiting_.empty()) {
+        cv_.wait(lock, has_work);
+      } else {
+        auto next = waiting_.front().context_deadline;
+        for (const DraftJob& j : waiting_) {
+          next = std::min(next, j.context_deadline);
+        }
+        cv_.wait_until(lock, next, has_work);
+      }
+      if (stopping_) break;
+      if (!new_drafts_.empty() && options_.max_batch_wait_us > 0) {
+        // Draft RPCs from several routers (or a round split in two) share
+        // one batched call if they arrive within the wait.
+        const size_t seen = new_drafts_.size();
+        cv_.wait_for(lock, std::chrono::microseconds(options_.max_batch_wait_us),
+                     [&] { return stopping_ || new_drafts_.size() > seen; });
+        if (stopping_) break;
+      }
+      context.swap(new_context_);
+      drafts.swap(new_drafts_);
+      releases.swap(new_releases_);
+    }
+    for (ContextEvent& e : context) ApplyContext(e);
+    for (ReleaseJob& job : releases) {
+      int released = 0;
+      for (SequenceId id : job.sequences) {
+        if (drafter_->HasSequence(id)) ++released;
+        RemoveSequence(id);
+      }
+      job.done(released);
+    }
+    for (DraftJob& job : drafts) waiting_.push_back(std::move(job));
+    const auto now = std::chrono::steady_clock::now();
+    std::vector<DraftJob> ready;
+    for (auto it = waiting_.begin(); it != waiting_.end();) {
+      if (Resolve(*it, now)) {
+        ready.push_back(std::move(*it));
+        it = waiting_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    if (!ready.empty()) RunDrafts(ready);
+    PublishSnapshot();
+  }
+  std::vector<DraftJob> drafts;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    drafts.swap(new_drafts_);
+    for (ReleaseJob& job : new_releases_) job.done(0);
+    new_releases_.clear();
+  }
+  for (DraftJob& job : waiting_) drafts.push_back(std::move(job));
+  waiting_.clear();
+  for (DraftJob& job : drafts) {
+    job.done(std::vector<absl::StatusOr<DraftResult>>(
+        job.requests.size(), absl::UnavailableError("drafter is shutting down")));
+  }
+}
+
+void DrafterWorker::RemoveSequence(SequenceId id) {
+  broken_.erase(id);
+  if (drafter_->HasSequence(id)) (void)drafter_->RemoveSequence(id);
+}
+
+void DrafterWorker::ApplyContext(ContextEvent& e) {
+  if (e.release) {
+    RemoveSequence(e.sequence);
+    return;
+  }
+  if (e.start == 0) {
+    // A prompt's first chunk (re)creates the sequence.
+    RemoveSequence(e.sequence);
+    if (!drafter_->AddSequence(e.sequence).ok()) return;
+  } else if (!drafter_->HasSequence(e.sequence)) {
+    // Its earlier context was lost (e.g. this drafter restarted).
+    broken_.insert(e.sequence);
+    return;
+  }
+  auto length = drafter_->ContextLength(e.sequence);
+  absl::Status status =
+      length.ok() && *length == e.start
+          ? drafter_->AppendContext(e.sequence, e.start, e.features)
+          : absl::DataLossError("context gap");
+  if (!status.ok()) {
+    (void)drafter_->RemoveSequence(e.sequence);
+    broken_.insert(e.sequence);
+  }
+}
+
+absl::Status DrafterWorker::CheckRequest(const DraftRequest& r) const {
+  const DrafterConfig& c = drafter_->config();
+  if (r.window < 2 || r.window > c.block_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "window ", r.window, " outside [2, ", c.block_size, "]"));
+  }
+  if (r.passes < 1 || r.passes > options_.max_passes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "passes ", r.passes, " outside [1, ", options_.max_passes, "]"));
+  }
+  if (r.bonus < 0 || r.bonus >= c.layers.vocab_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bonus token ", r.bonus, " outside the vocabulary"));
+  }
+  return absl::OkStatus();
+}
+
+bool DrafterWorker::Resolve(DraftJob& job,
+                            std::chrono::steady_clock::time_point now) {
+  bool all = true;
+  for (size_t i = 0; i < job.requests.size(); ++i) {
+    if (job.state[i].has_value()) continue;
+    const DraftRequest& r = job.requests[i];
+    absl::Status check = CheckRequest(r);
+    if (!check.ok()) {
+      job.state[i] = check;
+      continue;
+    }
+    if (broken_.count(r.sequence) > 0) {
+      job.state[i] = absl::DataLossError(absl::StrCat(
+          "context of sequence ", r.sequence, " was lost; draft unavailable"));
+      continue;
+    }
+    const int64_t have = drafter_->HasSequence(r.sequence)
+                             ? drafter_->ContextLength(r.sequence).value_or(0)
+                             : -1;
+    if (have == r.start) {
+      job.state[i] = absl::OkStatus();
+    } else if (have > r.start) {
+      job.state[i] = absl::FailedPreconditionError(absl::StrCat(
+          "sequence ", r.sequence, " has ", have,
+          " context tokens, the draft starts at ", r.start));
+    } else if (now >= job.context_deadline) {
+      job.state[i] = absl::UnavailableError(absl::StrCat(
+          "context of sequence ", r.sequence, " up to position ", r.start,
+          " has not arrived (have ", std::max<int64_t>(have, 0), ")"));
+    } else {
+      all = false;
+    }
+  }
+  return all;
+}
+
+void DrafterWorker::RunDrafts(std::vector<DraftJob>& jobs) {
+  std::vector<DraftRequest> batch;
+  int max_passes = 0;
+  for (const DraftJob& job : jobs) {
+    for (size_t i = 0; i < job.requests.size(); ++i) {
+      if (job.state[i]->ok()) {
+        batch.push_back(job.requests[i]);
+        max_passes = std::max(max_passes, job.requests[i].passes);
+      }
+    }
+  }
+  absl::StatusOr<std::vector<DraftResult>> drafted = std::vector<DraftResult>();
+  if (!batch.empty()) {
+    const auto t0 = std::chrono::steady_clock::now();
+    drafted = drafter_->Draft(batch);
+    if (observer_) {
+      DrafterBatchStats stats;
+      stats.sequences = static_cast<int>(batch.size());
+      stats.max_passes = max_passes;
+      stats.seconds = SecondsSince(t0);
+      stats.context_tokens = drafter_->context_tokens();
+      observer_(stats);
+    }
+  }
+  size_t next = 0;
+  for (DraftJob& job : jobs) {
+    std::vector<absl::StatusOr<DraftResult>> results;
+    for (size_t i = 0; i < job.requests.size(); ++i) {
+      if (!job.state[i]->ok()) {
+        results.emplace_back(*job.state[i]);
+      } else if (!drafted.ok()) {
+        results.emplace_back(drafted.status());
+      } else {
+        results.emplace_back(std::move((*drafted)[next++]));
+      }
+    }
+    job.done(std::move(results));
+  }
+}
+
+void DrafterWorker::PublishSnapshot() {
+  Snapshot s;
+  s.num_sequences = static_cast<int>(drafter_->num_sequences());
+  s.context_tokens = drafter_->context_tokens();
+  std::lock_guard<std::mutex> lock(mu_);
+  snapshot_ = s;
+}
+
+}  // namespace dedit

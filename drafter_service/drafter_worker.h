@@ -1,0 +1,138 @@
+// The drafter's model thread (DESIGN.md §3): applies the context features
+// streamed by the target, and serves Draft requests batched across
+// sequences and RPCs with one DEditDrafter::Draft call (P1..PK).
+//
+// A draft whose context has not arrived yet (DraftRequest.start beyond the
+// sequence's context length) waits, up to `context_wait_ms`, for the
+// stream to deliver it: the router asks for the next draft as soon as the
+// target answers Verify, and the features of the tokens it just committed
+// are still on the wire. Past the bound the item fails with UNAVAILABLE
+// (the router then decodes that request target-only).
+//
+// Context with a gap (a chunk whose start is not the sequence's length,
+// e.g. after the stream reconnected) drops the sequence: a drafter must
+// never draft from incomplete context.
+//
+//   DrafterWorker worker(std::move(drafter), observer, options);
+//   worker.Start();
+//   worker.AddContext(seq, 0, features);       // from the context stream
+//   worker.Draft(requests, [](std::vector<absl::StatusOr<DraftResult>> r) {});
+//
+// Thread-safe; callbacks run on the model thread and must not block.
+#ifndef DEDIT_DRAFTER_SERVICE_DRAFTER_WORKER_H_
+#define DEDIT_DRAFTER_SERVICE_DRAFTER_WORKER_H_
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <unordered_set>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/dedit_drafter.h"
+
+namespace dedit {
+
+struct DrafterWorkerOptions {
+  int64_t max_batch_wait_us = 0;     // gather more Draft RPCs (see main.cc)
+  int64_t context_wait_ms = 500;     // bounded wait for missing context
+  int max_passes = 8;                // largest K served
+  // libtorch CPU threads of the model thread (0 = default; OpenMP's count
+  // is per calling thread, so it is set there).
+  int cpu_threads = 0;
+};
+
+// One batched Draft call, for metrics.
+struct DrafterBatchStats {
+  int sequences = 0;
+  int max_passes = 0;
+  double seconds = 0;
+  int64_t context_tokens = 0;  // over all sequences, after the call
+};
+
+class DrafterWorker {
+ public:
+  using DraftDone =
+      std::function<void(std::vector<absl::StatusOr<DraftResult>>)>;
+  using ReleaseDone = std::function<void(int released)>;
+  using BatchObserver = std::function<void(const DrafterBatchStats&)>;
+
+  struct Snapshot {
+    int num_sequences = 0;
+    int64_t context_tokens = 0;
+  };
+
+  DrafterWorker(std::unique_ptr<DEditDrafter> drafter, BatchObserver observer,
+                DrafterWorkerOptions options);
+  ~DrafterWorker();
+
+  const DrafterConfig& config() const { return drafter_->config(); }
+  const DrafterWorkerOptions& options() const { return options_; }
+
+  void Start();
+  void Stop();  // answers waiting drafts with UNAVAILABLE, joins
+
+  // Context stream events, applied in arrival order.
+  void AddContext(SequenceId sequence, int64_t start, at::Tensor features);
+  void ReleaseFromStream(SequenceId sequence);
+
+  void Draft(std::vector<DraftRequest> requests, DraftDone done);
+  void Release(std::vector<SequenceId> sequences, ReleaseDone done);
+
+  Snapshot snapshot() const;
+
+ private:
+  struct ContextEvent {
+    SequenceId sequence = 0;
+    int64_t start = 0;
+    at::Tensor features;  // undefined for a release
+    bool release = false;
+  };
+  struct DraftJob {
+    std::vector<DraftRequest> requests;
+    DraftDone done;
+    std::chrono::steady_clock::time_point context_deadline;
+    // Per item: unset = waiting for context; otherwise OK (ready) or error.
+    std::vector<std::optional<absl::Status>> state;
+  };
+  struct ReleaseJob {
+    std::vector<SequenceId> sequences;
+    ReleaseDone done;
+  };
+
+  void Run();
+  void ApplyContext(ContextEvent& event);
+  void RemoveSequence(SequenceId id);
+  // Resolves items whose context is there (or whose wait ran out);
+  // returns whether the whole job is resolved.
+  bool Resolve(DraftJob& job, std::chrono::steady_clock::time_point now);
+  absl::Status CheckRequest(const DraftRequest& r) const;
+  void RunDrafts(std::vector<DraftJob>& jobs);
+  void PublishSnapshot();
+
+  std::unique_ptr<DEditDrafter> drafter_;  // model thread only
+  BatchObserver observer_;
+  DrafterWorkerOptions options_;
+  std::vector<DraftJob> waiting_;          // model thread only
+  // Sequences whose context has a gap; their drafts fail at once.
+  std::unordered_set<SequenceId> broken_;  // model thread only
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;                   // GUARDED_BY(mu_)
+  std::deque<ContextEvent> new_context_;    // GUARDED_BY(mu_)
+  std::vector<DraftJob> new_drafts_;        // GUARDED_BY(mu_)
+  std::vector<ReleaseJob> new_releases_;    // GUARDED_BY(mu_)
+  Snapshot snapshot_;                       // GUARDED_BY(mu_)
+  std::thread thread_;
+};
+
+}  // namespace dedit
+
+#endif  // DEDIT_DRAFTER_SERVICE_DRAFTER_WORKER_H_

@@ -1,0 +1,65 @@
+// dedit-drafter: the DEdit drafter service (DESIGN.md §3).
+//
+//   dedit-drafter --drafter_dir models/tiny/drafter --target_dir models/tiny/target
+//       --port 50052 --metrics_port 9102 --device cpu
+#include <cstdio>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "drafter_service/drafter_server.h"
+#include "proto/server_bootstrap.h"
+
+ABSL_FLAG(std::string, drafter_dir, "", "DEdit/DFlash drafter folder");
+ABSL_FLAG(std::string, target_dir, "",
+          "target folder (its embed_tokens and lm_head are shared)");
+ABSL_FLAG(std::string, model_name, "", "served name (default: folder name)");
+ABSL_FLAG(std::string, device, "cpu", "cpu, cuda, cuda:N");
+ABSL_FLAG(std::string, dtype, "float32", "compute dtype: float32 or bfloat16");
+ABSL_FLAG(int, threads, 0, "CPU threads for libtorch (0 = default)");
+ABSL_FLAG(bool, causal_editor, false, "force the causal editor (ablation)");
+ABSL_FLAG(std::string, host, "0.0.0.0", "listen host");
+ABSL_FLAG(int, port, 50052, "gRPC port (0 = ephemeral)");
+ABSL_FLAG(int, metrics_port, 9102, "Prometheus /metrics port (0 = ephemeral)");
+ABSL_FLAG(std::string, ready_file, "", "written with the bound ports once serving");
+ABSL_FLAG(int64_t, max_batch_wait_us, 0,
+          "wait this long for more Draft RPCs before drafting (one router "
+          "already batches its sequences into one call; raise it when "
+          "several routers share the drafter)");
+ABSL_FLAG(int64_t, context_wait_ms, 500,
+          "how long a draft waits for context that has not arrived");
+ABSL_FLAG(int, max_passes, 8, "largest K served");
+ABSL_FLAG(int, drain_timeout_ms, 5000, "graceful shutdown: drain time");
+
+int main(int argc, char** argv) {
+  dedit::BlockShutdownSignals();
+  absl::ParseCommandLine(argc, argv);
+  dedit::DrafterServerOptions o;
+  o.drafter_dir = absl::GetFlag(FLAGS_drafter_dir);
+  o.target_dir = absl::GetFlag(FLAGS_target_dir);
+  if (o.drafter_dir.empty() || o.target_dir.empty()) {
+    std::fprintf(stderr,
+                 "dedit-drafter: --drafter_dir and --target_dir are required\n");
+    return 2;
+  }
+  o.model_name = absl::GetFlag(FLAGS_model_name);
+  o.device = absl::GetFlag(FLAGS_device);
+  o.dtype = absl::GetFlag(FLAGS_dtype);
+  o.cpu_threads = absl::GetFlag(FLAGS_threads);
+  if (absl::GetFlag(FLAGS_causal_editor)) o.causal_editor = true;
+  const std::string host = absl::GetFlag(FLAGS_host);
+  o.listen_address = absl::StrCat(host, ":", absl::GetFlag(FLAGS_port));
+  o.metrics_address = absl::StrCat(host, ":", absl::GetFlag(FLAGS_metrics_port));
+  o.ready_file = absl::GetFlag(FLAGS_ready_file);
+  o.drain_timeout_ms = absl::GetFlag(FLAGS_drain_timeout_ms);
+  o.worker.max_batch_wait_us = absl::GetFlag(FLAGS_max_batch_wait_us);
+  o.worker.context_wait_ms = absl::GetFlag(FLAGS_context_wait_ms);
+  o.worker.max_passes = absl::GetFlag(FLAGS_max_passes);
+  const absl::Status status = dedit::RunDrafterServer(o);
+  if (!status.ok()) {
+    std::fprintf(stderr, "dedit-drafter: %s\n", status.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,362 @@
+#include "router/generation_loop.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace dedit {
+namespace {
+
+double SecondsBetween(std::chrono::steady_clock::time_point a,
+                      std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+v1::FinishReason ToProto(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kLength: return v1::FINISH_REASON_LENGTH;
+    case FinishReason::kStop: return v1::FINISH_REASON_STOP;
+    case FinishReason::kContextLimit: return v1::FINISH_REASON_CONTEXT_LIMIT;
+    default: return v1::FINISH_REASON_UNSPECIFIED;
+  }
+}
+
+void FillAcceptance(const AcceptanceSummary& s, v1::AcceptanceStats* out) {
+  out->set_rounds(s.rounds);
+  out->set_drafted_rounds(s.drafted_rounds);
+  out->set_fallback_rounds(s.fallback_rounds);
+  out->set_draft_tokens(s.draft_tokens);
+  out->set_accepted_tokens(s.accepted_tokens);
+  out->set_mean_acceptance_length(s.mean_acceptance_length());
+  for (int64_t n : s.accepted_per_position) out->add_accepted_per_position(n);
+  for (size_t k = 0; k < s.edit_outcomes.size(); ++k) {
+    v1::EditOutcomes* e = out->add_edit_outcomes();
+    e->set_pass(static_cast<int>(k + 1));
+    e->set_extended(s.edit_outcomes[k][0]);
+    e->set_unchanged(s.edit_outcomes[k][1]);
+    e->set_shortened(s.edit_outcomes[k][2]);
+  }
+}
+
+// Moves `end` back so that it does not split a UTF-8 character.
+size_t CharBoundary(const std::string& text, size_t end) {
+  while (end > 0 && end < text.size() &&
+         (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) {
+    --end;
+  }
+  return end;
+}
+
+}  // namespace
+
+GenerationLoop::GenerationLoop(RemoteVerifier* verifier, RemoteDrafter* drafter,
+                               const Tokenizer* tokenizer,
+                               std::shared_ptr<prometheus::Registry> registry,
+                               Options options)
+    : verifier_(verifier),
+      drafter_(drafter),
+      tokenizer_(tokenizer),
+      registry_(std::move(registry)),
+      options_(std::move(options)) {}
+
+GenerationLoop::~GenerationLoop() { Stop(); }
+
+void GenerationLoop::Start() {
+  thread_ = std::thread([this] { Run(); });
+}
+
+void GenerationLoop::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void GenerationLoop::Submit(RouterRequest request) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!stopping_) {
+      submitted_.push_back(std::move(request));
+      cv_.notify_all();
+      return;
+    }
+  }
+  request.sink->Finish(absl::UnavailableError("router is shutting down"));
+}
+
+void GenerationLoop::Cancel(const GenerationSink* sink) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancelled_.push_back(sink);
+  }
+  cv_.notify_all();
+}
+
+void GenerationLoop::CountRejected(const absl::Status& status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (shared_metrics_ != nullptr) {
+    shared_metrics_->OnRequestFinished(RouterMetrics::StatusLabel(status), 0,
+                                       false);
+  }
+}
+
+ServedModel GenerationLoop::served_model() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return served_;
+}
+
+void GenerationLoop::FailQueued(const absl::Status& status) {
+  std::vector<RouterRequest> queued;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queued.swap(submitted_);
+    cancelled_.clear();
+  }
+  for (RouterRequest& r : queued) r.sink->Finish(status);
+}
+
+bool GenerationLoop::ConnectTarget() {
+  absl::StatusOr<v1::TargetInfoResponse> info =
+      verifier_->FetchInfo(options_.target_info_retry_ms);
+  if (!info.ok()) return false;
+  ServedModel served;
+  served.ready = true;
+  served.name = options_.model_name.empty() ? info->model_name()
+                                            : options_.model_name;
+  served.vocab_size = info->vocab_size();
+  served.max_context = info->max_context();
+  served.eos_token_ids.assign(info->eos_token_ids().begin(),
+                              info->eos_token_ids().end());
+  metrics_ = std::make_unique<RouterMetrics>(*registry_, served.name);
+  SpeculativeEngine::Options o;
+  o.eos_token_ids = served.eos_token_ids;
+  o.vocab_size = served.vocab_size;
+  o.max_context = served.max_context;
+  o.max_new_tokens_limit = options_.max_tokens_limit;
+  o.max_passes = options_.max_passes;
+  o.on_round = [this](SequenceId, const RoundRecord& round) {
+    metrics_->OnRound(round, drafter_ != nullptr ? drafter_->block_size() : 1);
+  };
+  engine_ = std::make_unique<SpeculativeEngine>(verifier_, drafter_, o);
+  std::lock_guard<std::mutex> lock(mu_);
+  served_ = served;
+  shared_metrics_ = metrics_.get();
+  return true;
+}
+
+void GenerationLoop::Run() {
+  // Until the target has answered Info once, the engine cannot be built
+  // (EOS ids, vocabulary, context limit): requests get UNAVAILABLE.
+  while (!ConnectTarget()) {
+    FailQueued(absl::UnavailableError("target service is not reachable"));
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, std::chrono::milliseconds(options_.target_info_retry_ms),
+                 [&] { return stopping_; });
+    if (stopping_) {
+      lock.unlock();
+      FailQueued(absl::UnavailableError("router is shutting down"));
+      return;
+    }
+  }
+  while (true) {
+    std::vector<RouterRequest> submitted;
+    std::vector<const GenerationSink*> cancelled;
+    bool stopping = false;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (engine_->idle()) {
+        cv_.wait(lock, [&] {
+          return stopping_ || !submitted_.empty() || !cancelled_.empty();
+        });
+      }
+      stopping = stopping_;
+      submitted.swap(submitted_);
+      cancelled.swap(cancelled_);
+    }
+    for (RouterRequest& r : submitted) {
+      if (stopping) {
+        r.sink->Finish(absl::UnavailableError("router is shutting down"));
+      } else {
+        Admit(std::move(r));
+      }
+    }
+    const auto now_system = std::chrono::system_clock::now();
+    for (auto& [id, a] : active_) {
+      const bool cancel =
+          std::find(cancelled.begin(), cancelled.end(), a.request.sink.get()) !=
+          cancelled.end();
+      if (cancel) a.client_cancelled = true;
+      if (!cancel && now_system >= a.request.deadline) a.deadline_exceeded = true;
+      if (cancel || a.deadline_exceeded || stopping) to_cancel_.push_back(id);
+    }
+    for (SequenceId id : to_cancel_) (void)engine_->Cancel(id);
+    to_cancel_.clear();
+    if (!engine_->idle()) {
+      const auto t0 = std::chrono::steady_clock::now();
+      // A failed step has already finished its requests with the error
+      // (e.g. UNAVAILABLE when the target is down); they complete below.
+      (void)engine_->Step();
+      metrics_->OnStep(engine_->last_step(),
+                       SecondsBetween(t0, std::chrono::steady_clock::now()));
+      for (SequenceId id : to_cancel_) (void)engine_->Cancel(id);
+      to_cancel_.clear();
+    }
+    for (GenerationResult& result : engine_->TakeFinished()) Complete(result);
+    if (stopping && engine_->idle()) break;
+  }
+  FailQueued(absl::UnavailableError("router is shutting down"));
+}
+
+void GenerationLoop::Admit(RouterRequest request) {
+  GenerationRequest engine_request = request.engine;
+  const bool drafter_ready = drafter_ != nullptr && drafter_->healthy();
+  if (!request.speculate || !drafter_ready) {
+    engine_request.passes = 0;  // target-only (W is then ignored)
+    engine_request.window = 1;
+  }
+  const int prompt_tokens = static_cast<int>(engine_request.prompt.size());
+  const int64_t reserve = prompt_tokens + engine_request.max_new_tokens +
+                          std::max(1, engine_request.window);
+  std::shared_ptr<GenerationSink> sink = request.sink;
+  absl::StatusOr<SequenceId> id = engine_->Submit(
+      std::move(engine_request),
+      [this](SequenceId id, const std::vector<int32_t>& tokens) {
+        OnTokens(id, tokens);
+      });
+  if (!id.ok()) {
+    metrics_->OnRequestFinished(RouterMetrics::StatusLabel(id.status()), 0,
+                                false);
+    sink->Finish(id.status());
+    return;
+  }
+  verifier_->SetRequestLimits(*id, reserve, request.deadline);
+  Active& a = active_[*id];
+  if (tokenizer_ != nullptr) {
+    a.detokenizer = std::make_unique<StreamingDetokenizer>(tokenizer_);
+  }
+  for (const std::string& s : request.stop_strings) {
+    a.max_stop_bytes = std::max(a.max_stop_bytes, s.size());
+  }
+  a.request = std::move(request);
+  a.last_token_time = a.request.arrival;
+  running_.fetch_add(1);
+  metrics_->OnRequestStarted(prompt_tokens);
+}
+
+void GenerationLoop::OnTokens(SequenceId id, const std::vector<int32_t>& tokens) {
+  auto it = active_.find(id);
+  if (it == active_.end()) return;
+  Active& a = it->second;
+  if (a.stopped_by_string) return;
+  v1::GenerateResponse response;
+  for (int32_t t : tokens) {
+    response.add_token_ids(t);
+    ++a.completion_tokens;
+    if (a.detokenizer != nullptr) {
+      absl::StatusOr<std::string> piece = a.detokenizer->Push(t);
+      if (piece.ok()) a.text += *piece;
+    }
+    if (!a.request.stop_strings.empty()) {
+      // Only text that this token completed can hold a new match.
+      const size_t from =
+          a.sent_bytes > a.max_stop_bytes ? a.sent_bytes - a.max_stop_bytes : 0;
+      size_t best = std::string::npos;
+      for (const std::string& s : a.request.stop_strings) {
+        const size_t pos = a.text.find(s, from);
+        if (pos != std::string::npos && pos < best) {
+          best = pos;
+          a.stop_reason = s;
+        }
+      }
+      if (best != std::string::npos) {
+        a.text.resize(best);
+        a.stopped_by_string = true;
+        to_cancel_.push_back(id);
+        break;
+      }
+    }
+  }
+  // Text that could still grow into a stop string is held back.
+  size_t sendable = a.text.size();
+  if (!a.stopped_by_string && a.max_stop_bytes > 1) {
+    sendable = a.text.size() > a.max_stop_bytes - 1
+                   ? a.text.size() - (a.max_stop_bytes - 1)
+                   : 0;
+    sendable = CharBoundary(a.text, sendable);
+  }
+  if (sendable > a.sent_bytes) {
+    response.set_text(a.text.substr(a.sent_bytes, sendable - a.sent_bytes));
+    a.sent_bytes = sendable;
+  }
+  const auto now = std::chrono::steady_clock::now();
+  const int n = response.token_ids_size();
+  if (!a.first_token_time) {
+    a.first_token_time = now;
+    metrics_->OnFirstToken(SecondsBetween(a.request.arrival, now));
+    metrics_->OnTokens(n, n > 1 ? 0.0 : -1.0);
+  } else {
+    metrics_->OnTokens(n, SecondsBetween(a.last_token_time, now));
+  }
+  a.last_token_time = now;
+  a.request.sink->Send(std::move(response));
+}
+
+void GenerationLoop::Complete(GenerationResult& result) {
+  auto it = active_.find(result.id);
+  if (it == active_.end()) return;
+  Active a = std::move(it->second);
+  active_.erase(it);
+  running_.fetch_sub(1);
+  const auto now = std::chrono::steady_clock::now();
+  const double duration = SecondsBetween(a.request.arrival, now);
+
+  absl::Status status;
+  FinishReason reason = result.finish;
+  if (result.finish == FinishReason::kError) {
+    status = result.status.ok() ? absl::InternalError("generation failed")
+                                : result.status;
+  } else if (a.stopped_by_string) {
+    reason = FinishReason::kStop;
+  } else if (result.finish == FinishReason::kCancelled) {
+    if (a.client_cancelled) {
+      status = absl::CancelledError("client cancelled the request");
+    } else if (a.deadline_exceeded) {
+      status = absl::DeadlineExceededError("request deadline exceeded");
+    } else {
+      status = absl::UnavailableError("router is shutting down");
+    }
+  }
+  metrics_->OnRequestFinished(RouterMetrics::StatusLabel(status), duration, true);
+  if (!status.ok()) {
+    a.request.sink->Finish(status);
+    return;
+  }
+  v1::GenerateResponse last;
+  if (a.detokenizer != nullptr && !a.stopped_by_string) {
+    a.text += a.detokenizer->Flush();
+  }
+  if (a.text.size() > a.sent_bytes) last.set_text(a.text.substr(a.sent_bytes));
+  last.set_finished(true);
+  last.set_finish_reason(ToProto(reason));
+  if (a.stopped_by_string) {
+    last.set_stop_reason(a.stop_reason);
+  } else if (result.stop_token >= 0) {
+    last.set_stop_reason(absl::StrCat("token:", result.stop_token));
+  }
+  v1::Usage* usage = last.mutable_usage();
+  usage->set_prompt_tokens(result.prompt_tokens);
+  usage->set_completion_tokens(a.completion_tokens);
+  usage->set_duration_seconds(duration);
+  if (a.first_token_time) {
+    usage->set_time_to_first_token_seconds(
+        SecondsBetween(a.request.arrival, *a.first_token_time));
+  }
+  FillAcceptance(Summarize(result.rounds), last.mutable_acceptance());
+  a.request.sink->Send(std::move(last));
+  a.request.sink->Finish(absl::OkStatus());
+}
+
+}  // namespace dedit

@@ -1,0 +1,149 @@
+// The router's engine thread: one SpeculativeEngine over the remote target
+// and drafter, fed by Generate streams through a thread-safe queue.
+//
+// Each loop iteration admits queued requests (target-only when the drafter
+// is not healthy), applies cancellations and expired deadlines, runs one
+// round for every running request (Step), and completes finished requests.
+// Tokens reach a request's GenerationSink from the engine's token callback:
+// detokenized incrementally, cut at stop strings (text that could still
+// become a stop string is held back), with TTFT/ITL metrics.
+//
+//   GenerationLoop loop(&verifier, &drafter, &metrics, tokenizer, options);
+//   loop.Start();
+//   loop.Submit(std::move(request));   // from a reactor; never blocks
+//   loop.Cancel(sink);                 // client went away
+//
+// Thread-safe: Submit/Cancel/model_card/running from any thread.
+#ifndef DEDIT_ROUTER_GENERATION_LOOP_H_
+#define DEDIT_ROUTER_GENERATION_LOOP_H_
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/speculative_engine.h"
+#include "dedit/v1/generation.pb.h"
+#include "router/remote_drafter.h"
+#include "router/remote_verifier.h"
+#include "router/router_metrics.h"
+#include "tokenizer/streaming_detokenizer.h"
+#include "tokenizer/tokenizer.h"
+
+namespace dedit {
+
+// The receiving end of one Generate stream (implemented over a gRPC
+// reactor). Called on the loop thread; must not block.
+class GenerationSink {
+ public:
+  virtual ~GenerationSink() = default;
+  virtual void Send(v1::GenerateResponse response) = 0;
+  // Ends the stream: OK after the final message, or an error.
+  virtual void Finish(const absl::Status& status) = 0;
+};
+
+// A validated, tokenized request (see request_builder.h).
+struct RouterRequest {
+  GenerationRequest engine;     // prompt ids, sampling, W, K, stop ids
+  bool speculate = true;        // false → target-only whatever the drafter
+  std::vector<std::string> stop_strings;
+  std::chrono::system_clock::time_point deadline =
+      std::chrono::system_clock::time_point::max();
+  std::chrono::steady_clock::time_point arrival;
+  std::shared_ptr<GenerationSink> sink;
+};
+
+// What the router serves, as learned from the services (ListModels/Info).
+struct ServedModel {
+  bool ready = false;  // target reached at least once
+  std::string name;
+  int vocab_size = 0;
+  int64_t max_context = 0;
+  std::vector<int32_t> eos_token_ids;
+};
+
+class GenerationLoop {
+ public:
+  struct Options {
+    std::string model_name;        // empty → the target's
+    int max_tokens_limit = 4096;
+    int max_passes = 8;
+    int64_t target_info_retry_ms = 500;
+  };
+
+  // `drafter` may be null (target-only router); `tokenizer` may be null
+  // (token ids only, no text deltas).
+  GenerationLoop(RemoteVerifier* verifier, RemoteDrafter* drafter,
+                 const Tokenizer* tokenizer, std::shared_ptr<prometheus::Registry> registry,
+                 Options options);
+  ~GenerationLoop();
+
+  void Start();
+  // Finishes every request still queued or running with UNAVAILABLE.
+  void Stop();
+
+  void Submit(RouterRequest request);
+  void Cancel(const GenerationSink* sink);
+  // Counts a request refused before it reached the loop (validation).
+  void CountRejected(const absl::Status& status);
+
+  ServedModel served_model() const;
+  int running() const { return running_.load(); }
+  const Options& options() const { return options_; }
+
+ private:
+  struct Active {
+    RouterRequest request;
+    std::unique_ptr<StreamingDetokenizer> detokenizer;
+    std::string text;          // generated text so far (cut at a stop string)
+    size_t sent_bytes = 0;     // of `text`, already streamed
+    size_t max_stop_bytes = 0;
+    int completion_tokens = 0;
+    bool stopped_by_string = false;
+    std::string stop_reason;
+    bool deadline_exceeded = false;
+    bool client_cancelled = false;
+    std::optional<std::chrono::steady_clock::time_point> first_token_time;
+    std::chrono::steady_clock::time_point last_token_time;
+  };
+
+  void Run();
+  bool ConnectTarget();  // fetches target info, builds the engine
+  void Admit(RouterRequest request);
+  void OnTokens(SequenceId id, const std::vector<int32_t>& tokens);
+  void Complete(GenerationResult& result);
+  void FailQueued(const absl::Status& status);
+
+  RemoteVerifier* verifier_;
+  RemoteDrafter* drafter_;
+  const Tokenizer* tokenizer_;
+  std::shared_ptr<prometheus::Registry> registry_;
+  Options options_;
+
+  // Loop-thread state.
+  std::unique_ptr<SpeculativeEngine> engine_;
+  std::unique_ptr<RouterMetrics> metrics_;
+  std::map<SequenceId, Active> active_;
+  std::vector<SequenceId> to_cancel_;  // stop strings hit during a Step
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;                          // GUARDED_BY(mu_)
+  std::vector<RouterRequest> submitted_;           // GUARDED_BY(mu_)
+  std::vector<const GenerationSink*> cancelled_;   // GUARDED_BY(mu_)
+  ServedModel served_;                             // GUARDED_BY(mu_)
+  RouterMetrics* shared_metrics_ = nullptr;        // GUARDED_BY(mu_)
+  std::atomic<int> running_{0};
+  std::thread thread_;
+};
+
+}  // namespace dedit
+
+#endif  // DEDIT_ROUTER_GENERATION_LOOP_H_

@@ -1,0 +1,53 @@
+// dedit.v1.Generation: the public API. Generate validates and tokenizes the
+// request in the reaction (CPU only, no waiting), hands it to the
+// GenerationLoop, and streams what the loop sends; a client that goes away
+// (cancel, deadline) cancels its request in the engine, which releases the
+// sequence on both services.
+#ifndef DEDIT_ROUTER_GENERATION_SERVICE_H_
+#define DEDIT_ROUTER_GENERATION_SERVICE_H_
+
+#include <functional>
+
+#include "dedit/v1/services.grpc.pb.h"
+#include "router/generation_loop.h"
+#include "router/request_builder.h"
+
+namespace dedit {
+
+class GenerationServiceImpl final : public v1::Generation::CallbackService {
+ public:
+  struct Defaults {
+    int max_tokens_limit = 4096;
+    int max_passes = 8;
+    int default_window = 0;  // 0 → the drafter's block size
+    int default_passes = 0;  // 0 → the drafter checkpoint's K
+  };
+  // `drafter` and `tokenizer` may be null.
+  GenerationServiceImpl(GenerationLoop* loop, const RemoteDrafter* drafter,
+                        const Tokenizer* tokenizer, Defaults defaults)
+      : loop_(loop), drafter_(drafter), tokenizer_(tokenizer),
+        defaults_(defaults) {}
+
+  grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
+      grpc::CallbackServerContext* context,
+      const v1::GenerateRequest* request) override;
+  grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* context,
+                                       const v1::ListModelsRequest* request,
+                                       v1::ListModelsResponse* response) override;
+  grpc::ServerUnaryReactor* Info(grpc::CallbackServerContext* context,
+                                 const v1::RouterInfoRequest* request,
+                                 v1::RouterInfoResponse* response) override;
+
+ private:
+  RequestLimits CurrentLimits() const;
+  void FillCard(v1::ModelCard* card) const;
+
+  GenerationLoop* loop_;
+  const RemoteDrafter* drafter_;
+  const Tokenizer* tokenizer_;
+  Defaults defaults_;
+};
+
+}  // namespace dedit
+
+#endif  // DEDIT_ROUTER_GENERATION_SERVICE_H_

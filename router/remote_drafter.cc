@@ -1,0 +1,142 @@
+#include "router/remote_drafter.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "proto/grpc_status.h"
+#include "router/remote_verifier.h"
+
+namespace dedit {
+namespace {
+
+constexpr char kReadinessService[] = "dedit.v1.Drafter";
+
+std::chrono::system_clock::time_point In(int64_t ms) {
+  return std::chrono::system_clock::now() + std::chrono::milliseconds(ms);
+}
+
+}  // namespace
+
+RemoteDrafter::RemoteDrafter(std::shared_ptr<grpc::Channel> channel,
+                             Options options, uint32_t nonce)
+    : stub_(v1::Drafter::NewStub(channel)),
+      health_stub_(grpc::health::v1::Health::NewStub(channel)),
+      options_(options),
+      nonce_(nonce) {}
+
+RemoteDrafter::~RemoteDrafter() { Stop(); }
+
+void RemoteDrafter::Start() {
+  Probe();
+  prober_ = std::thread([this] { ProbeLoop(); });
+}
+
+void RemoteDrafter::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (prober_.joinable()) prober_.join();
+}
+
+void RemoteDrafter::MarkUnhealthy() {
+  if (healthy_.exchange(false)) cv_.notify_all();
+}
+
+bool RemoteDrafter::Probe() {
+  grpc::ClientContext context;
+  context.set_deadline(In(500));
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service(kReadinessService);
+  grpc::health::v1::HealthCheckResponse response;
+  grpc::Status status = health_stub_->Check(&context, request, &response);
+  bool ready = status.ok() &&
+               response.status() ==
+                   grpc::health::v1::HealthCheckResponse::SERVING;
+  if (ready) {
+    // Refresh the drafter's limits (a restarted drafter may differ).
+    grpc::ClientContext info_context;
+    info_context.set_deadline(In(500));
+    v1::DrafterInfoResponse info;
+    ready = stub_->Info(&info_context, v1::DrafterInfoRequest(), &info).ok();
+    if (ready) {
+      block_size_.store(info.block_size());
+      num_passes_.store(info.num_passes());
+      max_passes_.store(info.max_passes());
+    }
+  }
+  healthy_.store(ready);
+  return ready;
+}
+
+void RemoteDrafter::ProbeLoop() {
+  while (true) {
+    const int64_t wait_ms = healthy_.load() ? options_.healthy_probe_interval_ms
+                                            : options_.probe_interval_ms;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_for(lock, std::chrono::milliseconds(wait_ms),
+                   [&] { return stopping_; });
+      if (stopping_) return;
+    }
+    Probe();
+  }
+}
+
+absl::StatusOr<std::vector<DraftResult>> RemoteDrafter::Draft(
+    const std::vector<DraftRequest>& requests) {
+  if (!healthy_.load()) {
+    return absl::UnavailableError("drafter is not ready");
+  }
+  v1::DraftRequest request;
+  for (const DraftRequest& r : requests) {
+    v1::DraftItem* item = request.add_items();
+    item->set_sequence(WireSequenceId(nonce_, r.sequence));
+    item->set_start(r.start);
+    item->set_bonus(r.bonus);
+    item->set_window(r.window);
+    item->set_passes(r.passes);
+  }
+  grpc::ClientContext context;
+  context.set_deadline(In(options_.draft_timeout_ms));
+  v1::DraftResponse response;
+  const grpc::Status status = stub_->Draft(&context, request, &response);
+  if (!status.ok()) {
+    MarkUnhealthy();
+    return Annotate(FromGrpcStatus(status), "drafter Draft");
+  }
+  if (response.results_size() != static_cast<int>(requests.size())) {
+    MarkUnhealthy();
+    return absl::InternalError("drafter returned a wrong result count");
+  }
+  std::vector<DraftResult> results(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const v1::DraftOutput& out = response.results(static_cast<int>(i));
+    if (out.code() != 0) continue;  // empty result → that request falls back
+    for (const v1::DraftPassTokens& p : out.passes()) {
+      DraftPass pass;
+      pass.tokens.assign(p.tokens().begin(), p.tokens().end());
+      pass.confidences.assign(p.confidences().begin(), p.confidences().end());
+      results[i].passes.push_back(std::move(pass));
+    }
+  }
+  return results;
+}
+
+absl::Status RemoteDrafter::Release(SequenceId sequence) {
+  struct Call {
+    grpc::ClientContext context;
+    v1::DrafterReleaseRequest request;
+    v1::DrafterReleaseResponse response;
+  };
+  auto* call = new Call;
+  call->request.add_sequences(WireSequenceId(nonce_, sequence));
+  call->context.set_deadline(In(5000));
+  stub_->async()->Release(&call->context, &call->request, &call->response,
+                          [call](grpc::Status) { delete call; });
+  return absl::OkStatus();
+}
+
+}  // namespace dedit

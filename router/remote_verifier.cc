@@ -1,0 +1,185 @@
+#include "router/remote_verifier.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "proto/grpc_status.h"
+
+namespace dedit {
+namespace {
+
+// Waits for a fixed number of callback completions.
+class CallLatch {
+ public:
+  explicit CallLatch(int n) : remaining_(n) {}
+  void Done() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (--remaining_ == 0) cv_.notify_all();
+  }
+  void Wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return remaining_ == 0; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int remaining_;
+};
+
+}  // namespace
+
+RemoteVerifier::RemoteVerifier(std::shared_ptr<grpc::Channel> channel,
+                               Options options, uint32_t nonce)
+    : stub_(v1::Target::NewStub(channel)), options_(options), nonce_(nonce) {}
+
+absl::StatusOr<v1::TargetInfoResponse> RemoteVerifier::FetchInfo(
+    int64_t timeout_ms) {
+  grpc::ClientContext context;
+  context.set_deadline(Clock::now() + std::chrono::milliseconds(timeout_ms));
+  v1::TargetInfoResponse info;
+  grpc::Status status = stub_->Info(&context, v1::TargetInfoRequest(), &info);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return info;
+}
+
+void RemoteVerifier::SetRequestLimits(SequenceId id, int64_t reserve_tokens,
+                                      Clock::time_point deadline) {
+  limits_[id] = {reserve_tokens, deadline};
+}
+
+RemoteVerifier::Clock::time_point RemoteVerifier::CallDeadline(
+    const std::vector<SequenceId>& ids) const {
+  const Clock::time_point cap =
+      Clock::now() + std::chrono::milliseconds(options_.rpc_timeout_ms);
+  Clock::time_point latest = Clock::time_point::min();
+  for (SequenceId id : ids) {
+    auto it = limits_.find(id);
+    if (it == limits_.end() || it->second.deadline == Clock::time_point::max()) {
+      return cap;
+    }
+    latest = std::max(latest, it->second.deadline);
+  }
+  return ids.empty() ? cap : std::min(cap, latest);
+}
+
+absl::StatusOr<TargetStepResult> RemoteVerifier::Step(
+    const std::vector<PrefillWork>& prefills,
+    const std::vector<VerifyWork>& verifies) {
+  grpc::ClientContext prefill_context, verify_context;
+  v1::PrefillRequest prefill_request;
+  v1::PrefillResponse prefill_response;
+  v1::VerifyRequest verify_request;
+  v1::VerifyResponse verify_response;
+  grpc::Status prefill_status, verify_status;
+  std::vector<SequenceId> prefill_ids, verify_ids;
+
+  for (const PrefillWork& p : prefills) {
+    v1::PrefillItem* item = prefill_request.add_items();
+    item->set_sequence(WireSequenceId(nonce_, p.sequence));
+    item->mutable_prompt()->Add(p.prompt.begin(), p.prompt.end());
+    v1::TargetSampling* s = item->mutable_sampling();
+    s->set_temperature(p.sampling.temperature);
+    s->set_top_k(p.sampling.top_k);
+    s->set_top_p(p.sampling.top_p);
+    s->set_has_seed(p.sampling.has_seed);
+    s->set_seed(p.sampling.seed);
+    auto it = limits_.find(p.sequence);
+    item->set_reserve_tokens(it == limits_.end() ? 0 : it->second.reserve_tokens);
+    prefill_ids.push_back(p.sequence);
+  }
+  for (const VerifyWork& v : verifies) {
+    v1::VerifyItem* item = verify_request.add_items();
+    item->set_sequence(WireSequenceId(nonce_, v.sequence));
+    item->set_start(v.start);
+    item->mutable_block()->Add(v.block.begin(), v.block.end());
+    verify_ids.push_back(v.sequence);
+  }
+
+  const int calls = (prefills.empty() ? 0 : 1) + (verifies.empty() ? 0 : 1);
+  prefill_request.set_round_calls(calls);
+  verify_request.set_round_calls(calls);
+  CallLatch latch(calls);
+  // Both calls are in flight together so that the target can put them in
+  // one forward.
+  if (!prefills.empty()) {
+    prefill_context.set_deadline(CallDeadline(prefill_ids));
+    stub_->async()->Prefill(&prefill_context, &prefill_request,
+                            &prefill_response, [&](grpc::Status s) {
+                              prefill_status = std::move(s);
+                              latch.Done();
+                            });
+  }
+  if (!verifies.empty()) {
+    verify_context.set_deadline(CallDeadline(verify_ids));
+    stub_->async()->Verify(&verify_context, &verify_request, &verify_response,
+                           [&](grpc::Status s) {
+                             verify_status = std::move(s);
+                             latch.Done();
+                           });
+  }
+  latch.Wait();
+
+  TargetStepResult result;
+  if (!verifies.empty()) {
+    if (!verify_status.ok()) {
+      return Annotate(FromGrpcStatus(verify_status), "target Verify");
+    }
+    if (verify_response.results_size() != static_cast<int>(verifies.size())) {
+      return absl::InternalError("target Verify returned a wrong result count");
+    }
+    for (int i = 0; i < verify_response.results_size(); ++i) {
+      const v1::VerifyResult& r = verify_response.results(i);
+      const int window = static_cast<int>(verifies[i].block.size());
+      if (r.accepted() < 0 || r.accepted() >= window ||
+          r.target_tokens_size() != window) {
+        return absl::InternalError("target Verify returned a malformed outcome");
+      }
+      result.verified.push_back(
+          {r.accepted(), std::vector<int32_t>(r.target_tokens().begin(),
+                                              r.target_tokens().end())});
+    }
+  }
+  if (!prefills.empty()) {
+    const bool call_ok = prefill_status.ok() &&
+                         prefill_response.results_size() ==
+                             static_cast<int>(prefills.size());
+    const absl::Status call_error =
+        prefill_status.ok()
+            ? absl::InternalError("target Prefill returned a wrong result count")
+            : Annotate(FromGrpcStatus(prefill_status), "target Prefill");
+    for (size_t i = 0; i < prefills.size(); ++i) {
+      if (!call_ok) {
+        result.first_tokens.push_back(-1);
+        result.prefill_status.push_back(call_error);
+        continue;
+      }
+      const v1::PrefillResult& r = prefill_response.results(static_cast<int>(i));
+      result.first_tokens.push_back(r.first_token());
+      result.prefill_status.push_back(StatusFromCode(r.code(), r.message()));
+    }
+  }
+  return result;
+}
+
+absl::Status RemoteVerifier::Release(SequenceId sequence) {
+  limits_.erase(sequence);
+  // Fire and forget: the engine does not wait for KV to be freed, and a
+  // lost Release is harmless once the target restarts.
+  struct Call {
+    grpc::ClientContext context;
+    v1::ReleaseRequest request;
+    v1::ReleaseResponse response;
+  };
+  auto* call = new Call;
+  call->request.add_sequences(WireSequenceId(nonce_, sequence));
+  call->context.set_deadline(Clock::now() + std::chrono::seconds(10));
+  stub_->async()->Release(&call->context, &call->request, &call->response,
+                          [call](grpc::Status) { delete call; });
+  return absl::OkStatus();
+}
+
+}  // namespace dedit

@@ -1,0 +1,75 @@
+// The Verifier side of the round logic over dedit-target (gRPC).
+//
+// One Step() sends the round's prefills and verify blocks as two concurrent
+// RPCs (Prefill, Verify); the target's model thread packs them into one
+// forward when they arrive together. A prompt the target refuses (KV
+// capacity) fails alone via TargetStepResult::prefill_status.
+//
+// Sequence ids on the wire are (router nonce << 32 | engine id), so that
+// several routers, or a restarted one, never collide in the target.
+//
+//   RemoteVerifier verifier(channel, {.rpc_timeout_ms = 60000}, nonce);
+//   ASSIGN_OR_RETURN(v1::TargetInfoResponse info, verifier.FetchInfo(500));
+//   SpeculativeEngine engine(&verifier, &drafter, options);
+//
+// Thread-compatible (the engine thread), except that Release() only starts
+// an asynchronous call.
+#ifndef DEDIT_ROUTER_REMOTE_VERIFIER_H_
+#define DEDIT_ROUTER_REMOTE_VERIFIER_H_
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+
+#include <grpcpp/grpcpp.h>
+
+#include "common/round_interfaces.h"
+#include "dedit/v1/services.grpc.pb.h"
+
+namespace dedit {
+
+// Wire id of an engine sequence for the router instance `nonce`.
+inline uint64_t WireSequenceId(uint32_t nonce, SequenceId id) {
+  return (static_cast<uint64_t>(nonce) << 32) | (id & 0xffffffffu);
+}
+
+class RemoteVerifier : public Verifier {
+ public:
+  struct Options {
+    int64_t rpc_timeout_ms = 60000;  // Prefill / Verify
+  };
+  using Clock = std::chrono::system_clock;
+
+  RemoteVerifier(std::shared_ptr<grpc::Channel> channel, Options options,
+                 uint32_t nonce);
+
+  absl::StatusOr<v1::TargetInfoResponse> FetchInfo(int64_t timeout_ms);
+
+  // Per-request facts the Verifier interface does not carry: the KV tokens
+  // to reserve at prefill, and the client's deadline (internal calls never
+  // outlive every client they serve).
+  void SetRequestLimits(SequenceId id, int64_t reserve_tokens,
+                        Clock::time_point deadline);
+
+  absl::StatusOr<TargetStepResult> Step(
+      const std::vector<PrefillWork>& prefills,
+      const std::vector<VerifyWork>& verifies) override;
+  absl::Status Release(SequenceId sequence) override;
+
+ private:
+  struct Limits {
+    int64_t reserve_tokens = 0;
+    Clock::time_point deadline = Clock::time_point::max();
+  };
+  Clock::time_point CallDeadline(const std::vector<SequenceId>& ids) const;
+
+  std::unique_ptr<v1::Target::Stub> stub_;
+  Options options_;
+  uint32_t nonce_;
+  std::unordered_map<SequenceId, Limits> limits_;
+};
+
+}  // namespace dedit
+
+#endif  // DEDIT_ROUTER_REMOTE_VERIFIER_H_

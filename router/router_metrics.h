@@ -1,0 +1,69 @@
+// The router's Prometheus metrics (DESIGN.md §4), all labelled with the
+// served model. Counters follow vLLM's spec-decode conventions: a draft is
+// one drafted round, draft tokens are W-1 per round, position i is counted
+// accepted only if positions 0..i all were.
+//
+// Thread-safe (prometheus-cpp metrics are).
+#ifndef DEDIT_ROUTER_ROUTER_METRICS_H_
+#define DEDIT_ROUTER_ROUTER_METRICS_H_
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include "absl/status/status.h"
+#include "common/speculative_engine.h"
+
+namespace dedit {
+
+class RouterMetrics {
+ public:
+  RouterMetrics(prometheus::Registry& registry, const std::string& model);
+
+  // One finished round of one request; `block_size` sizes the acceptance
+  // histogram's integer buckets (1..W) the first time a drafted round is seen.
+  void OnRound(const RoundRecord& round, int block_size);
+  void OnStep(const SpeculativeEngine::StepStats& step, double total_seconds);
+  void OnFirstToken(double seconds_since_arrival);
+  // `n` tokens arrived together `interval_seconds` after the previous ones.
+  void OnTokens(int n, double interval_seconds);
+  void OnRequestStarted(int prompt_tokens);
+  // `status` is "ok" or a lowercase gRPC code name ("invalid_argument").
+  void OnRequestFinished(const std::string& status, double duration_seconds,
+                         bool was_running);
+
+  static std::string StatusLabel(const absl::Status& status);
+
+ private:
+  const std::string model_;
+  prometheus::Counter& num_drafts_;
+  prometheus::Counter& num_draft_tokens_;
+  prometheus::Counter& num_accepted_tokens_;
+  prometheus::Family<prometheus::Counter>& accepted_per_pos_;
+  prometheus::Family<prometheus::Histogram>& acceptance_length_family_;
+  prometheus::Family<prometheus::Counter>& edit_outcomes_;
+  prometheus::Family<prometheus::Histogram>& round_duration_;
+  prometheus::Histogram& ttft_;
+  prometheus::Histogram& itl_;
+  prometheus::Histogram& request_duration_;
+  prometheus::Family<prometheus::Counter>& requests_;
+  prometheus::Gauge& running_;
+  prometheus::Counter& prompt_tokens_;
+  prometheus::Counter& generation_tokens_;
+  prometheus::Counter& fallback_rounds_;
+
+  std::mutex mu_;
+  prometheus::Histogram* acceptance_length_ = nullptr;  // GUARDED_BY(mu_)
+  std::vector<prometheus::Counter*> per_pos_;           // GUARDED_BY(mu_)
+};
+
+}  // namespace dedit
+
+#endif  // DEDIT_ROUTER_ROUTER_METRICS_H_

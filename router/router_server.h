@@ -1,0 +1,41 @@
+// dedit-router as a library call: connects to dedit-target and (optionally)
+// dedit-drafter, runs the GenerationLoop and serves dedit.v1.Generation,
+// health, reflection and /metrics until SIGTERM/SIGINT, then drains.
+//
+//   RouterServerOptions options;      // filled from flags in main.cc
+//   options.target_address = "127.0.0.1:50051";
+//   options.drafter_address = "127.0.0.1:50052";
+//   return RunRouterServer(options).ok() ? 0 : 1;
+#ifndef DEDIT_ROUTER_ROUTER_SERVER_H_
+#define DEDIT_ROUTER_ROUTER_SERVER_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "router/generation_loop.h"
+#include "router/generation_service.h"
+#include "router/remote_drafter.h"
+#include "router/remote_verifier.h"
+
+namespace dedit {
+
+struct RouterServerOptions {
+  std::string target_address = "127.0.0.1:50051";
+  std::string drafter_address;   // empty → target-only router
+  std::string tokenizer_path;    // empty → token ids only
+  std::string listen_address = "0.0.0.0:50050";
+  std::string metrics_address = "0.0.0.0:9100";
+  std::string ready_file;
+  int drain_timeout_ms = 30000;
+  GenerationLoop::Options loop;
+  GenerationServiceImpl::Defaults defaults;
+  RemoteVerifier::Options verifier;
+  RemoteDrafter::Options drafter;
+};
+
+// REQUIRES: BlockShutdownSignals() was called before any thread started.
+absl::Status RunRouterServer(const RouterServerOptions& options);
+
+}  // namespace dedit
+
+#endif  // DEDIT_ROUTER_ROUTER_SERVER_H_

@@ -1,0 +1,155 @@
+#include "target_service/context_stream_client.h"
+
+#include <chrono>
+#include <utility>
+
+#include "common/torch_status.h"
+#include "proto/tensor_wire.h"
+
+namespace dedit {
+
+ContextStreamClient::ContextStreamClient(std::shared_ptr<grpc::Channel> channel,
+                                         Options options,
+                                         BytesObserver on_bytes_sent)
+    : stub_(v1::Drafter::NewStub(channel)),
+      options_(options),
+      on_bytes_sent_(std::move(on_bytes_sent)) {}
+
+ContextStreamClient::~ContextStreamClient() { Stop(0); }
+
+void ContextStreamClient::Start() {
+  thread_ = std::thread([this] { Run(); });
+}
+
+void ContextStreamClient::Stop(int drain_ms) {
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(drain_ms);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!stopping_) {
+      stopping_ = true;
+      stop_deadline_ = deadline;
+    }
+  }
+  cv_.notify_all();
+  // Give the writer the drain time, then cut a call that is stuck (a drafter
+  // that stopped reading blocks Write on flow control).
+  while (std::chrono::steady_clock::now() < deadline) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (queue_.empty()) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (current_call_ != nullptr) current_call_->TryCancel();
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+absl::Status ContextStreamClient::OnContext(SequenceId sequence, int64_t start,
+                                            const at::Tensor& features) {
+  v1::ContextChunk chunk;
+  chunk.set_sequence(sequence);
+  chunk.set_start(start);
+  // bf16 on the wire (DESIGN.md §3): half the bytes of f32.
+  absl::Status status = GuardTorch([&] {
+    const at::Tensor cpu = features.to(at::kCPU, at::kBFloat16).contiguous();
+    SetWireTensor(WireDtype::kBFloat16, cpu.sizes().vec(), cpu.data_ptr(),
+                  static_cast<size_t>(cpu.numel() * cpu.element_size()),
+                  chunk.mutable_features());
+  });
+  if (!status.ok()) return status;
+  Enqueue(std::move(chunk));
+  return absl::OkStatus();
+}
+
+void ContextStreamClient::OnRelease(SequenceId sequence) {
+  v1::ContextChunk chunk;
+  chunk.set_sequence(sequence);
+  chunk.set_release(true);
+  Enqueue(std::move(chunk));
+}
+
+void ContextStreamClient::Enqueue(v1::ContextChunk chunk) {
+  const int64_t bytes = static_cast<int64_t>(chunk.features().data().size());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // Without a drafter to read them, chunks would only pile up; the
+    // drafter drops sequences whose context has a gap anyway.
+    if (stopping_ || !connected_.load() ||
+        queued_bytes_ + bytes > options_.max_queued_bytes) {
+      dropped_chunks_.fetch_add(1);
+      return;
+    }
+    queued_bytes_ += bytes;
+    queue_.push_back(std::move(chunk));
+  }
+  cv_.notify_all();
+}
+
+void ContextStreamClient::Run() {
+  while (true) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_) return;
+    }
+    grpc::ClientContext context;
+    // Fail fast while the drafter is down, instead of queueing the call.
+    context.set_wait_for_ready(false);
+    v1::StreamContextSummary summary;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      current_call_ = &context;
+    }
+    std::unique_ptr<grpc::ClientWriter<v1::ContextChunk>> writer =
+        stub_->StreamContext(&context, &summary);
+    // The drafter sends initial metadata as soon as it accepts the stream;
+    // only then is it worth queueing context for it.
+    writer->WaitForInitialMetadata();
+    WriteLoop(writer.get());
+    connected_.store(false);
+    writer->WritesDone();
+    (void)writer->Finish();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      current_call_ = nullptr;
+      // Context queued for a broken call is lost with it.
+      dropped_chunks_.fetch_add(static_cast<int64_t>(queue_.size()));
+      queue_.clear();
+      queued_bytes_ = 0;
+    }
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, std::chrono::milliseconds(options_.reconnect_backoff_ms),
+                 [&] { return stopping_; });
+    if (stopping_) return;
+  }
+}
+
+void ContextStreamClient::WriteLoop(
+    grpc::ClientWriter<v1::ContextChunk>* writer) {
+  // An empty first write tells whether the call is alive (WaitForInitialMetadata
+  // returns on failure too).
+  bool alive = writer->Write(v1::ContextChunk());
+  connected_.store(alive);
+  while (alive) {
+    v1::ContextChunk chunk;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty() ||
+          (stopping_ && std::chrono::steady_clock::now() > stop_deadline_)) {
+        return;
+      }
+      chunk = std::move(queue_.front());
+      queue_.pop_front();
+      queued_bytes_ -= static_cast<int64_t>(chunk.features().data().size());
+    }
+    const int64_t bytes = static_cast<int64_t>(chunk.ByteSizeLong());
+    alive = writer->Write(chunk);
+    if (alive && on_bytes_sent_) on_bytes_sent_(bytes);
+  }
+}
+
+}  // namespace dedit

@@ -1,0 +1,81 @@
+// The target's end of the context stream (DESIGN.md §3): committed tokens'
+// features, converted to bf16, written in order on one long-lived
+// Drafter.StreamContext call.
+//
+// The model thread only enqueues (OnContext/OnRelease never block on the
+// network); a writer thread owns the call. When the drafter is down the
+// writer reconnects with backoff and chunks are dropped meanwhile: the
+// drafter then lacks those sequences' context, their drafts fail, and the
+// router decodes them target-only — speed lost, never correctness. A bounded
+// queue (`max_queued_bytes`) keeps a stalled drafter from exhausting memory.
+//
+//   ContextStreamClient stream(channel, {.max_queued_bytes = 1 << 30},
+//                              [](int64_t bytes) { counter.Increment(bytes); });
+//   stream.Start();
+//   TargetWorker worker(model, &stream, ...);
+#ifndef DEDIT_TARGET_SERVICE_CONTEXT_STREAM_CLIENT_H_
+#define DEDIT_TARGET_SERVICE_CONTEXT_STREAM_CLIENT_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include <grpcpp/grpcpp.h>
+
+#include "dedit/v1/services.grpc.pb.h"
+#include "target_service/target_worker.h"
+
+namespace dedit {
+
+class ContextStreamClient : public ContextPublisher {
+ public:
+  struct Options {
+    int64_t max_queued_bytes = int64_t{1} << 30;
+    int reconnect_backoff_ms = 200;
+  };
+  using BytesObserver = std::function<void(int64_t bytes)>;
+
+  ContextStreamClient(std::shared_ptr<grpc::Channel> channel, Options options,
+                      BytesObserver on_bytes_sent);
+  ~ContextStreamClient() override;  // Stop()s
+
+  void Start();
+  // Sends what is queued (bounded by `drain_ms`), ends the stream, joins.
+  void Stop(int drain_ms = 1000);
+
+  absl::Status OnContext(SequenceId sequence, int64_t start,
+                         const at::Tensor& features) override;
+  void OnRelease(SequenceId sequence) override;
+
+  bool connected() const { return connected_.load(); }
+  int64_t dropped_chunks() const { return dropped_chunks_.load(); }
+
+ private:
+  void Enqueue(v1::ContextChunk chunk);
+  void Run();
+  // Writes until the queue is drained and stopping, or the call breaks.
+  void WriteLoop(grpc::ClientWriter<v1::ContextChunk>* writer);
+
+  std::unique_ptr<v1::Drafter::Stub> stub_;
+  Options options_;
+  BytesObserver on_bytes_sent_;
+  std::atomic<bool> connected_{false};
+  std::atomic<int64_t> dropped_chunks_{0};
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<v1::ContextChunk> queue_;  // GUARDED_BY(mu_)
+  int64_t queued_bytes_ = 0;            // GUARDED_BY(mu_)
+  bool stopping_ = false;               // GUARDED_BY(mu_)
+  std::chrono::steady_clock::time_point stop_deadline_;  // GUARDED_BY(mu_)
+  grpc::ClientContext* current_call_ = nullptr;  // GUARDED_BY(mu_)
+  std::thread thread_;
+};
+
+}  // namespace dedit
+
+#endif  // DEDIT_TARGET_SERVICE_CONTEXT_STREAM_CLIENT_H_

@@ -1,0 +1,79 @@
+// dedit-target: the target model service (DESIGN.md §3).
+//
+//   dedit-target --target_dir models/tiny/target --drafter_dir models/tiny/drafter
+//       --drafter 127.0.0.1:50052 --port 50051 --metrics_port 9101 --device cpu
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "proto/server_bootstrap.h"
+#include "target_service/target_server.h"
+
+ABSL_FLAG(std::string, target_dir, "", "target model folder (HF format)");
+ABSL_FLAG(std::string, model_name, "", "served model name (default: folder name)");
+ABSL_FLAG(std::string, drafter_dir, "",
+          "drafter folder, read for its target_layer_ids (context features)");
+ABSL_FLAG(std::string, feature_layer_ids, "",
+          "comma-separated target layers for context features (overrides "
+          "--drafter_dir)");
+ABSL_FLAG(std::string, drafter, "", "dedit-drafter address host:port; empty → none");
+ABSL_FLAG(std::string, device, "cpu", "cpu, cuda, cuda:N");
+ABSL_FLAG(std::string, dtype, "float32", "compute dtype: float32 or bfloat16");
+ABSL_FLAG(int, threads, 0, "CPU threads for libtorch (0 = default)");
+ABSL_FLAG(std::string, host, "0.0.0.0", "listen host");
+ABSL_FLAG(int, port, 50051, "gRPC port (0 = ephemeral)");
+ABSL_FLAG(int, metrics_port, 9101, "Prometheus /metrics port (0 = ephemeral)");
+ABSL_FLAG(std::string, ready_file, "",
+          "written with the bound ports once serving");
+ABSL_FLAG(int, max_batch_tokens, 2048, "tokens per batched forward");
+ABSL_FLAG(int64_t, max_batch_wait_us, 2000,
+          "how long a forward waits for the other half of a round "
+          "(Prefill + Verify sent together)");
+ABSL_FLAG(int64_t, kv_capacity_tokens, 262144,
+          "KV capacity in tokens (admission control)");
+ABSL_FLAG(int, drain_timeout_ms, 10000, "graceful shutdown: drain time");
+
+int main(int argc, char** argv) {
+  dedit::BlockShutdownSignals();
+  absl::ParseCommandLine(argc, argv);
+  dedit::TargetServerOptions o;
+  o.target_dir = absl::GetFlag(FLAGS_target_dir);
+  if (o.target_dir.empty()) {
+    std::fprintf(stderr, "dedit-target: --target_dir is required\n");
+    return 2;
+  }
+  o.model_name = absl::GetFlag(FLAGS_model_name);
+  o.drafter_dir = absl::GetFlag(FLAGS_drafter_dir);
+  for (absl::string_view part : absl::StrSplit(
+           absl::GetFlag(FLAGS_feature_layer_ids), ',', absl::SkipEmpty())) {
+    int id = 0;
+    if (!absl::SimpleAtoi(part, &id)) {
+      std::fprintf(stderr, "dedit-target: bad --feature_layer_ids\n");
+      return 2;
+    }
+    o.feature_layer_ids.push_back(id);
+  }
+  o.drafter_address = absl::GetFlag(FLAGS_drafter);
+  o.device = absl::GetFlag(FLAGS_device);
+  o.dtype = absl::GetFlag(FLAGS_dtype);
+  o.cpu_threads = absl::GetFlag(FLAGS_threads);
+  const std::string host = absl::GetFlag(FLAGS_host);
+  o.listen_address = absl::StrCat(host, ":", absl::GetFlag(FLAGS_port));
+  o.metrics_address = absl::StrCat(host, ":", absl::GetFlag(FLAGS_metrics_port));
+  o.ready_file = absl::GetFlag(FLAGS_ready_file);
+  o.drain_timeout_ms = absl::GetFlag(FLAGS_drain_timeout_ms);
+  o.worker.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
+  o.worker.max_batch_wait_us = absl::GetFlag(FLAGS_max_batch_wait_us);
+  o.worker.kv_capacity_tokens = absl::GetFlag(FLAGS_kv_capacity_tokens);
+  const absl::Status status = dedit::RunTargetServer(o);
+  if (!status.ok()) {
+    std::fprintf(stderr, "dedit-target: %s\n", status.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}

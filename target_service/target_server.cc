@@ -1,0 +1,140 @@
+#include "target_service/target_server.h"
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include <ATen/Parallel.h>
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+
+#include "common/model_config.h"
+#include "common/qwen3_model.h"
+#include "common/status.h"
+#include "common/tensor_io.h"
+#include "proto/server_bootstrap.h"
+#include "target_service/context_stream_client.h"
+#include "target_service/target_service.h"
+
+namespace dedit {
+namespace {
+
+// DESIGN.md §4, target side.
+struct TargetMetrics {
+  explicit TargetMetrics(prometheus::Registry& r)
+      : batch_size(prometheus::BuildHistogram()
+                       .Name("dedit_target_batch_size")
+                       .Help("Sequences (prefill chunks + verify blocks) per target forward")
+                       .Register(r)
+                       .Add({}, prometheus::Histogram::BucketBoundaries{
+                                    1, 2, 4, 8, 16, 32, 64, 128, 256})),
+        forward_seconds(
+            prometheus::BuildHistogram()
+                .Name("dedit_target_forward_duration_seconds")
+                .Help("Wall time of one batched target forward")
+                .Register(r)
+                .Add({}, prometheus::Histogram::BucketBoundaries{
+                             0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                             0.1, 0.25, 0.5, 1, 2.5, 5, 10})),
+        kv_usage(prometheus::BuildGauge()
+                     .Name("dedit_kv_cache_usage_ratio")
+                     .Help("Cached KV tokens / KV capacity in tokens")
+                     .Register(r)
+                     .Add({})),
+        stream_bytes(prometheus::BuildCounter()
+                         .Name("dedit_context_stream_bytes_total")
+                         .Help("Bytes of context features sent to the drafter")
+                         .Register(r)
+                         .Add({})) {}
+  prometheus::Histogram& batch_size;
+  prometheus::Histogram& forward_seconds;
+  prometheus::Gauge& kv_usage;
+  prometheus::Counter& stream_bytes;
+};
+
+}  // namespace
+
+absl::Status RunTargetServer(const TargetServerOptions& options) {
+  if (options.cpu_threads > 0) at::set_num_threads(options.cpu_threads);
+  ASSIGN_OR_RETURN(c10::Device device, ParseDevice(options.device));
+  ASSIGN_OR_RETURN(at::ScalarType dtype, ParseScalarType(options.dtype));
+  Qwen3Model::Options model_options;
+  model_options.device = device;
+  model_options.dtype = dtype;
+  model_options.feature_layer_ids = options.feature_layer_ids;
+  if (model_options.feature_layer_ids.empty() && !options.drafter_dir.empty()) {
+    ASSIGN_OR_RETURN(DrafterConfig drafter, LoadDrafterConfig(options.drafter_dir));
+    model_options.feature_layer_ids = drafter.target_layer_ids;
+  }
+  if (!options.drafter_address.empty() &&
+      model_options.feature_layer_ids.empty()) {
+    return absl::InvalidArgumentError(
+        "a drafter needs context features: pass --drafter_dir or "
+        "--feature_layer_ids");
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<Qwen3Model> model,
+                   Qwen3Model::Load(options.target_dir, model_options));
+  std::string model_name = options.model_name;
+  if (model_name.empty()) {
+    model_name = std::filesystem::path(options.target_dir).filename().string();
+    if (model_name.empty()) {
+      model_name = std::filesystem::path(options.target_dir)
+                       .parent_path().filename().string();
+    }
+  }
+
+  auto registry = std::make_shared<prometheus::Registry>();
+  TargetMetrics metrics(*registry);
+
+  std::unique_ptr<ContextStreamClient> stream;
+  if (!options.drafter_address.empty()) {
+    stream = std::make_unique<ContextStreamClient>(
+        grpc::CreateCustomChannel(options.drafter_address,
+                                  grpc::InsecureChannelCredentials(),
+                                  InternalChannelArguments()),
+        ContextStreamClient::Options(),
+        [&metrics](int64_t bytes) {
+          metrics.stream_bytes.Increment(static_cast<double>(bytes));
+        });
+    stream->Start();
+  }
+  TargetWorkerOptions worker_options = options.worker;
+  worker_options.cpu_threads = options.cpu_threads;
+  TargetWorker worker(
+      std::move(model), stream.get(),
+      [&metrics](const TargetForwardStats& s) {
+        metrics.batch_size.Observe(s.segments);
+        metrics.forward_seconds.Observe(s.seconds);
+        if (s.kv_capacity_tokens > 0) {
+          metrics.kv_usage.Set(static_cast<double>(s.cached_tokens) /
+                               static_cast<double>(s.kv_capacity_tokens));
+        }
+      },
+      worker_options);
+  worker.Start();
+
+  TargetServiceImpl service(&worker, stream.get(),
+                            {model_name, options.device, options.dtype});
+  ASSIGN_OR_RETURN(StartedServer server,
+                   StartGrpcServer(options.listen_address, {&service}));
+  ASSIGN_OR_RETURN(std::unique_ptr<MetricsEndpoint> metrics_endpoint,
+                   StartMetricsEndpoint(options.metrics_address, registry));
+  RETURN_IF_ERROR(WriteReadyFile(options.ready_file, server.port,
+                                 metrics_endpoint->port()));
+  std::fprintf(stderr, "dedit-target: model %s on %s, gRPC port %d, metrics port %d\n",
+               model_name.c_str(), options.device.c_str(), server.port,
+               metrics_endpoint->port());
+
+  const int sig = WaitForShutdownSignal();
+  std::fprintf(stderr, "dedit-target: signal %d, draining\n", sig);
+  server.server->GetHealthCheckService()->SetServingStatus(false);
+  server.server->Shutdown(std::chrono::system_clock::now() +
+                          std::chrono::milliseconds(options.drain_timeout_ms));
+  worker.Stop();
+  if (stream) stream->Stop(1000);
+  return absl::OkStatus();
+}
+
+}  // namespace dedit

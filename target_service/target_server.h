@@ -1,0 +1,43 @@
+// dedit-target as a library call: loads the target, starts the model
+// thread, the context stream to the drafter, the gRPC server and /metrics,
+// and serves until SIGTERM/SIGINT, then drains.
+//
+//   TargetServerOptions options;       // filled from flags in main.cc
+//   options.target_dir = "models/tiny/target";
+//   return RunTargetServer(options).ok() ? 0 : 1;
+#ifndef DEDIT_TARGET_SERVICE_TARGET_SERVER_H_
+#define DEDIT_TARGET_SERVICE_TARGET_SERVER_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "target_service/target_worker.h"
+
+namespace dedit {
+
+struct TargetServerOptions {
+  std::string target_dir;
+  std::string model_name;       // empty → the target folder's name
+  // Context features: the drafter's target_layer_ids, read from
+  // `drafter_dir`/config.json unless given explicitly.
+  std::string drafter_dir;
+  std::vector<int> feature_layer_ids;
+  std::string drafter_address;  // host:port of dedit-drafter; empty → none
+  std::string device = "cpu";
+  std::string dtype = "float32";
+  int cpu_threads = 0;          // libtorch intra-op threads; 0 = default
+  std::string listen_address = "0.0.0.0:50051";
+  std::string metrics_address = "0.0.0.0:9101";
+  std::string ready_file;
+  int drain_timeout_ms = 10000;
+  TargetWorkerOptions worker;
+};
+
+// Blocks until a shutdown signal; error when startup fails.
+// REQUIRES: BlockShutdownSignals() was called before any thread started.
+absl::Status RunTargetServer(const TargetServerOptions& options);
+
+}  // namespace dedit
+
+#endif  // DEDIT_TARGET_SERVICE_TARGET_SERVER_H_

@@ -1,0 +1,117 @@
+#include "target_service/target_service.h"
+
+#include <utility>
+
+#include "proto/grpc_status.h"
+
+namespace dedit {
+
+grpc::ServerUnaryReactor* TargetServiceImpl::Prefill(
+    grpc::CallbackServerContext* context, const v1::PrefillRequest* request,
+    v1::PrefillResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  std::vector<TargetPrefillItem> items;
+  items.reserve(request->items_size());
+  for (const v1::PrefillItem& p : request->items()) {
+    TargetPrefillItem item;
+    item.work.sequence = p.sequence();
+    item.work.prompt.assign(p.prompt().begin(), p.prompt().end());
+    item.work.sampling.temperature = p.sampling().temperature();
+    item.work.sampling.top_k = p.sampling().top_k();
+    item.work.sampling.top_p =
+        p.sampling().top_p() == 0.0f ? 1.0f : p.sampling().top_p();
+    item.work.sampling.has_seed = p.sampling().has_seed();
+    item.work.sampling.seed = p.sampling().seed();
+    item.reserve_tokens = p.reserve_tokens();
+    items.push_back(std::move(item));
+  }
+  worker_->Prefill(
+      std::move(items),
+      [reactor, response](std::vector<absl::StatusOr<int32_t>> results) {
+        for (const absl::StatusOr<int32_t>& r : results) {
+          v1::PrefillResult* out = response->add_results();
+          if (r.ok()) {
+            out->set_first_token(*r);
+          } else {
+            out->set_code(static_cast<int>(r.status().code()));
+            out->set_message(std::string(r.status().message()));
+          }
+        }
+        reactor->Finish(grpc::Status::OK);
+      },
+      request->round_calls() > 1);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* TargetServiceImpl::Verify(
+    grpc::CallbackServerContext* context, const v1::VerifyRequest* request,
+    v1::VerifyResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  std::vector<VerifyWork> items;
+  items.reserve(request->items_size());
+  for (const v1::VerifyItem& v : request->items()) {
+    items.push_back({v.sequence(), v.start(),
+                     std::vector<int32_t>(v.block().begin(), v.block().end())});
+  }
+  worker_->Verify(
+      std::move(items),
+      [reactor, response](absl::StatusOr<std::vector<VerifyOutcome>> result) {
+        if (!result.ok()) {
+          reactor->Finish(ToGrpcStatus(result.status()));
+          return;
+        }
+        for (const VerifyOutcome& o : *result) {
+          v1::VerifyResult* out = response->add_results();
+          out->set_accepted(o.accepted);
+          out->mutable_target_tokens()->Add(o.target_tokens.begin(),
+                                            o.target_tokens.end());
+        }
+        reactor->Finish(grpc::Status::OK);
+      },
+      request->round_calls() > 1);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* TargetServiceImpl::Release(
+    grpc::CallbackServerContext* context, const v1::ReleaseRequest* request,
+    v1::ReleaseResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  worker_->Release(
+      std::vector<SequenceId>(request->sequences().begin(),
+                              request->sequences().end()),
+      [reactor, response](int released) {
+        response->set_released(released);
+        reactor->Finish(grpc::Status::OK);
+      });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* TargetServiceImpl::Info(
+    grpc::CallbackServerContext* context, const v1::TargetInfoRequest*,
+    v1::TargetInfoResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  // Config and options are immutable after load; counts come from the
+  // model thread's snapshot.
+  const Qwen3Config& c = worker_->config();
+  response->set_model_name(identity_.model_name);
+  response->set_vocab_size(c.vocab_size);
+  response->set_max_context(c.max_position_embeddings);
+  for (int id : c.eos_token_ids) response->add_eos_token_ids(id);
+  for (int id : worker_->model().options().feature_layer_ids) {
+    response->add_feature_layer_ids(id);
+  }
+  response->set_feature_width(worker_->model().feature_width());
+  response->set_device(identity_.device);
+  response->set_dtype(identity_.dtype);
+  const TargetWorker::Snapshot s = worker_->snapshot();
+  response->set_num_sequences(s.num_sequences);
+  response->set_cached_tokens(s.cached_tokens);
+  response->set_reserved_tokens(s.reserved_tokens);
+  response->set_kv_capacity_tokens(s.kv_capacity_tokens);
+  response->set_context_stream_connected(stream_ != nullptr &&
+                                         stream_->connected());
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+}  // namespace dedit

@@ -1,0 +1,50 @@
+// dedit.v1.Target over a TargetWorker: each RPC converts its message, hands
+// the work to the model thread and returns; the model thread answers.
+//
+//   TargetServiceImpl service(&worker, &stream, model_name, device, dtype);
+//   StartGrpcServer(address, {&service});
+#ifndef DEDIT_TARGET_SERVICE_TARGET_SERVICE_H_
+#define DEDIT_TARGET_SERVICE_TARGET_SERVICE_H_
+
+#include <string>
+
+#include "dedit/v1/services.grpc.pb.h"
+#include "target_service/context_stream_client.h"
+#include "target_service/target_worker.h"
+
+namespace dedit {
+
+class TargetServiceImpl final : public v1::Target::CallbackService {
+ public:
+  struct Identity {
+    std::string model_name;
+    std::string device;
+    std::string dtype;
+  };
+  // `stream` may be null (no drafter configured).
+  TargetServiceImpl(TargetWorker* worker, const ContextStreamClient* stream,
+                    Identity identity)
+      : worker_(worker), stream_(stream), identity_(std::move(identity)) {}
+
+  grpc::ServerUnaryReactor* Prefill(grpc::CallbackServerContext* context,
+                                    const v1::PrefillRequest* request,
+                                    v1::PrefillResponse* response) override;
+  grpc::ServerUnaryReactor* Verify(grpc::CallbackServerContext* context,
+                                   const v1::VerifyRequest* request,
+                                   v1::VerifyResponse* response) override;
+  grpc::ServerUnaryReactor* Release(grpc::CallbackServerContext* context,
+                                    const v1::ReleaseRequest* request,
+                                    v1::ReleaseResponse* response) override;
+  grpc::ServerUnaryReactor* Info(grpc::CallbackServerContext* context,
+                                 const v1::TargetInfoRequest* request,
+                                 v1::TargetInfoResponse* response) override;
+
+ private:
+  TargetWorker* worker_;
+  const ContextStreamClient* stream_;
+  Identity identity_;
+};
+
+}  // namespace dedit
+
+#endif  // DEDIT_TARGET_SERVICE_TARGET_SERVICE_H_

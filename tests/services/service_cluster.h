@@ -1,0 +1,105 @@
+// Real dedit-target / dedit-drafter / dedit-router processes on loopback
+// with ephemeral ports, over tiny random models written to a temp dir, for
+// the service tests.
+//
+//   ServiceCluster cluster;                 // models + three processes
+//   ASSERT_TRUE(cluster.Start().ok());
+//   auto stub = dedit::v1::Generation::NewStub(cluster.RouterChannel());
+//   cluster.KillDrafter();  cluster.RestartDrafter();
+#ifndef DEDIT_TESTS_SERVICES_SERVICE_CLUSTER_H_
+#define DEDIT_TESTS_SERVICES_SERVICE_CLUSTER_H_
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/statusor.h"
+#include "common/tiny_model.h"
+
+namespace dedit::testing {
+
+// One child process; its stdout/stderr go to `log_path`.
+class ServiceProcess {
+ public:
+  // Starts `binary args... --ready_file=<tmp>` and waits (up to
+  // `timeout_ms`) for the ready file with the bound ports.
+  static absl::StatusOr<std::unique_ptr<ServiceProcess>> Start(
+      const std::string& binary, std::vector<std::string> args,
+      const std::string& work_dir, const std::string& name,
+      int timeout_ms = 60000);
+  ~ServiceProcess();  // SIGKILL if still running
+
+  int grpc_port() const { return grpc_port_; }
+  int metrics_port() const { return metrics_port_; }
+  pid_t pid() const { return pid_; }
+  const std::string& log_path() const { return log_path_; }
+
+  void Kill();  // SIGKILL and reap
+  // SIGTERM; returns the exit status, or -1 if it did not exit in time.
+  int Terminate(int timeout_ms);
+
+ private:
+  pid_t pid_ = -1;
+  int grpc_port_ = 0;
+  int metrics_port_ = 0;
+  std::string log_path_;
+};
+
+class ServiceCluster {
+ public:
+  struct Options {
+    bool with_drafter = true;
+    bool with_tokenizer = true;
+    std::vector<std::string> router_flags;
+    std::vector<std::string> target_flags;
+  };
+  ServiceCluster();
+  explicit ServiceCluster(Options options);
+  ~ServiceCluster();
+
+  // Writes the models (once) and starts drafter, target, router.
+  absl::Status Start();
+
+  const TinyModelSpec& spec() const { return spec_; }
+  std::string target_dir() const { return dir_ + "/target"; }
+  std::string drafter_dir() const { return dir_ + "/drafter"; }
+  std::string tokenizer_path() const { return dir_ + "/target/tokenizer.json"; }
+
+  std::string router_address() const;
+  std::shared_ptr<grpc::Channel> RouterChannel() const;
+  std::shared_ptr<grpc::Channel> TargetChannel() const;
+  std::shared_ptr<grpc::Channel> DrafterChannel() const;
+
+  ServiceProcess* router() { return router_.get(); }
+  ServiceProcess* target() { return target_.get(); }
+  ServiceProcess* drafter() { return drafter_.get(); }
+
+  void KillDrafter();
+  // Starts the drafter again on its old port.
+  absl::Status RestartDrafter();
+  void KillTarget();
+
+  // GET http://127.0.0.1:port/metrics body.
+  static absl::StatusOr<std::string> Scrape(int metrics_port);
+  // Sum of the samples of `name` whose label set contains `label`
+  // (e.g. `le="1"`); 0 when absent.
+  static double MetricValue(const std::string& text, const std::string& name,
+                            const std::string& label = "");
+
+ private:
+  absl::Status StartDrafter(int port);
+
+  Options options_;
+  TinyModelSpec spec_;
+  std::string dir_;
+  int drafter_port_ = 0;
+  std::unique_ptr<ServiceProcess> drafter_, target_, router_;
+};
+
+}  // namespace dedit::testing
+
+#endif  // DEDIT_TESTS_SERVICES_SERVICE_CLUSTER_H_

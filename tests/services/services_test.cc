@@ -1,0 +1,554 @@
+// The disaggregated system end to end: real dedit-target, dedit-drafter and
+// dedit-router processes on loopback (issue 4, "Tests that must exist").
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/in_process.h"
+#include "dedit/v1/services.grpc.pb.h"
+#include "gmock/gmock.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "gtest/gtest.h"
+#include "router/client/generate_command.h"
+#include "tests/common/test_util.h"
+#include "tests/services/service_cluster.h"
+
+namespace dedit {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::RandomPrompt;
+using testing::ServiceCluster;
+
+struct Generated {
+  grpc::Status status;
+  std::vector<int32_t> tokens;
+  std::string text;
+  v1::GenerateResponse last;  // the final message
+  int messages = 0;
+};
+
+v1::GenerateRequest IdsRequest(const std::vector<int32_t>& prompt, int max_tokens,
+                               int window = 0, int passes = 0) {
+  v1::GenerateRequest r;
+  r.mutable_token_ids()->mutable_ids()->Add(prompt.begin(), prompt.end());
+  r.set_max_tokens(max_tokens);
+  r.set_ignore_eos(true);
+  r.set_window(window);
+  r.set_passes(passes);
+  return r;
+}
+
+// Streams one request to the end. `on_message` runs after every message.
+Generated Generate(v1::Generation::Stub* stub, const v1::GenerateRequest& request,
+                   int timeout_s = 60,
+                   const std::function<void(const Generated&)>& on_message = nullptr) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(timeout_s));
+  Generated g;
+  auto reader = stub->Generate(&context, request);
+  v1::GenerateResponse response;
+  while (reader->Read(&response)) {
+    ++g.messages;
+    g.tokens.insert(g.tokens.end(), response.token_ids().begin(),
+                    response.token_ids().end());
+    g.text += response.text();
+    if (response.finished()) g.last = response;
+    if (on_message) on_message(g);
+  }
+  g.status = reader->Finish();
+  return g;
+}
+
+// Target-only greedy tokens and the in-process engine's tokens for (W, K).
+class Reference {
+ public:
+  explicit Reference(const ServiceCluster& cluster) {
+    InProcessStack::Options o;
+    o.target_dir = cluster.target_dir();
+    o.drafter_dir = cluster.drafter_dir();
+    auto stack = InProcessStack::Load(o);
+    EXPECT_TRUE(stack.ok()) << stack.status();
+    stack_ = std::move(*stack);
+  }
+  std::vector<int32_t> Greedy(const std::vector<int32_t>& prompt, int n) {
+    return testing::GreedyReference(stack_->target(), prompt, n);
+  }
+  std::vector<int32_t> InProcess(const std::vector<int32_t>& prompt, int n,
+                                 int window, int passes) {
+    GenerationRequest r;
+    r.prompt = prompt;
+    r.max_new_tokens = n;
+    r.window = window;
+    r.passes = passes;
+    r.ignore_eos = true;
+    auto results = stack_->engine().Generate({r});
+    EXPECT_TRUE(results.ok()) << results.status();
+    return results.ok() ? (*results)[0].tokens : std::vector<int32_t>();
+  }
+
+ private:
+  std::unique_ptr<InProcessStack> stack_;
+};
+
+template <typename Pred>
+bool WaitFor(Pred pred, int timeout_ms) {
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  return pred();
+}
+
+class ServicesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const absl::Status started = cluster_.Start();
+    ASSERT_TRUE(started.ok()) << started;
+    stub_ = v1::Generation::NewStub(cluster_.RouterChannel());
+    // The router serves at once and learns the model from the target in
+    // the background; wait until it has.
+    ASSERT_TRUE(WaitFor(
+        [&] {
+          grpc::ClientContext c;
+          c.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(2));
+          v1::ListModelsResponse models;
+          return stub_->ListModels(&c, {}, &models).ok() &&
+                 models.models_size() == 1;
+        },
+        20000));
+  }
+  std::string RouterMetrics() {
+    auto text = ServiceCluster::Scrape(cluster_.router()->metrics_port());
+    EXPECT_TRUE(text.ok()) << text.status();
+    return text.value_or("");
+  }
+  v1::TargetInfoResponse TargetInfo() {
+    auto stub = v1::Target::NewStub(cluster_.TargetChannel());
+    grpc::ClientContext c;
+    c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    v1::TargetInfoResponse info;
+    EXPECT_TRUE(stub->Info(&c, {}, &info).ok());
+    return info;
+  }
+  v1::DrafterInfoResponse DrafterInfo() {
+    auto stub = v1::Drafter::NewStub(cluster_.DrafterChannel());
+    grpc::ClientContext c;
+    c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    v1::DrafterInfoResponse info;
+    EXPECT_TRUE(stub->Info(&c, {}, &info).ok());
+    return info;
+  }
+  bool RouterSeesDrafter() {
+    grpc::ClientContext c;
+    c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    v1::RouterInfoResponse info;
+    return stub_->Info(&c, {}, &info).ok() && info.drafter_healthy();
+  }
+
+  ServiceCluster cluster_;
+  std::unique_ptr<v1::Generation::Stub> stub_;
+};
+
+// T = 0: the services produce the in-process engine's tokens, which are the
+// target's greedy tokens, for several W/K (and target-only).
+TEST_F(ServicesTest, MatchesInProcessEngineAndGreedyDecoding) {
+  ASSERT_TRUE(WaitFor([&] { return RouterSeesDrafter(); }, 10000));
+  Reference ref(cluster_);
+  const int kNew = 24;
+  const std::vector<std::pair<int, int>> configs = {
+      {1, 0}, {2, 1}, {4, 1}, {8, 2}, {16, 3}, {32, 3}};
+  int c = 0;
+  for (auto [w, k] : configs) {
+    const std::vector<int32_t> prompt = RandomPrompt(5 + 7 * c, 300, 100 + c);
+    ++c;
+    v1::GenerateRequest request = IdsRequest(prompt, kNew, w, k);
+    if (w == 1) request.set_disable_speculation(true);
+    Generated g = Generate(stub_.get(), request);
+    ASSERT_TRUE(g.status.ok()) << g.status.error_message();
+    const std::vector<int32_t> greedy = ref.Greedy(prompt, kNew);
+    EXPECT_EQ(g.tokens, greedy) << "W=" << w << " K=" << k;
+    EXPECT_EQ(g.tokens, ref.InProcess(prompt, kNew, w, std::max(k, 0)))
+        << "W=" << w << " K=" << k;
+    EXPECT_TRUE(g.last.finished());
+    EXPECT_EQ(g.last.finish_reason(), v1::FINISH_REASON_LENGTH);
+    EXPECT_EQ(g.last.usage().completion_tokens(), kNew);
+    EXPECT_EQ(g.last.usage().prompt_tokens(), static_cast<int>(prompt.size()));
+    const v1::AcceptanceStats& a = g.last.acceptance();
+    EXPECT_EQ(a.fallback_rounds(), 0);
+    if (w >= 2) {
+      EXPECT_GT(a.drafted_rounds(), 0) << "W=" << w;
+      EXPECT_GE(a.mean_acceptance_length(), 1.0);
+      EXPECT_EQ(a.edit_outcomes_size(), k - 1);
+    } else {
+      EXPECT_EQ(a.drafted_rounds(), 0);
+    }
+  }
+  // Text prompts and text deltas: the streamed text is the decoded tokens.
+  v1::GenerateRequest text;
+  text.set_text("Hello world");
+  text.set_max_tokens(12);
+  text.set_ignore_eos(true);
+  Generated g = Generate(stub_.get(), text);
+  ASSERT_TRUE(g.status.ok()) << g.status.error_message();
+  EXPECT_EQ(g.tokens.size(), 12u);
+  EXPECT_FALSE(g.text.empty());
+}
+
+// 16 concurrent streams complete with the right tokens, and the target
+// batched them (forwards with more than one sequence).
+TEST_F(ServicesTest, SixteenConcurrentStreams) {
+  ASSERT_TRUE(WaitFor([&] { return RouterSeesDrafter(); }, 10000));
+  Reference ref(cluster_);
+  const int kStreams = 16, kNew = 20;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < kStreams; ++i) {
+    prompts.push_back(RandomPrompt(4 + i, 300, 1000 + i));
+  }
+  std::vector<Generated> results(kStreams);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kStreams; ++i) {
+    threads.emplace_back([&, i] {
+      results[i] = Generate(stub_.get(), IdsRequest(prompts[i], kNew, 8, 2));
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int i = 0; i < kStreams; ++i) {
+    ASSERT_TRUE(results[i].status.ok()) << results[i].status.error_message();
+    EXPECT_EQ(results[i].tokens, ref.Greedy(prompts[i], kNew)) << "stream " << i;
+  }
+  auto text = ServiceCluster::Scrape(cluster_.target()->metrics_port());
+  ASSERT_TRUE(text.ok()) << text.status();
+  const double forwards =
+      ServiceCluster::MetricValue(*text, "dedit_target_batch_size_count");
+  const double single =
+      ServiceCluster::MetricValue(*text, "dedit_target_batch_size_bucket", "le=\"1\"");
+  EXPECT_GT(forwards, 0);
+  EXPECT_GT(forwards - single, 0) << "no forward held more than one sequence";
+  const std::string router = RouterMetrics();
+  EXPECT_EQ(ServiceCluster::MetricValue(router, "dedit_requests_total",
+                                        "status=\"ok\""),
+            kStreams);
+  EXPECT_EQ(ServiceCluster::MetricValue(router, "dedit_generation_tokens_total"),
+            kStreams * kNew);
+}
+
+// Killing the drafter mid-stream costs speed, never a request; a restarted
+// drafter serves new requests again.
+TEST_F(ServicesTest, DrafterKilledMidStreamThenRestarted) {
+  ASSERT_TRUE(WaitFor([&] { return RouterSeesDrafter(); }, 10000));
+  Reference ref(cluster_);
+  const int kStreams = 4, kNew = 160;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < kStreams; ++i) prompts.push_back(RandomPrompt(6, 300, 50 + i));
+  std::vector<Generated> results(kStreams);
+  std::atomic<int> started{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kStreams; ++i) {
+    threads.emplace_back([&, i] {
+      bool counted = false;
+      results[i] = Generate(stub_.get(), IdsRequest(prompts[i], kNew, 8, 2), 120,
+                            [&](const Generated& g) {
+                              if (!counted && !g.tokens.empty()) {
+                                counted = true;
+                                ++started;
+                              }
+                            });
+    });
+  }
+  const bool all_started =
+      WaitFor([&] { return started.load() == kStreams; }, 30000);
+  cluster_.KillDrafter();
+  for (std::thread& t : threads) t.join();
+  ASSERT_TRUE(all_started) << "the streams did not start";
+  for (int i = 0; i < kStreams; ++i) {
+    ASSERT_TRUE(results[i].status.ok()) << results[i].status.error_message();
+    EXPECT_EQ(results[i].tokens, ref.Greedy(prompts[i], kNew)) << "stream " << i;
+  }
+  EXPECT_GT(ServiceCluster::MetricValue(RouterMetrics(),
+                                        "dedit_fallback_rounds_total"),
+            0);
+  // While it is down, new requests are served target-only.
+  Generated during = Generate(stub_.get(), IdsRequest(prompts[0], 8, 8, 2));
+  ASSERT_TRUE(during.status.ok()) << during.status.error_message();
+  EXPECT_EQ(during.last.acceptance().drafted_rounds(), 0);
+
+  ASSERT_TRUE(cluster_.RestartDrafter().ok());
+  ASSERT_TRUE(WaitFor([&] { return RouterSeesDrafter(); }, 15000));
+  Generated after = Generate(stub_.get(), IdsRequest(prompts[1], 24, 8, 2));
+  ASSERT_TRUE(after.status.ok()) << after.status.error_message();
+  EXPECT_EQ(after.tokens, ref.Greedy(prompts[1], 24));
+  EXPECT_GT(after.last.acceptance().drafted_rounds(), 0);
+  EXPECT_EQ(after.last.acceptance().fallback_rounds(), 0);
+}
+
+// The target going away fails requests promptly with UNAVAILABLE; the
+// router itself keeps answering health checks and /metrics.
+TEST_F(ServicesTest, TargetKilledClientsGetUnavailable) {
+  std::atomic<bool> got_tokens{false};
+  Generated running;
+  std::thread t([&] {
+    running = Generate(stub_.get(), IdsRequest(RandomPrompt(6, 300, 9), 3000, 8, 2),
+                       120, [&](const Generated& g) {
+                         if (!g.tokens.empty()) got_tokens = true;
+                       });
+  });
+  if (!WaitFor([&] { return got_tokens.load(); }, 30000)) {
+    cluster_.KillTarget();
+    t.join();
+    FAIL() << "no tokens: " << running.status.error_message();
+  }
+  const auto killed = std::chrono::steady_clock::now();
+  cluster_.KillTarget();
+  t.join();
+  EXPECT_EQ(running.status.error_code(), grpc::StatusCode::UNAVAILABLE)
+      << running.status.error_message();
+  EXPECT_LT(std::chrono::steady_clock::now() - killed, std::chrono::seconds(5));
+
+  const auto t0 = std::chrono::steady_clock::now();
+  Generated fresh = Generate(stub_.get(), IdsRequest({1, 2, 3}, 8));
+  EXPECT_EQ(fresh.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+
+  auto health = grpc::health::v1::Health::NewStub(cluster_.RouterChannel());
+  grpc::ClientContext c;
+  c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  grpc::health::v1::HealthCheckResponse response;
+  ASSERT_TRUE(health->Check(&c, {}, &response).ok());
+  EXPECT_EQ(response.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+  const std::string metrics = RouterMetrics();
+  EXPECT_GE(ServiceCluster::MetricValue(metrics, "dedit_requests_total",
+                                        "status=\"unavailable\""),
+            2);
+}
+
+// A client that cancels mid-stream leaves nothing behind in either service.
+TEST_F(ServicesTest, ClientCancelReleasesBothServices) {
+  ASSERT_TRUE(WaitFor([&] { return RouterSeesDrafter(); }, 10000));
+  grpc::ClientContext context;
+  auto reader = stub_->Generate(&context, IdsRequest(RandomPrompt(8, 300, 3), 3000, 8, 2));
+  v1::GenerateResponse response;
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(reader->Read(&response));
+  EXPECT_EQ(TargetInfo().num_sequences(), 1);
+  EXPECT_EQ(DrafterInfo().num_sequences(), 1);
+  context.TryCancel();
+  while (reader->Read(&response)) {
+  }
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_TRUE(WaitFor([&] { return TargetInfo().num_sequences() == 0; }, 5000));
+  EXPECT_TRUE(WaitFor([&] { return DrafterInfo().num_sequences() == 0; }, 5000));
+  EXPECT_EQ(TargetInfo().reserved_tokens(), 0);
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        return ServiceCluster::MetricValue(RouterMetrics(),
+                                           "dedit_requests_running") == 0;
+      },
+      5000));
+}
+
+// Each malformed request is INVALID_ARGUMENT naming the problem; the
+// servers keep serving.
+TEST_F(ServicesTest, BadRequestsAreInvalidArgument) {
+  ASSERT_TRUE(WaitFor([&] { return RouterSeesDrafter(); }, 10000));
+  struct Case {
+    std::string name;
+    v1::GenerateRequest request;
+    std::string message;
+  };
+  std::vector<Case> cases;
+  auto add = [&](std::string name, std::string message,
+                 std::function<void(v1::GenerateRequest*)> edit) {
+    v1::GenerateRequest r = IdsRequest({1, 2, 3}, 8);
+    edit(&r);
+    cases.push_back({std::move(name), std::move(r), std::move(message)});
+  };
+  add("empty ids", "prompt is empty",
+      [](auto* r) { r->mutable_token_ids()->clear_ids(); });
+  add("empty text", "prompt text is empty", [](auto* r) { r->set_text(""); });
+  add("no prompt", "prompt is required", [](auto* r) { r->clear_prompt(); });
+  add("id out of vocabulary", "outside the vocabulary",
+      [](auto* r) { r->mutable_token_ids()->add_ids(320); });
+  add("negative id", "outside the vocabulary",
+      [](auto* r) { r->mutable_token_ids()->add_ids(-1); });
+  add("max_tokens 0", "max_tokens", [](auto* r) { r->set_max_tokens(0); });
+  add("max_tokens negative", "max_tokens", [](auto* r) { r->set_max_tokens(-5); });
+  add("max_tokens over limit", "max_tokens",
+      [](auto* r) { r->set_max_tokens(1000000); });
+  add("W over block size", "block size", [](auto* r) { r->set_window(33); });
+  add("K < 1", "passes", [](auto* r) { r->set_passes(-1); });
+  add("K too large", "passes", [](auto* r) { r->set_passes(99); });
+  add("unknown model", "unknown model", [](auto* r) { r->set_model("gpt-17"); });
+  add("prompt over context", "context limit", [](auto* r) {
+    r->mutable_token_ids()->clear_ids();
+    for (int i = 0; i < 2048; ++i) r->mutable_token_ids()->add_ids(i % 300);
+  });
+  add("bad chat role", "role 'wizard'", [](auto* r) {
+    auto* m = r->mutable_chat()->add_messages();
+    m->set_role("wizard");
+    m->set_content("hi");
+  });
+  add("empty chat", "no messages", [](auto* r) { r->mutable_chat(); });
+  add("negative temperature", "temperature",
+      [](auto* r) { r->mutable_sampling()->set_temperature(-1); });
+  add("top_p above 1", "top_p", [](auto* r) { r->mutable_sampling()->set_top_p(2); });
+  add("empty stop string", "stop[0]", [](auto* r) { r->add_stop(""); });
+  for (const Case& c : cases) {
+    Generated g = Generate(stub_.get(), c.request, 10);
+    EXPECT_EQ(g.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << c.name << ": " << g.status.error_message();
+    EXPECT_THAT(g.status.error_message(), HasSubstr(c.message)) << c.name;
+    EXPECT_TRUE(g.tokens.empty()) << c.name;
+  }
+  Generated ok = Generate(stub_.get(), IdsRequest({1, 2, 3}, 8));
+  EXPECT_TRUE(ok.status.ok()) << ok.status.error_message();
+  EXPECT_EQ(ok.tokens.size(), 8u);
+  EXPECT_GE(ServiceCluster::MetricValue(RouterMetrics(), "dedit_requests_total",
+                                        "status=\"invalid_argument\""),
+            static_cast<double>(cases.size()));
+}
+
+// Stop strings cut the text (and end the request) where they appear.
+TEST_F(ServicesTest, StopStringEndsTheRequest) {
+  v1::GenerateRequest probe;
+  probe.set_text("Once upon a time");
+  probe.set_max_tokens(40);
+  probe.set_ignore_eos(true);
+  Generated full = Generate(stub_.get(), probe);
+  ASSERT_TRUE(full.status.ok()) << full.status.error_message();
+  ASSERT_GT(full.text.size(), 8u);
+  const std::string stop = full.text.substr(full.text.size() / 2, 3);
+  probe.add_stop(stop);
+  Generated cut = Generate(stub_.get(), probe);
+  ASSERT_TRUE(cut.status.ok()) << cut.status.error_message();
+  EXPECT_EQ(cut.text, full.text.substr(0, full.text.find(stop)));
+  EXPECT_EQ(cut.last.finish_reason(), v1::FINISH_REASON_STOP);
+  EXPECT_EQ(cut.last.stop_reason(), stop);
+}
+
+// The API is usable outside C++: Debian's python3-grpcio with stubs
+// generated from our protos streams a generation.
+TEST_F(ServicesTest, PythonClientStreamsAGeneration) {
+  const std::string command = absl::StrCat(
+      "/usr/bin/python3 ", DEDIT_SOURCE_DIR,
+      "/tests/services/python_client_test.py --router ", cluster_.router_address(),
+      " --stubs ", DEDIT_PROTO_PYTHON_DIR, " 2>&1");
+  FILE* pipe = popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string output;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) output.append(buf, n);
+  const int status = pclose(pipe);
+  EXPECT_EQ(status, 0) << output;
+  EXPECT_THAT(output, HasSubstr("python client OK"));
+}
+
+// `dedit-cli generate` (router/client): text on one stream, one stats line
+// on the other.
+TEST_F(ServicesTest, CliGenerateStreamsTextThenStats) {
+  GenerateCommandOptions o;
+  o.router = cluster_.router_address();
+  o.prompt = "Hello there";
+  o.max_tokens = 10;
+  o.ignore_eos = true;
+  std::ostringstream text, stats;
+  const absl::Status status = RunGenerate(o, text, stats);
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_GT(text.str().size(), 1u);
+  EXPECT_THAT(stats.str(), HasSubstr("10 tokens"));
+  EXPECT_THAT(stats.str(), HasSubstr("mean acceptance length"));
+  o.max_tokens = 0;
+  EXPECT_EQ(RunGenerate(o, text, stats).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// /metrics of every service is valid Prometheus text (promtool) and has
+// the DESIGN.md §4 names.
+TEST_F(ServicesTest, MetricsPassPromtool) {
+  ASSERT_TRUE(WaitFor([&] { return RouterSeesDrafter(); }, 10000));
+  Generated g = Generate(stub_.get(), IdsRequest(RandomPrompt(9, 300, 4), 16, 8, 3));
+  ASSERT_TRUE(g.status.ok()) << g.status.error_message();
+  struct Service {
+    std::string name;
+    int port;
+    std::vector<std::string> required;
+  };
+  const std::vector<Service> services = {
+      {"router", cluster_.router()->metrics_port(),
+       {"dedit_spec_decode_num_drafts_total",
+        "dedit_spec_decode_num_draft_tokens_total",
+        "dedit_spec_decode_num_accepted_tokens_total",
+        "dedit_spec_decode_acceptance_length_bucket",
+        "dedit_edit_outcomes_total", "dedit_round_duration_seconds_bucket",
+        "dedit_time_to_first_token_seconds_bucket",
+        "dedit_inter_token_latency_seconds_bucket",
+        "dedit_request_duration_seconds_bucket", "dedit_requests_total",
+        "dedit_requests_running", "dedit_prompt_tokens_total",
+        "dedit_generation_tokens_total", "dedit_fallback_rounds_total"}},
+      {"target", cluster_.target()->metrics_port(),
+       {"dedit_target_batch_size_bucket",
+        "dedit_target_forward_duration_seconds_bucket",
+        "dedit_kv_cache_usage_ratio", "dedit_context_stream_bytes_total"}},
+      {"drafter", cluster_.drafter()->metrics_port(),
+       {"dedit_drafter_pass_duration_seconds_bucket",
+        "dedit_drafter_batch_size_bucket", "dedit_drafter_context_tokens"}},
+  };
+  const bool have_promtool = std::system("command -v promtool >/dev/null 2>&1") == 0;
+  for (const Service& s : services) {
+    auto text = ServiceCluster::Scrape(s.port);
+    ASSERT_TRUE(text.ok()) << s.name << ": " << text.status();
+    for (const std::string& name : s.required) {
+      EXPECT_THAT(*text, HasSubstr("\n" + name)) << s.name << " lacks " << name;
+    }
+    if (!have_promtool) continue;
+    const std::string path = testing::MakeTempDir() + "/" + s.name + ".prom";
+    std::ofstream(path) << *text;
+    const std::string command =
+        absl::StrCat("promtool check metrics < ", path, " 2>&1");
+    FILE* pipe = popen(command.c_str(), "r");
+    ASSERT_NE(pipe, nullptr);
+    std::string output;
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) output.append(buf, n);
+    EXPECT_EQ(pclose(pipe), 0) << s.name << ": " << output;
+  }
+  if (!have_promtool) GTEST_SKIP() << "promtool not installed";
+}
+
+// SIGTERM drains: a running stream completes, then the router exits 0.
+TEST_F(ServicesTest, SigtermDrainsRunningRequests) {
+  std::atomic<bool> got_tokens{false};
+  Generated running;
+  std::thread t([&] {
+    running = Generate(stub_.get(), IdsRequest(RandomPrompt(5, 300, 11), 60, 8, 2),
+                       60, [&](const Generated& g) {
+                         if (!g.tokens.empty()) got_tokens = true;
+                       });
+  });
+  if (!WaitFor([&] { return got_tokens.load(); }, 30000)) {
+    t.join();
+    FAIL() << "no tokens: " << running.status.error_message();
+  }
+  const int exit_code = cluster_.router()->Terminate(20000);
+  t.join();
+  EXPECT_TRUE(running.status.ok()) << running.status.error_message();
+  EXPECT_EQ(running.tokens.size(), 60u);
+  EXPECT_EQ(exit_code, 0);
+}
+
+}  // namespace
+}  // namespace dedit
