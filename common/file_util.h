@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
 namespace dedit {
@@ -14,6 +15,13 @@ namespace dedit {
 // as FAILED_PRECONDITION when it cannot be opened, DATA_LOSS when a read
 // fails midway.
 absl::StatusOr<std::string> ReadFileToString(const std::string& path);
+
+// mkdir -p.
+absl::Status MakeDirs(const std::string& dir);
+
+// Writes `text` through a temporary file and a rename, so readers never see
+// a half-written file.
+absl::Status WriteTextFile(const std::string& path, const std::string& text);
 
 }  // namespace dedit
 

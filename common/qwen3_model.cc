@@ -215,15 +215,7 @@ TargetForwardResult Qwen3Model::RunForward(
   const int64_t q_width = int64_t{c.num_attention_heads} * c.head_dim;
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const DecoderLayerWeights& w = layers_[l];
-    at::Tensor h = RmsNorm(x, w.input_layernorm, c.rms_norm_eps);
-    at::Tensor q = NormAndRotateHeads(at::linear(h, w.q_proj),
-                                      c.num_attention_heads, c.head_dim,
-                                      w.q_norm, c.rms_norm_eps, cos, sin);
-    at::Tensor k = NormAndRotateHeads(at::linear(h, w.k_proj),
-                                      c.num_key_value_heads, c.head_dim,
-                                      w.k_norm, c.rms_norm_eps, cos, sin);
-    at::Tensor v =
-        at::linear(h, w.v_proj).view({n, c.num_key_value_heads, c.head_dim});
+    auto [q, k, v] = ProjectQkv(x, w, c, cos, sin);
     at::Tensor attn = at::empty({n, q_width}, x.options());
     for (size_t s = 0; s < segments.size(); ++s) {
       const int64_t off = result.token_offsets[s];
@@ -235,8 +227,7 @@ TargetForwardResult Qwen3Model::RunForward(
                                   caches[s]->Keys(l, start + len),
                                   caches[s]->Values(l, start + len), start));
     }
-    x = x + at::linear(attn, w.o_proj);
-    x = x + SwiGluMlp(RmsNorm(x, w.post_attention_layernorm, c.rms_norm_eps), w);
+    x = FinishDecoderLayer(x, attn, w, c);
     for (size_t f = 0; f < features.size(); ++f) {
       if (options_.feature_layer_ids[f] == l) features[f] = x;
     }

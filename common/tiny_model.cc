@@ -1,10 +1,5 @@
 #include "common/tiny_model.h"
 
-#include <sys/stat.h>
-
-#include <cerrno>
-#include <cstring>
-#include <fstream>
 #include <vector>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -12,6 +7,7 @@
 #include <ATen/TensorOperators.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/file_util.h"
 #include "common/safetensors.h"
 #include "common/status.h"
 #include "common/tensor_io.h"
@@ -19,28 +15,6 @@
 
 namespace dedit {
 namespace {
-
-absl::Status MakeDirs(const std::string& dir) {
-  std::string path;
-  for (size_t i = 0; i <= dir.size(); ++i) {
-    if (i == dir.size() || dir[i] == '/') {
-      if (!path.empty() && mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) {
-        return absl::InternalError(
-            absl::StrCat("mkdir ", path, ": ", std::strerror(errno)));
-      }
-    }
-    if (i < dir.size()) path += dir[i];
-  }
-  return absl::OkStatus();
-}
-
-absl::Status WriteText(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-  out.close();
-  if (!out) return absl::InternalError(absl::StrCat("cannot write ", path));
-  return absl::OkStatus();
-}
 
 class RandomWeights {
  public:
@@ -133,7 +107,7 @@ absl::Status WriteRandomQwen3(const std::string& dir, const Qwen3Config& c,
     }
     RETURN_IF_ERROR(WriteSafetensors(dir + "/model.safetensors", w.tensors(),
                                      {{"format", "pt"}}));
-    return WriteText(dir + "/config.json", Qwen3ConfigToJson(c));
+    return WriteTextFile(dir + "/config.json", Qwen3ConfigToJson(c));
   });
 }
 
@@ -154,7 +128,7 @@ absl::Status WriteRandomDrafter(const std::string& dir, const DrafterConfig& d,
     RETURN_IF_ERROR(w.Norm("norm.weight", c.hidden_size));
     RETURN_IF_ERROR(WriteSafetensors(dir + "/model.safetensors", w.tensors(),
                                      {{"format", "pt"}}));
-    return WriteText(dir + "/config.json", DrafterConfigToJson(d));
+    return WriteTextFile(dir + "/config.json", DrafterConfigToJson(d));
   });
 }
 

@@ -117,4 +117,25 @@ at::Tensor NormAndRotateHeads(const at::Tensor& projected, int heads,
   return Rotary::Apply(RmsNorm(x, norm_weight, eps), cos, sin);
 }
 
+QkvProjection ProjectQkv(const at::Tensor& x, const DecoderLayerWeights& w,
+                         const Qwen3Config& c, const at::Tensor& cos,
+                         const at::Tensor& sin) {
+  at::Tensor h = RmsNorm(x, w.input_layernorm, c.rms_norm_eps);
+  QkvProjection p;
+  p.q = NormAndRotateHeads(at::linear(h, w.q_proj), c.num_attention_heads,
+                           c.head_dim, w.q_norm, c.rms_norm_eps, cos, sin);
+  p.k = NormAndRotateHeads(at::linear(h, w.k_proj), c.num_key_value_heads,
+                           c.head_dim, w.k_norm, c.rms_norm_eps, cos, sin);
+  p.v = at::linear(h, w.v_proj)
+            .view({x.size(0), c.num_key_value_heads, c.head_dim});
+  return p;
+}
+
+at::Tensor FinishDecoderLayer(const at::Tensor& x, const at::Tensor& attn,
+                              const DecoderLayerWeights& w,
+                              const Qwen3Config& c) {
+  at::Tensor y = x + at::linear(attn, w.o_proj);
+  return y + SwiGluMlp(RmsNorm(y, w.post_attention_layernorm, c.rms_norm_eps), w);
+}
+
 }  // namespace dedit

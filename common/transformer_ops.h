@@ -67,6 +67,22 @@ absl::StatusOr<DecoderLayerWeights> LoadDecoderLayer(
 // down(silu(gate(x)) * up(x)).
 at::Tensor SwiGluMlp(const at::Tensor& x, const DecoderLayerWeights& w);
 
+// The attention inputs of one decoder layer for tokens `x` ([n, hidden]):
+// h = input_layernorm(x); q = RoPE(q_norm(q_proj(h))), k = RoPE(k_norm(
+// k_proj(h))), v = v_proj(h). q: [n, heads, hd]; k, v: [n, kv_heads, hd].
+struct QkvProjection {
+  at::Tensor q, k, v;
+};
+QkvProjection ProjectQkv(const at::Tensor& x, const DecoderLayerWeights& w,
+                         const Qwen3Config& c, const at::Tensor& cos,
+                         const at::Tensor& sin);
+
+// The rest of a decoder layer once attention ran: residual through o_proj,
+// then the post-attention-norm SwiGLU MLP with its residual.
+at::Tensor FinishDecoderLayer(const at::Tensor& x, const at::Tensor& attn,
+                              const DecoderLayerWeights& w,
+                              const Qwen3Config& c);
+
 // Per-head RMSNorm then RoPE on a projected [n, heads*hd] tensor; returns
 // [n, heads, hd].
 at::Tensor NormAndRotateHeads(const at::Tensor& projected, int heads,

@@ -77,35 +77,6 @@ bool Every::Due() {
   return true;
 }
 
-absl::Status MakeDirs(const std::string& dir) {
-  std::string path;
-  for (size_t i = 0; i <= dir.size(); ++i) {
-    if (i == dir.size() || dir[i] == '/') {
-      if (!path.empty() && mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) {
-        return absl::InternalError(
-            absl::StrCat("mkdir ", path, ": ", std::strerror(errno)));
-      }
-    }
-    if (i < dir.size()) path += dir[i];
-  }
-  return absl::OkStatus();
-}
-
-absl::Status WriteTextFile(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.close();
-    if (!out) return absl::InternalError(absl::StrCat("cannot write ", tmp));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::InternalError(
-        absl::StrCat("rename ", tmp, ": ", std::strerror(errno)));
-  }
-  return absl::OkStatus();
-}
-
 absl::Status AppendLine(const std::string& path, const std::string& line) {
   std::ofstream out(path, std::ios::binary | std::ios::app);
   out << line << "\n";

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "common/file_util.h"  // MakeDirs, WriteTextFile
 
 namespace dedit::training {
 
@@ -65,9 +66,6 @@ class Every {
   std::chrono::steady_clock::time_point last_;
 };
 
-absl::Status MakeDirs(const std::string& dir);
-// Writes via a temporary file and rename.
-absl::Status WriteTextFile(const std::string& path, const std::string& text);
 absl::Status AppendLine(const std::string& path, const std::string& line);
 bool FileExists(const std::string& path);
 // "1h02m", "3m12s", "45s".

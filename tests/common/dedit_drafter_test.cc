@@ -20,15 +20,10 @@ using testing::MakeTinyPair;
 using testing::RandomPrompt;
 using testing::TestDevice;
 
-const std::string kGolden = std::string(DEDIT_SOURCE_DIR) + "/tests/testdata/golden";
+const std::string kGolden = testing::GoldenDir();
 
 at::Tensor Expected(const std::string& name) {
-  auto file = SafetensorsFile::Open(kGolden + "/expected.safetensors");
-  EXPECT_TRUE(file.ok()) << file.status();
-  const TensorView* v = (*file)->Find(name);
-  EXPECT_NE(v, nullptr) << name;
-  return *ToTensor(*v, v->dtype == DType::kI64 ? at::kLong : at::kFloat,
-                   c10::Device(c10::kCPU));
+  return testing::GoldenTensor(name);
 }
 
 // The golden target + drafter, with the prompt's context appended.

@@ -20,7 +20,7 @@ using testing::MakeTinyPair;
 using testing::RandomPrompt;
 using testing::TestDevice;
 
-const std::string kGolden = std::string(DEDIT_SOURCE_DIR) + "/tests/testdata/golden";
+const std::string kGolden = testing::GoldenDir();
 
 double MaxAbsDiff(const at::Tensor& a, const at::Tensor& b) {
   return (a.to(at::kCPU, at::kFloat) - b.to(at::kCPU, at::kFloat))
@@ -30,14 +30,7 @@ double MaxAbsDiff(const at::Tensor& a, const at::Tensor& b) {
 }
 
 at::Tensor Expected(const std::string& name) {
-  auto file = SafetensorsFile::Open(kGolden + "/expected.safetensors");
-  EXPECT_TRUE(file.ok()) << file.status();
-  const TensorView* v = (*file)->Find(name);
-  EXPECT_NE(v, nullptr) << name;
-  auto t = ToTensor(*v, v->dtype == DType::kI64 ? at::kLong : at::kFloat,
-                    c10::Device(c10::kCPU));
-  EXPECT_TRUE(t.ok());
-  return *t;
+  return testing::GoldenTensor(name);
 }
 
 std::vector<int32_t> ToIds(const at::Tensor& t) {

@@ -7,6 +7,8 @@
 #include <ATen/Functions.h>
 #include <ATen/Parallel.h>
 
+#include "common/safetensors.h"
+#include "common/tensor_io.h"
 #include "gtest/gtest.h"
 
 namespace dedit::testing {
@@ -90,6 +92,23 @@ std::vector<int32_t> GreedyReference(Qwen3Model& target,
   }
   EXPECT_TRUE(target.RemoveSequence(id).ok());
   return out;
+}
+
+std::string GoldenDir() {
+  return std::string(DEDIT_SOURCE_DIR) + "/tests/testdata/golden";
+}
+
+at::Tensor GoldenTensor(const std::string& name) {
+  auto file = SafetensorsFile::Open(GoldenDir() + "/expected.safetensors");
+  EXPECT_TRUE(file.ok()) << file.status();
+  if (!file.ok()) return at::Tensor();
+  const TensorView* v = (*file)->Find(name);
+  EXPECT_NE(v, nullptr) << name;
+  if (v == nullptr) return at::Tensor();
+  auto t = ToTensor(*v, v->dtype == DType::kI64 ? at::kLong : at::kFloat,
+                    c10::Device(c10::kCPU));
+  EXPECT_TRUE(t.ok()) << t.status();
+  return t.ok() ? *t : at::Tensor();
 }
 
 std::vector<int32_t> RandomPrompt(int n, int vocab, uint64_t seed) {

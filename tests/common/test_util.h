@@ -37,6 +37,11 @@ std::vector<int32_t> GreedyReference(Qwen3Model& target,
                                      const std::vector<int32_t>& prompt,
                                      int max_new_tokens);
 
+// tests/testdata/golden (the Python reference fixture) and one tensor of its
+// expected.safetensors, on the CPU (I64 → long, floats → float).
+std::string GoldenDir();
+at::Tensor GoldenTensor(const std::string& name);
+
 // Deterministic pseudo-random prompt of `n` ids in [0, vocab).
 std::vector<int32_t> RandomPrompt(int n, int vocab, uint64_t seed);
 
