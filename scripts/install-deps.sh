@@ -18,6 +18,8 @@ PACKAGES=(
   nlohmann-json3-dev libpcre2-dev libicu-dev
   # Python side: reference models, gRPC client test
   python3 python3-torch python3-numpy python3-grpcio python3-grpc-tools
+  # Deployment tests: render/validate deploy/k8s and deploy/prometheus
+  python3-yaml
   # Training corpus for the bundled model (scripts/train_tiny.sh)
   libpython3.11-stdlib python3.11-doc
   # Prometheus server + promtool (deployment tests)
