@@ -282,7 +282,7 @@ int RunEval() {
   if (!report.ok()) return Fail(report.status());
   const std::string path = absl::GetFlag(FLAGS_report);
   if (!path.empty()) {
-    absl::Status status = WriteTextFile(path, report->dump(2) + "\n");
+    absl::Status status = dedit::WriteTextFile(path, report->dump(2) + "\n");
     if (!status.ok()) return Fail(status);
   }
   return 0;
