@@ -157,22 +157,29 @@ bool PathExists(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0;
 }
 
-// Reads a whole (small) file; used for the shard index.
-absl::StatusOr<std::string> ReadSmallFile(const std::string& path,
-                                          uint64_t max_bytes) {
+// Opens `path` read-only and checks it is a regular file; on success the
+// caller owns the returned descriptor and `*st` describes the file.
+absl::StatusOr<int> OpenRegularFile(const std::string& path, struct stat* st) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return ErrnoError(errno, absl::StrCat("cannot open ", path));
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
+  if (::fstat(fd, st) != 0) {
     int err = errno;
     ::close(fd);
     return ErrnoError(err, absl::StrCat("cannot stat ", path));
   }
-  if (!S_ISREG(st.st_mode)) {
+  if (!S_ISREG(st->st_mode)) {
     ::close(fd);
     return absl::InvalidArgumentError(
-        absl::StrCat(path, " is not a regular file"));
+        absl::StrCat(path, ": not a regular file"));
   }
+  return fd;
+}
+
+// Reads a whole (small) file; used for the shard index.
+absl::StatusOr<std::string> ReadSmallFile(const std::string& path,
+                                          uint64_t max_bytes) {
+  struct stat st;
+  ASSIGN_OR_RETURN(const int fd, OpenRegularFile(path, &st));
   if (static_cast<uint64_t>(st.st_size) > max_bytes) {
     ::close(fd);
     return absl::InvalidArgumentError(absl::StrCat(
@@ -369,19 +376,8 @@ int64_t TensorView::numel() const {
 
 absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(
     const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoError(errno, absl::StrCat("cannot open ", path));
   struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    int err = errno;
-    ::close(fd);
-    return ErrnoError(err, absl::StrCat("cannot stat ", path));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": not a regular file"));
-  }
+  ASSIGN_OR_RETURN(const int fd, OpenRegularFile(path, &st));
   const size_t size = static_cast<size_t>(st.st_size);
   // mmap rejects zero-length mappings, and such a file is malformed anyway.
   if (size == 0) {
