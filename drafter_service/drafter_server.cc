@@ -1,3 +1,4 @@
+#include "common/cpu_threads.h"
 #include "drafter_service/drafter_server.h"
 
 #include <atomic>
@@ -73,7 +74,7 @@ class DrafterMetrics {
 }  // namespace
 
 absl::Status RunDrafterServer(const DrafterServerOptions& options) {
-  if (options.cpu_threads > 0) at::set_num_threads(options.cpu_threads);
+  SetCpuThreads(options.cpu_threads);
   ASSIGN_OR_RETURN(c10::Device device, ParseDevice(options.device));
   ASSIGN_OR_RETURN(at::ScalarType dtype, ParseScalarType(options.dtype));
   ASSIGN_OR_RETURN(Qwen3Config target_config, LoadQwen3Config(options.target_dir));

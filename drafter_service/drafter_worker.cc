@@ -1,3 +1,4 @@
+#include "common/cpu_threads.h"
 #include "drafter_service/drafter_worker.h"
 
 #include <algorithm>
@@ -97,7 +98,7 @@ DrafterWorker::Snapshot DrafterWorker::snapshot() const {
 }
 
 void DrafterWorker::Run() {
-  if (options_.cpu_threads > 0) at::set_num_threads(options_.cpu_threads);
+  SetCpuThreads(options_.cpu_threads);
   c10::InferenceMode inference_mode;
   while (true) {
     std::deque<ContextEvent> context;

@@ -61,5 +61,5 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "dedit-drafter: %s\n", status.ToString().c_str());
     return 1;
   }
-  return 0;
+  dedit::ExitAfterDrain("dedit-drafter");
 }

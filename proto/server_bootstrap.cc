@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
@@ -43,6 +44,12 @@ int WaitForShutdownSignal() {
   while (sigwait(&set, &sig) != 0) {
   }
   return sig;
+}
+
+void ExitAfterDrain(const char* binary) {
+  std::fprintf(stderr, "%s: drained, exiting\n", binary);
+  std::fflush(nullptr);
+  std::_Exit(0);
 }
 
 absl::StatusOr<StartedServer> StartGrpcServer(

@@ -33,6 +33,13 @@ void BlockShutdownSignals();
 // Waits for SIGTERM or SIGINT; returns the signal number.
 int WaitForShutdownSignal();
 
+// The end of a main() whose server has drained and whose owned threads are
+// joined: logs "<binary>: drained, exiting", flushes stdio and leaves with
+// status 0 without running static destructors. Those were seen racing
+// gRPC's own background threads at exit (SIGSEGV after a clean drain,
+// under load), which would turn a clean SIGTERM into a crash report.
+[[noreturn]] void ExitAfterDrain(const char* binary);
+
 // Messages carry whole feature blocks (a long prompt's features are
 // prompt_len x n_ids x hidden bf16 values), far above gRPC's 4 MiB default.
 inline constexpr int kMaxMessageBytes = 1 << 30;

@@ -69,10 +69,5 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "dedit-router: %s\n", status.ToString().c_str());
     return 1;
   }
-  // Drained and every owned thread joined: leave without running static
-  // destructors, which under load were seen racing gRPC's own background
-  // threads at exit (SIGSEGV after a clean drain, 1 of 4 CI-like runs).
-  std::fprintf(stderr, "dedit-router: drained, exiting\n");
-  std::fflush(nullptr);
-  std::_Exit(0);
+  dedit::ExitAfterDrain("dedit-router");
 }

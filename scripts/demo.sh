@@ -1,31 +1,127 @@
 #!/usr/bin/env bash
-# The demo: the in-process DEdit engine, speculative vs target-only, with
-# acceptance statistics. Uses the bundled trained pair (models/tiny) on a text
-# prompt when present, and a generated random pair otherwise.
+# The demo: the three services (dedit-drafter, dedit-target, dedit-router)
+# on CPU with the bundled trained pair (models/tiny), one streamed prompt
+# through the router with speculation and once without, the acceptance
+# statistics, and a check that both texts are identical (greedy decoding is
+# lossless). Falls back to a generated random pair when models/tiny is
+# missing.
+#
+#   scripts/demo.sh [BUILD_DIR]
+#
+# Environment: DEMO_PROMPT (text), DEMO_MAX_TOKENS (default 160),
+# DEMO_WINDOW (16), DEMO_PASSES (2), DEMO_KEEP_LOGS=1 (keep the run folder).
 set -euo pipefail
-BUILD=${1:-build}
-GEN=$BUILD/tools/generate/dedit-generate
-if [ -f models/tiny/target/model.safetensors ] && [ -f models/tiny/drafter/model.safetensors ]; then
-  TARGET=models/tiny/target
-  DRAFTER=models/tiny/drafter
-  PROMPT=(--prompt "def read_config(path):
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=$(cd "${1:-$ROOT/build}" && pwd)
+CLI=$BUILD/tools/cli/dedit-cli
+[ -x "$CLI" ] || { echo "demo: $CLI not built" >&2; exit 1; }
+
+MAX_TOKENS=${DEMO_MAX_TOKENS:-160}
+WINDOW=${DEMO_WINDOW:-16}
+PASSES=${DEMO_PASSES:-2}
+SERVE_ARGS=()
+if [ -f "$ROOT/models/tiny/target/model.safetensors" ] &&
+   [ -f "$ROOT/models/tiny/drafter/model.safetensors" ]; then
+  SERVE_ARGS=(--target-dir "$ROOT/models/tiny/target" --drafter-dir "$ROOT/models/tiny/drafter")
+  PROMPT=${DEMO_PROMPT:-"def read_config(path):
     \"\"\"Read a configuration file and return a dict.\"\"\"
-")
+"}
+  PROMPT_ARGS=(--prompt "$PROMPT")
   echo "model: bundled models/tiny (see models/tiny/target/MODEL_CARD.md)"
 else
-  MODEL=$BUILD/demo-model
-  if [ ! -f "$MODEL/target/model.safetensors" ]; then
-    "$BUILD/tools/make_tiny_model/dedit-make-tiny-model" --out "$MODEL" \
-      --vocab 512 --hidden 128 --layers 4 --heads 4 --kv_heads 2 --block_size 16 --seed 7
-  fi
-  TARGET=$MODEL/target
-  DRAFTER=$MODEL/drafter
-  PROMPT=(--prompt_ids 1,17,42,99,7,256,3)
+  PROMPT_ARGS=(--prompt-ids 1,17,42,99,7,256,3)
   echo "model: generated random pair (acceptance near 1 token per round)"
 fi
-echo "== speculative (W=16, K=3) =="
-"$GEN" --target "$TARGET" --drafter "$DRAFTER" "${PROMPT[@]}" --window 16 --passes 3 \
-  --max_tokens 96 --threads 1
+
+RUN_DIR=$(mktemp -d "${TMPDIR:-/tmp}/dedit-demo.XXXXXX")
+# Six free loopback ports: router, target, drafter and their /metrics.
+read -r RP TP DP RM TM DM < <(python3 - <<'PY'
+import socket
+socks = [socket.socket() for _ in range(6)]
+for s in socks:
+    s.bind(("127.0.0.1", 0))
+print(*[s.getsockname()[1] for s in socks])
+PY
+)
+
+stop_services() {
+  local pids=()
+  for f in "$RUN_DIR"/router.pid "$RUN_DIR"/target.pid "$RUN_DIR"/drafter.pid; do
+    [ -f "$f" ] && pids+=("$(cat "$f")")
+  done
+  for pid in "${pids[@]}"; do
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null || true
+  done
+  if [ "${DEMO_KEEP_LOGS:-0}" = 1 ]; then
+    echo "demo: logs kept in $RUN_DIR"
+  else
+    rm -rf "$RUN_DIR"
+  fi
+}
+trap stop_services EXIT
+
+echo "== starting dedit-drafter, dedit-target, dedit-router (CPU, 1 thread each) =="
+bash "$ROOT/scripts/serve.sh" --build-dir "$BUILD" --run-dir "$RUN_DIR" --detach \
+  --threads 1 --router-port "$RP" --target-port "$TP" --drafter-port "$DP" \
+  --metrics-ports "$RM,$TM,$DM" "${SERVE_ARGS[@]}"
+
 echo
-echo "== target-only baseline =="
-"$GEN" --target "$TARGET" --ar "${PROMPT[@]}" --max_tokens 96 --threads 1
+# Streams one request; the text goes to stdout and FILE, the CLI's summary
+# line (or error) to FILE.stats.
+generate() {  # file, cli flags...
+  local file=$1; shift
+  if ! "$CLI" generate --router "127.0.0.1:$RP" "${PROMPT_ARGS[@]}" \
+      --max-tokens "$MAX_TOKENS" "$@" 2>"$file.stats" | tee "$file"; then
+    echo
+    echo "demo: dedit-cli generate failed:" >&2
+    cat "$file.stats" >&2
+    exit 1
+  fi
+  echo
+  cat "$file.stats"
+}
+
+echo "== speculative (W=$WINDOW, K=$PASSES), streamed from the router =="
+generate "$RUN_DIR/speculative.txt" --window "$WINDOW" --passes "$PASSES"
+echo
+echo "== target-only (--no-speculation), same router =="
+generate "$RUN_DIR/target_only.txt" --no-speculation
+echo
+if cmp -s "$RUN_DIR/speculative.txt" "$RUN_DIR/target_only.txt"; then
+  echo "lossless: the speculative text is identical to the target-only text"
+else
+  echo "demo: speculative and target-only texts differ" >&2
+  diff "$RUN_DIR/speculative.txt" "$RUN_DIR/target_only.txt" >&2 || true
+  exit 1
+fi
+echo
+echo "router metrics (http://127.0.0.1:$RM/metrics):"
+python3 - "$RM" <<'PY'
+import sys, urllib.request
+text = urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=5).read().decode()
+for line in text.splitlines():
+    if line.startswith(("dedit_spec_decode_num_drafts_total",
+                        "dedit_spec_decode_num_accepted_tokens_total",
+                        "dedit_generation_tokens_total", "dedit_fallback_rounds_total")):
+        print("  " + line)
+PY
+
+# The same prompt through the in-process engine (no RPCs): on a model this
+# small the gRPC round trips dominate the services' time on CPU, so the
+# engine's own speedup is shown here.
+GEN=$BUILD/tools/generate/dedit-generate
+if [ -x "$GEN" ] && [ ${#SERVE_ARGS[@]} -gt 0 ]; then
+  echo
+  echo "== in-process engine, same prompt: speculative (W=$WINDOW, K=$PASSES) vs target-only =="
+  for mode in spec ar; do
+    if [ $mode = spec ]; then
+      args=(--drafter "$ROOT/models/tiny/drafter" --window "$WINDOW" --passes "$PASSES")
+    else
+      args=(--ar)
+    fi
+    "$GEN" --target "$ROOT/models/tiny/target" "${args[@]}" "${PROMPT_ARGS[@]/--prompt-ids/--prompt_ids}" \
+      --max_tokens "$MAX_TOKENS" --threads 1 | grep -E '^(finish|prefill)' | sed "s/^/  $mode: /"
+  done
+fi

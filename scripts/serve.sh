@@ -165,8 +165,8 @@ for port, service in checks:
 PY
 fi
 echo "serve.sh: SERVING — router $HOST:$ROUTER_PORT (metrics :$ROUTER_METRICS)," \
-     "target :$TARGET_PORT on $TARGET_DEVICE (metrics :$TARGET_METRICS)" \
-     "$([ "$WITH_DRAFTER" = 1 ] && echo ", drafter :$DRAFTER_PORT on $DRAFTER_DEVICE (metrics :$DRAFTER_METRICS)")"
+     "target :$TARGET_PORT on $TARGET_DEVICE (metrics :$TARGET_METRICS)," \
+     "$([ "$WITH_DRAFTER" = 1 ] && echo "drafter :$DRAFTER_PORT on $DRAFTER_DEVICE (metrics :$DRAFTER_METRICS)")"
 echo "serve.sh: logs in $RUN_DIR"
 if [ "$DETACH" = 1 ]; then
   trap - INT TERM

@@ -19,6 +19,10 @@
 #   THREADS      libtorch threads (default: all cores)
 #   ABLATION     1 = also train/eval the drafter without ProposalMix
 #                (default 1 for full, 0 for smoke)
+#   W32          1 = also train/eval a W=32 drafter (default 1 for full)
+#   EVAL_THREADS libtorch threads of the eval stages (default 1: the tiny
+#                models decode fastest on one core, and the speedups are
+#                measured like that)
 #
 # Corpus: the Python 3.11 standard library (Debian libpython3.11-stdlib) and
 # the reST sources of its documentation (Debian python3.11-doc), both under
@@ -32,24 +36,27 @@ WORK=${WORK:-$BUILD/train-tiny-$profile}
 OUT=${OUT-$repo/models/tiny}
 MAX_MINUTES=${MAX_MINUTES:-0}
 THREADS=${THREADS:-0}
+EVAL_THREADS=${EVAL_THREADS:-1}
 train="$BUILD/training/dedit-train"
 
 case "$profile" in
   full)
     ABLATION=${ABLATION:-1}
+    W32=${W32:-1}
     vocab=2048
     target_args=(--hidden_size=192 --intermediate_size=512 --num_layers=4
                  --num_heads=6 --num_kv_heads=2 --head_dim=32 --seq_len=256
-                 --batch_size=16 --steps=1500 --lr=2e-3 --eval_every=250)
+                 --batch_size=16 --steps=1000 --lr=2e-3 --eval_every=250)
     distill_args=(--num_sequences=2048 --prompt_min=16 --prompt_max=96
                   --continuation=160 --distill_batch=64)
     drafter_args=(--drafter_layers=1 --block_size=16 --target_layer_ids=1,2,3
                   --sequences_per_step=4 --blocks_per_sequence=32
-                  --steps=1500 --lr=2e-3 --eval_every=250)
-    eval_args=(--num_prompts=24 --prompt_tokens=64 --max_new_tokens=128)
+                  --steps=1000 --lr=2e-3 --eval_every=250)
+    eval_args=(--num_prompts=48 --prompt_tokens=64 --max_new_tokens=128)
     ;;
   smoke)
     ABLATION=${ABLATION:-0}
+    W32=${W32:-0}
     vocab=2048
     target_args=(--hidden_size=192 --intermediate_size=512 --num_layers=4
                  --num_heads=6 --num_kv_heads=2 --head_dim=32 --seq_len=256
@@ -107,20 +114,25 @@ stage distill "$train" distill "${common[@]}" --max_minutes="$MAX_MINUTES" \
 
 drafters=(drafter)
 [ "$ABLATION" = 1 ] && drafters+=(drafter-nomix)
+[ "$W32" = 1 ] && drafters+=(drafter-w32)
 for d in "${drafters[@]}"; do
-  mix=true
-  [ "$d" = drafter-nomix ] && mix=false
+  extra=(--proposal_mix=true)
+  window=16
+  case "$d" in
+    drafter-nomix) extra=(--proposal_mix=false) ;;
+    drafter-w32) extra=(--proposal_mix=true --block_size=32); window=32 ;;
+  esac
   if [ ! -f "$WORK/$d/model.safetensors" ]; then
     stage "$d" "$train" drafter "${common[@]}" --max_minutes="$MAX_MINUTES" \
       --target="$WORK/target" --data="$WORK/distill.bin" \
       --work_dir="$WORK/$d-state" --out="$WORK/$d" --seed=3 \
-      --proposal_mix=$mix "${drafter_args[@]}"
+      "${drafter_args[@]}" "${extra[@]}"
   fi
   if [ ! -f "$WORK/eval-$d.json" ]; then
-    stage "eval-$d" "$train" eval --threads="$THREADS" \
+    stage "eval-$d" "$train" eval --threads="$EVAL_THREADS" \
       --target="$WORK/target" --drafter="$WORK/$d" \
       --work_dir="$WORK/target-state" --report="$WORK/eval-$d.json" \
-      "${eval_args[@]}"
+      --window=$window "${eval_args[@]}"
   fi
 done
 

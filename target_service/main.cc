@@ -75,5 +75,5 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "dedit-target: %s\n", status.ToString().c_str());
     return 1;
   }
-  return 0;
+  dedit::ExitAfterDrain("dedit-target");
 }

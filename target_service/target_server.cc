@@ -1,3 +1,4 @@
+#include "common/cpu_threads.h"
 #include "target_service/target_server.h"
 
 #include <chrono>
@@ -57,7 +58,7 @@ struct TargetMetrics {
 }  // namespace
 
 absl::Status RunTargetServer(const TargetServerOptions& options) {
-  if (options.cpu_threads > 0) at::set_num_threads(options.cpu_threads);
+  SetCpuThreads(options.cpu_threads);
   ASSIGN_OR_RETURN(c10::Device device, ParseDevice(options.device));
   ASSIGN_OR_RETURN(at::ScalarType dtype, ParseScalarType(options.dtype));
   Qwen3Model::Options model_options;

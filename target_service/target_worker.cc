@@ -1,3 +1,4 @@
+#include "common/cpu_threads.h"
 #include "target_service/target_worker.h"
 
 #include <algorithm>
@@ -135,7 +136,7 @@ bool TargetWorker::HasQueuedWork() const {
 }
 
 void TargetWorker::Run() {
-  if (options_.cpu_threads > 0) at::set_num_threads(options_.cpu_threads);
+  SetCpuThreads(options_.cpu_threads);
   c10::InferenceMode inference_mode;
   while (true) {
     std::vector<std::shared_ptr<PrefillJob>> prefills;

@@ -24,6 +24,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "common/cpu_threads.h"
 #include "training/bpe_trainer.h"
 #include "training/distill.h"
 #include "training/drafter_trainer.h"
@@ -303,7 +304,7 @@ int main(int argc, char** argv) {
   for (int i = 2; i < argc; ++i) args.push_back(argv[i]);
   absl::ParseCommandLine(static_cast<int>(args.size()), args.data());
   if (absl::GetFlag(FLAGS_threads) > 0)
-    at::set_num_threads(absl::GetFlag(FLAGS_threads));
+    dedit::SetCpuThreads(absl::GetFlag(FLAGS_threads));
   if (command == "tokenizer") return RunTokenizer();
   if (command == "target") return RunTarget();
   if (command == "distill") return RunDistillStage();

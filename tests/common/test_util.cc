@@ -7,6 +7,7 @@
 #include <ATen/Functions.h>
 #include <ATen/Parallel.h>
 
+#include "common/cpu_threads.h"
 #include "common/safetensors.h"
 #include "common/tensor_io.h"
 #include "gtest/gtest.h"
@@ -28,7 +29,7 @@ TempDirs& AllTempDirs() {
 }
 
 struct ThreadInit {
-  ThreadInit() { at::set_num_threads(1); }
+  ThreadInit() { SetCpuThreads(1); }
 } thread_init;
 
 }  // namespace

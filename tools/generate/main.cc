@@ -23,6 +23,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "common/cpu_threads.h"
 #include "common/in_process.h"
 #include "common/status.h"
 #include "nlohmann/json.hpp"
@@ -234,7 +235,7 @@ void PrintHuman(const GenerationResult& r) {
 }
 
 int Run() {
-  at::set_num_threads(absl::GetFlag(FLAGS_threads));
+  SetCpuThreads(absl::GetFlag(FLAGS_threads));
   InProcessStack::Options o;
   o.target_dir = absl::GetFlag(FLAGS_target);
   o.drafter_dir = absl::GetFlag(FLAGS_ar) ? "" : absl::GetFlag(FLAGS_drafter);
