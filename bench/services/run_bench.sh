@@ -5,6 +5,10 @@
 #
 #   bench/services/run_bench.sh [--build-dir build] [--device cpu]
 #       [--threads 1] [--max-tokens 64] [--requests 4] [--model-args "..."]
+#       [--model-dir models/tiny] [--window 16] [--passes 3]
+#
+# --model-dir uses DIR/target and DIR/drafter (e.g. the bundled trained pair)
+# instead of a generated random pair.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD="$ROOT/build"
@@ -19,6 +23,7 @@ K=3
 # a step on CPU; random weights, so acceptance is near 1 token per round.
 MODEL_ARGS="--vocab 4096 --hidden 256 --layers 8 --heads 8 --kv_heads 4 --drafter_layers 1 --block_size 16 --passes 3 --max_positions 4096"
 OUT=/tmp/dedit-bench
+MODEL_DIR=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --build-dir) BUILD=$2; shift 2 ;;
@@ -29,17 +34,21 @@ while [ $# -gt 0 ]; do
     --requests) REQUESTS=$2; shift 2 ;;
     --model-args) MODEL_ARGS=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
+    --model-dir) MODEL_DIR=$(cd "$2" && pwd); shift 2 ;;
+    --window) W=$2; shift 2 ;;
+    --passes) K=$2; shift 2 ;;
     *) echo "run_bench.sh: unknown flag $1" >&2; exit 2 ;;
   esac
 done
 bin() { find "$BUILD" -name "$1" -type f -perm -u+x | head -1; }
 STUBS=$(find "$BUILD" -type d -path '*proto/python' | head -1)
 mkdir -p "$OUT"
-if [ ! -f "$OUT/models/target/config.json" ]; then
+MODELS=${MODEL_DIR:-$OUT/models}
+if [ -z "$MODEL_DIR" ] && [ ! -f "$MODELS/target/config.json" ]; then
   # shellcheck disable=SC2086
-  "$(bin dedit-make-tiny-model)" --out "$OUT/models" $MODEL_ARGS >/dev/null
+  "$(bin dedit-make-tiny-model)" --out "$MODELS" $MODEL_ARGS >/dev/null
 fi
-VOCAB=$(python3 -c "import json;print(json.load(open('$OUT/models/target/config.json'))['vocab_size'])")
+VOCAB=$(python3 -c "import json;print(json.load(open('$MODELS/target/config.json'))['vocab_size'])")
 
 # Same prompts for every configuration: REQUESTS prompts of 32 ids.
 python3 - "$VOCAB" "$REQUESTS" > "$OUT/prompts.jsonl" <<'PY'
@@ -51,7 +60,7 @@ PY
 
 inprocess() {  # label, extra flags...
   local label=$1; shift
-  "$(bin dedit-generate)" --target "$OUT/models/target" --drafter "$OUT/models/drafter" \
+  "$(bin dedit-generate)" --target "$MODELS/target" --drafter "$MODELS/drafter" \
       --device "$DEVICE" --dtype "$DTYPE" --threads "$THREADS" --json --ignore_eos \
       --max_tokens "$MAX_TOKENS" "$@" < "$OUT/prompts.jsonl" |
   python3 -c "
@@ -70,7 +79,7 @@ inprocess inprocess_speculative --window "$W" --passes "$K"
 
 echo "# (c) through the services on loopback (device $DEVICE)"
 "$ROOT/scripts/serve.sh" --build-dir "$BUILD" --run-dir "$OUT/serve" \
-    --target-dir "$OUT/models/target" --drafter-dir "$OUT/models/drafter" \
+    --target-dir "$MODELS/target" --drafter-dir "$MODELS/drafter" \
     --target-device "$DEVICE" --drafter-device "$DEVICE" --dtype "$DTYPE" \
     --threads "$THREADS" --router-port 50150 --target-port 50151 \
     --drafter-port 50152 --metrics-ports 9150,9151,9152 --detach >&2
