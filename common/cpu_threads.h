@@ -12,9 +12,8 @@ namespace dedit {
 
 // Sets libtorch's intra-op threads to `threads` (threads <= 0 keeps
 // libtorch's default) and, when the process's BLAS is OpenBLAS, its thread
-// count to the same number. Returns the BLAS thread count now in effect, or -1 when
-// the BLAS library offers no way to set it.
-int SetCpuThreads(int threads);
+// count to the same number; other BLAS libraries are left as they are.
+void SetCpuThreads(int threads);
 
 }  // namespace dedit
 

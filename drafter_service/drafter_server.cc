@@ -1,4 +1,3 @@
-#include "common/cpu_threads.h"
 #include "drafter_service/drafter_server.h"
 
 #include <atomic>
@@ -12,6 +11,7 @@
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 
+#include "common/cpu_threads.h"
 #include "common/dedit_drafter.h"
 #include "common/model_config.h"
 #include "common/qwen3_model.h"

@@ -1,4 +1,3 @@
-#include "common/cpu_threads.h"
 #include "drafter_service/drafter_worker.h"
 
 #include <algorithm>
@@ -8,6 +7,7 @@
 #include <c10/core/InferenceMode.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/cpu_threads.h"
 
 namespace dedit {
 namespace {

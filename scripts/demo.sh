@@ -121,7 +121,7 @@ if [ -x "$GEN" ] && [ ${#SERVE_ARGS[@]} -gt 0 ]; then
     else
       args=(--ar)
     fi
-    "$GEN" --target "$ROOT/models/tiny/target" "${args[@]}" "${PROMPT_ARGS[@]/--prompt-ids/--prompt_ids}" \
+    "$GEN" --target "$ROOT/models/tiny/target" "${args[@]}" "${PROMPT_ARGS[@]}" \
       --max_tokens "$MAX_TOKENS" --threads 1 | grep -E '^(finish|prefill)' | sed "s/^/  $mode: /"
   done
 fi

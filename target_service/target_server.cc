@@ -1,4 +1,3 @@
-#include "common/cpu_threads.h"
 #include "target_service/target_server.h"
 
 #include <chrono>
@@ -11,6 +10,7 @@
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 
+#include "common/cpu_threads.h"
 #include "common/model_config.h"
 #include "common/qwen3_model.h"
 #include "common/status.h"

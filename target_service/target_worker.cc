@@ -1,4 +1,3 @@
-#include "common/cpu_threads.h"
 #include "target_service/target_worker.h"
 
 #include <algorithm>
@@ -11,6 +10,7 @@
 #include <c10/core/InferenceMode.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/cpu_threads.h"
 #include "common/status.h"
 #include "common/torch_status.h"
 
