@@ -146,6 +146,20 @@ AdamWOptions AdamWFromFlags() {
   return a;
 }
 
+// The optimisation loop's flags, shared by the target and drafter stages
+// (their option structs name these fields alike).
+template <typename Options>
+void FillTrainingLoop(Options& o) {
+  o.steps = absl::GetFlag(FLAGS_steps);
+  o.schedule = ScheduleFromFlags();
+  o.adamw = AdamWFromFlags();
+  o.seed = absl::GetFlag(FLAGS_seed);
+  o.checkpoint_every_s = absl::GetFlag(FLAGS_checkpoint_every_s);
+  o.max_minutes = absl::GetFlag(FLAGS_max_minutes);
+  o.eval_every = absl::GetFlag(FLAGS_eval_every);
+  o.export_dtype = absl::GetFlag(FLAGS_export_dtype);
+}
+
 bool Require(const std::vector<std::pair<const char*, std::string>>& flags) {
   bool ok = true;
   for (const auto& [name, value] : flags) {
@@ -188,14 +202,7 @@ int RunTarget() {
   o.model.tie_word_embeddings = true;
   o.seq_len = absl::GetFlag(FLAGS_seq_len);
   o.batch_size = absl::GetFlag(FLAGS_batch_size);
-  o.steps = absl::GetFlag(FLAGS_steps);
-  o.schedule = ScheduleFromFlags();
-  o.adamw = AdamWFromFlags();
-  o.seed = absl::GetFlag(FLAGS_seed);
-  o.checkpoint_every_s = absl::GetFlag(FLAGS_checkpoint_every_s);
-  o.max_minutes = absl::GetFlag(FLAGS_max_minutes);
-  o.eval_every = absl::GetFlag(FLAGS_eval_every);
-  o.export_dtype = absl::GetFlag(FLAGS_export_dtype);
+  FillTrainingLoop(o);
   return OutcomeCode(RunTargetTraining(o));
 }
 
@@ -244,14 +251,7 @@ int RunDrafter() {
   o.edit_loss_weight = absl::GetFlag(FLAGS_edit_loss_weight);
   o.sequences_per_step = absl::GetFlag(FLAGS_sequences_per_step);
   o.blocks_per_sequence = absl::GetFlag(FLAGS_blocks_per_sequence);
-  o.steps = absl::GetFlag(FLAGS_steps);
-  o.schedule = ScheduleFromFlags();
-  o.adamw = AdamWFromFlags();
-  o.seed = absl::GetFlag(FLAGS_seed);
-  o.checkpoint_every_s = absl::GetFlag(FLAGS_checkpoint_every_s);
-  o.max_minutes = absl::GetFlag(FLAGS_max_minutes);
-  o.eval_every = absl::GetFlag(FLAGS_eval_every);
-  o.export_dtype = absl::GetFlag(FLAGS_export_dtype);
+  FillTrainingLoop(o);
   return OutcomeCode(RunDrafterTraining(o));
 }
 
