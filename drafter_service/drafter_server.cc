@@ -11,21 +11,21 @@
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 
-#include "common/cpu_threads.h"
-#include "common/dedit_drafter.h"
-#include "common/model_config.h"
-#include "common/qwen3_model.h"
-#include "common/status.h"
-#include "common/tensor_io.h"
+#include "model/cpu_threads.h"
+#include "model/dedit_drafter.h"
+#include "base/model_config.h"
+#include "model/qwen3_model.h"
+#include "base/status.h"
+#include "model/tensor_io.h"
 #include "drafter_service/drafter_service.h"
-#include "proto/server_bootstrap.h"
+#include "serving/server_bootstrap.h"
 
 namespace dedit {
 namespace {
 
 constexpr char kReadinessService[] = "dedit.v1.Drafter";
 
-// DESIGN.md §4, drafter side.
+// docs/ARCHITECTURE.md §4, drafter side.
 class DrafterMetrics {
  public:
   DrafterMetrics(prometheus::Registry& r, int max_passes)

@@ -3,8 +3,8 @@
 // server and /metrics, and serves until SIGTERM/SIGINT.
 //
 //   DrafterServerOptions options;     // filled from flags in main.cc
-//   options.drafter_dir = "models/tiny/drafter";
-//   options.target_dir = "models/tiny/target";
+//   options.drafter_dir = "checkpoints/tiny/drafter";
+//   options.target_dir = "checkpoints/tiny/target";
 //   return RunDrafterServer(options).ok() ? 0 : 1;
 #ifndef DEDIT_DRAFTER_SERVICE_DRAFTER_SERVER_H_
 #define DEDIT_DRAFTER_SERVICE_DRAFTER_SERVER_H_

@@ -4,7 +4,7 @@
 
 #include <ATen/Functions.h>
 
-#include "common/torch_status.h"
+#include "model/torch_status.h"
 #include "proto/grpc_status.h"
 #include "proto/tensor_wire.h"
 

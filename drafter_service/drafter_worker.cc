@@ -7,7 +7,7 @@
 #include <c10/core/InferenceMode.h>
 
 #include "absl/strings/str_cat.h"
-#include "common/cpu_threads.h"
+#include "model/cpu_threads.h"
 
 namespace dedit {
 namespace {

@@ -1,4 +1,4 @@
-// The drafter's model thread (DESIGN.md §3): applies the context features
+// The drafter's model thread (docs/ARCHITECTURE.md §3): applies the context features
 // streamed by the target, and serves Draft requests batched across
 // sequences and RPCs with one DEditDrafter::Draft call (P1..PK).
 //
@@ -35,7 +35,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/dedit_drafter.h"
+#include "model/dedit_drafter.h"
 
 namespace dedit {
 

@@ -1,6 +1,6 @@
-// dedit-drafter: the DEdit drafter service (DESIGN.md §3).
+// dedit-drafter: the DEdit drafter service (docs/ARCHITECTURE.md §3).
 //
-//   dedit-drafter --drafter_dir models/tiny/drafter --target_dir models/tiny/target
+//   dedit-drafter --drafter_dir checkpoints/tiny/drafter --target_dir checkpoints/tiny/target
 //       --port 50052 --metrics_port 9102 --device cpu
 #include <cstdio>
 #include <string>
@@ -9,7 +9,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "drafter_service/drafter_server.h"
-#include "proto/server_bootstrap.h"
+#include "serving/server_bootstrap.h"
 
 ABSL_FLAG(std::string, drafter_dir, "", "DEdit/DFlash drafter folder");
 ABSL_FLAG(std::string, target_dir, "",

@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "common/speculative_engine.h"
+#include "engine/speculative_engine.h"
 #include "dedit/v1/generation.pb.h"
 #include "router/remote_drafter.h"
 #include "router/remote_verifier.h"

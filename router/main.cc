@@ -1,4 +1,4 @@
-// dedit-router: the public Generation service (DESIGN.md §3). Runs the
+// dedit-router: the public Generation service (docs/ARCHITECTURE.md §3). Runs the
 // speculative rounds between dedit-drafter and dedit-target.
 //
 //   dedit-router --target 127.0.0.1:50051 --drafter 127.0.0.1:50052
@@ -10,8 +10,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
-#include "common/tensor_io.h"
-#include "proto/server_bootstrap.h"
+#include "serving/server_bootstrap.h"
 #include "router/router_server.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:50051", "dedit-target address");
@@ -20,8 +19,6 @@ ABSL_FLAG(std::string, drafter, "",
 ABSL_FLAG(std::string, tokenizer, "",
           "tokenizer.json for text/chat prompts and text deltas");
 ABSL_FLAG(std::string, model_name, "", "served model name (default: the target's)");
-ABSL_FLAG(std::string, device, "cpu",
-          "accepted for uniformity; the router runs no model");
 ABSL_FLAG(std::string, host, "0.0.0.0", "listen host");
 ABSL_FLAG(int, port, 50050, "gRPC port (0 = ephemeral)");
 ABSL_FLAG(int, metrics_port, 9100, "Prometheus /metrics port (0 = ephemeral)");
@@ -40,11 +37,6 @@ ABSL_FLAG(int, drain_timeout_ms, 30000, "graceful shutdown: drain time");
 int main(int argc, char** argv) {
   dedit::BlockShutdownSignals();
   absl::ParseCommandLine(argc, argv);
-  // The router computes nothing; still reject a malformed --device early.
-  if (!dedit::ParseDevice(absl::GetFlag(FLAGS_device)).ok()) {
-    std::fprintf(stderr, "dedit-router: bad --device\n");
-    return 2;
-  }
   dedit::RouterServerOptions o;
   o.target_address = absl::GetFlag(FLAGS_target);
   o.drafter_address = absl::GetFlag(FLAGS_drafter);

@@ -3,7 +3,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
-#include "common/status.h"
+#include "base/status.h"
 #include "proto/grpc_status.h"
 #include "router/remote_verifier.h"
 

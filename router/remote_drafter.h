@@ -30,7 +30,7 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include "common/round_interfaces.h"
+#include "engine/round_interfaces.h"
 #include "dedit/v1/services.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 

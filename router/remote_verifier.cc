@@ -5,7 +5,7 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
-#include "common/status.h"
+#include "base/status.h"
 #include "proto/grpc_status.h"
 
 namespace dedit {

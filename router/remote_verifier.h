@@ -24,7 +24,7 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include "common/round_interfaces.h"
+#include "engine/round_interfaces.h"
 #include "dedit/v1/services.grpc.pb.h"
 
 namespace dedit {

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "common/status.h"
+#include "base/status.h"
 #include "tokenizer/chat_template.h"
 
 namespace dedit {

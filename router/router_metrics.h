@@ -1,4 +1,4 @@
-// The router's Prometheus metrics (DESIGN.md §4), all labelled with the
+// The router's Prometheus metrics (docs/ARCHITECTURE.md §4), all labelled with the
 // served model. Counters follow vLLM's spec-decode conventions: a draft is
 // one drafted round, draft tokens are W-1 per round, position i is counted
 // accepted only if positions 0..i all were.
@@ -19,7 +19,7 @@
 #include <prometheus/registry.h>
 
 #include "absl/status/status.h"
-#include "common/speculative_engine.h"
+#include "engine/speculative_engine.h"
 
 namespace dedit {
 

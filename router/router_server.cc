@@ -5,8 +5,8 @@
 #include <memory>
 #include <random>
 
-#include "common/status.h"
-#include "proto/server_bootstrap.h"
+#include "base/status.h"
+#include "serving/server_bootstrap.h"
 #include "tokenizer/tokenizer.h"
 
 namespace dedit {

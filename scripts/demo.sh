@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The demo: the three services (dedit-drafter, dedit-target, dedit-router)
-# on CPU with the bundled trained pair (models/tiny), one streamed prompt
+# on CPU with the bundled trained pair (checkpoints/tiny), one streamed prompt
 # through the router with speculation and once without, the acceptance
 # statistics, and a check that both texts are identical (greedy decoding is
-# lossless). Falls back to a generated random pair when models/tiny is
+# lossless). Falls back to a generated random pair when checkpoints/tiny is
 # missing.
 #
 #   scripts/demo.sh [BUILD_DIR]
@@ -13,21 +13,21 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=$(cd "${1:-$ROOT/build}" && pwd)
-CLI=$BUILD/tools/cli/dedit-cli
+CLI=$BUILD/cli/dedit-cli
 [ -x "$CLI" ] || { echo "demo: $CLI not built" >&2; exit 1; }
 
 MAX_TOKENS=${DEMO_MAX_TOKENS:-160}
 WINDOW=${DEMO_WINDOW:-16}
 PASSES=${DEMO_PASSES:-2}
 SERVE_ARGS=()
-if [ -f "$ROOT/models/tiny/target/model.safetensors" ] &&
-   [ -f "$ROOT/models/tiny/drafter/model.safetensors" ]; then
-  SERVE_ARGS=(--target-dir "$ROOT/models/tiny/target" --drafter-dir "$ROOT/models/tiny/drafter")
+if [ -f "$ROOT/checkpoints/tiny/target/model.safetensors" ] &&
+   [ -f "$ROOT/checkpoints/tiny/drafter/model.safetensors" ]; then
+  SERVE_ARGS=(--target-dir "$ROOT/checkpoints/tiny/target" --drafter-dir "$ROOT/checkpoints/tiny/drafter")
   PROMPT=${DEMO_PROMPT:-"def read_config(path):
     \"\"\"Read a configuration file and return a dict.\"\"\"
 "}
   PROMPT_ARGS=(--prompt "$PROMPT")
-  echo "model: bundled models/tiny (see models/tiny/target/MODEL_CARD.md)"
+  echo "model: bundled checkpoints/tiny (see checkpoints/tiny/target/MODEL_CARD.md)"
 else
   PROMPT_ARGS=(--prompt-ids 1,17,42,99,7,256,3)
   echo "model: generated random pair (acceptance near 1 token per round)"
@@ -111,17 +111,17 @@ PY
 # The same prompt through the in-process engine (no RPCs): on a model this
 # small the gRPC round trips dominate the services' time on CPU, so the
 # engine's own speedup is shown here.
-GEN=$BUILD/tools/generate/dedit-generate
+GEN=$BUILD/cli/dedit-generate
 if [ -x "$GEN" ] && [ ${#SERVE_ARGS[@]} -gt 0 ]; then
   echo
   echo "== in-process engine, same prompt: speculative (W=$WINDOW, K=$PASSES) vs target-only =="
   for mode in spec ar; do
     if [ $mode = spec ]; then
-      args=(--drafter "$ROOT/models/tiny/drafter" --window "$WINDOW" --passes "$PASSES")
+      args=(--drafter "$ROOT/checkpoints/tiny/drafter" --window "$WINDOW" --passes "$PASSES")
     else
       args=(--ar)
     fi
-    "$GEN" --target "$ROOT/models/tiny/target" "${args[@]}" "${PROMPT_ARGS[@]}" \
+    "$GEN" --target "$ROOT/checkpoints/tiny/target" "${args[@]}" "${PROMPT_ARGS[@]}" \
       --max_tokens "$MAX_TOKENS" --threads 1 | grep -E '^(finish|prefill)' | sed "s/^/  $mode: /"
   done
 fi

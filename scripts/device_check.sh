@@ -37,12 +37,14 @@ cat > "$B/cxxflags" <<F
 -I$ROOT -I$ROOT/.device/include -I$TORCH_INC -I$TORCH_INC/torch/csrc/api/include
 -Wno-deprecated-declarations
 F
-SRCS="common/file_util.cc common/safetensors.cc common/model_config.cc common/tensor_io.cc common/transformer_ops.cc
-  common/kv_cache.cc common/qwen3_model.cc common/dedit_drafter.cc common/sampling.cc
-  common/local_backends.cc common/speculative_engine.cc common/tiny_model.cc common/in_process.cc
-  tests/common/test_util.cc tests/common/qwen3_model_test.cc tests/common/dedit_drafter_test.cc
-  tests/common/sampling_test.cc tests/common/speculative_engine_test.cc
-  tools/generate/main.cc tools/make_tiny_model/main.cc"
+SRCS="base/file_util.cc base/safetensors.cc base/model_config.cc
+  engine/speculative_engine.cc engine/sampling_params.cc engine/acceptance.cc
+  model/tensor_io.cc model/transformer_ops.cc model/kv_cache.cc model/qwen3_model.cc
+  model/dedit_drafter.cc model/sampling.cc model/verify_commit.cc model/local_backends.cc
+  model/tiny_model.cc model/in_process.cc model/cpu_threads.cc
+  tests/model/test_util.cc tests/model/qwen3_model_test.cc tests/model/dedit_drafter_test.cc
+  tests/model/sampling_test.cc tests/engine/speculative_engine_test.cc
+  cli/generate_main.cc cli/make_tiny_model_main.cc"
 t0=$(date +%s)
 echo $SRCS | tr ' ' '\n' | grep . | xargs -P "$(nproc)" -I{} sh -c \
   "g++ @$B/cxxflags -c $ROOT/{} -o $B/obj/\$(echo {} | tr / _).o || echo BUILD_FAIL {}"
@@ -51,11 +53,11 @@ ABSL=$(ls $ROOT/.device/lib/libabsl_*.so | sed 's|.*/lib\(absl_[a-z0-9_]*\)\.so|
 LIBS="-L$TORCH_LIBDIR -Wl,-rpath,$TORCH_LIBDIR -Wl,--no-as-needed -ltorch $CUDA_LIBS -ltorch_cpu -lc10 -Wl,--as-needed \
   -L$ROOT/.device/lib -Wl,-rpath,$ROOT/.device/lib $ABSL -lpthread -ldl"
 O=$B/obj
-CORE="$O/common_*.o"
-g++ -o $B/dedit_engine_tests $CORE $O/tests_common_*.o -L$ROOT/.device/lib -lgmock -lgtest_main -lgtest $LIBS \
+CORE="$O/base_*.o $O/engine_*.o $O/model_*.o"
+g++ -o $B/dedit_engine_tests $CORE $O/tests_*.o -L$ROOT/.device/lib -lgmock -lgtest_main -lgtest $LIBS \
   || echo LINK_FAIL tests
-g++ -o $B/dedit-generate $CORE $O/tools_generate_main.cc.o $LIBS || echo LINK_FAIL generate
-g++ -o $B/dedit-make-tiny-model $CORE $O/tools_make_tiny_model_main.cc.o $LIBS || echo LINK_FAIL make
+g++ -o $B/dedit-generate $CORE $O/cli_generate_main.cc.o $LIBS || echo LINK_FAIL generate
+g++ -o $B/dedit-make-tiny-model $CORE $O/cli_make_tiny_model_main.cc.o $LIBS || echo LINK_FAIL make
 echo "== engine tests on $DEV =="
 DEDIT_TEST_DEVICE=$DEV timeout 300 $B/dedit_engine_tests 2>&1 | tail -45
 [ -n "${SKIP_BENCH:-}" ] && exit 0

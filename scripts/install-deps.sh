@@ -6,6 +6,9 @@ set -euo pipefail
 
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git ca-certificates
+  # clang 14 is the compiler (thread-safety analysis); its sanitizer runtimes
+  # (ASan/UBSan parser tests); clang-format for the style test; ccache.
+  clang-14 libclang-rt-14-dev clang-format-14 ccache
   # libtorch (CPU) and a fast BLAS: without OpenBLAS, Debian's libtorch falls
   # back to the reference BLAS and runs ~10x slower.
   libtorch-dev libopenblas0-pthread libopenblas-pthread-dev

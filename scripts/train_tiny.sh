@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Trains the bundled tiny model pair end to end with dedit-train, on CPU:
 #   tokenizer -> target -> distill -> drafter (+ the no-ProposalMix ablation)
-#   -> eval -> copy into models/tiny/{target,drafter}.
+#   -> eval -> copy into checkpoints/tiny/{target,drafter}.
 #
 #   scripts/train_tiny.sh [full|smoke]
 #
@@ -13,7 +13,7 @@
 # Environment:
 #   BUILD        build directory holding training/dedit-train (default build)
 #   WORK         scratch directory (default $BUILD/train-tiny-<profile>)
-#   OUT          where the finished pair is copied (default models/tiny;
+#   OUT          where the finished pair is copied (default checkpoints/tiny;
 #                empty = do not copy)
 #   MAX_MINUTES  per-stage time budget for this invocation (default 0 = none)
 #   THREADS      libtorch threads (default: all cores)
@@ -34,7 +34,7 @@ profile=${1:-full}
 repo=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${BUILD:-$repo/build}
 WORK=${WORK:-$BUILD/train-tiny-$profile}
-OUT=${OUT-$repo/models/tiny}
+OUT=${OUT-$repo/checkpoints/tiny}
 MAX_MINUTES=${MAX_MINUTES:-0}
 THREADS=${THREADS:-0}
 EVAL_THREADS=${EVAL_THREADS:-1}

@@ -3,7 +3,7 @@
 #include <chrono>
 #include <utility>
 
-#include "common/torch_status.h"
+#include "model/torch_status.h"
 #include "proto/tensor_wire.h"
 
 namespace dedit {
@@ -53,7 +53,7 @@ absl::Status ContextStreamClient::OnContext(SequenceId sequence, int64_t start,
   v1::ContextChunk chunk;
   chunk.set_sequence(sequence);
   chunk.set_start(start);
-  // bf16 on the wire (DESIGN.md §3): half the bytes of f32.
+  // bf16 on the wire (docs/ARCHITECTURE.md §3): half the bytes of f32.
   absl::Status status = GuardTorch([&] {
     const at::Tensor cpu = features.to(at::kCPU, at::kBFloat16).contiguous();
     SetWireTensor(WireDtype::kBFloat16, cpu.sizes().vec(), cpu.data_ptr(),

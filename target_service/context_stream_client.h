@@ -1,4 +1,4 @@
-// The target's end of the context stream (DESIGN.md §3): committed tokens'
+// The target's end of the context stream (docs/ARCHITECTURE.md §3): committed tokens'
 // features, converted to bf16, written in order on one long-lived
 // Drafter.StreamContext call.
 //

@@ -1,6 +1,6 @@
-// dedit-target: the target model service (DESIGN.md §3).
+// dedit-target: the target model service (docs/ARCHITECTURE.md §3).
 //
-//   dedit-target --target_dir models/tiny/target --drafter_dir models/tiny/drafter
+//   dedit-target --target_dir checkpoints/tiny/target --drafter_dir checkpoints/tiny/drafter
 //       --drafter 127.0.0.1:50052 --port 50051 --metrics_port 9101 --device cpu
 #include <cstdio>
 #include <string>
@@ -11,7 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "proto/server_bootstrap.h"
+#include "serving/server_bootstrap.h"
 #include "target_service/target_server.h"
 
 ABSL_FLAG(std::string, target_dir, "", "target model folder (HF format)");

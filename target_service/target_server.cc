@@ -10,19 +10,19 @@
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 
-#include "common/cpu_threads.h"
-#include "common/model_config.h"
-#include "common/qwen3_model.h"
-#include "common/status.h"
-#include "common/tensor_io.h"
-#include "proto/server_bootstrap.h"
+#include "model/cpu_threads.h"
+#include "base/model_config.h"
+#include "model/qwen3_model.h"
+#include "base/status.h"
+#include "model/tensor_io.h"
+#include "serving/server_bootstrap.h"
 #include "target_service/context_stream_client.h"
 #include "target_service/target_service.h"
 
 namespace dedit {
 namespace {
 
-// DESIGN.md §4, target side.
+// docs/ARCHITECTURE.md §4, target side.
 struct TargetMetrics {
   explicit TargetMetrics(prometheus::Registry& r)
       : batch_size(prometheus::BuildHistogram()

@@ -3,7 +3,7 @@
 // and serves until SIGTERM/SIGINT, then drains.
 //
 //   TargetServerOptions options;       // filled from flags in main.cc
-//   options.target_dir = "models/tiny/target";
+//   options.target_dir = "checkpoints/tiny/target";
 //   return RunTargetServer(options).ok() ? 0 : 1;
 #ifndef DEDIT_TARGET_SERVICE_TARGET_SERVER_H_
 #define DEDIT_TARGET_SERVICE_TARGET_SERVER_H_

@@ -10,9 +10,9 @@
 #include <c10/core/InferenceMode.h>
 
 #include "absl/strings/str_cat.h"
-#include "common/cpu_threads.h"
-#include "common/status.h"
-#include "common/torch_status.h"
+#include "model/cpu_threads.h"
+#include "base/status.h"
+#include "model/torch_status.h"
 
 namespace dedit {
 namespace {

@@ -1,5 +1,5 @@
 // The target's model thread: continuous batching of prefill chunks and
-// verify blocks from every RPC into packed Qwen3Model forwards (DESIGN.md
+// verify blocks from every RPC into packed Qwen3Model forwards (docs/ARCHITECTURE.md
 // §3), per-sequence sampling state, KV admission control, and the hand-off
 // of committed tokens' context features to the drafter.
 //
@@ -44,9 +44,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/qwen3_model.h"
-#include "common/round_interfaces.h"
-#include "common/sampling.h"
+#include "model/qwen3_model.h"
+#include "engine/round_interfaces.h"
+#include "model/context_sink.h"
+#include "model/sampling.h"
 
 namespace dedit {
 

@@ -5,7 +5,7 @@
 
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
-#include "common/status.h"
+#include "base/status.h"
 #include "tokenizer/json_util.h"
 #include "tokenizer/utf8.h"
 

@@ -2,7 +2,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "common/status.h"
+#include "base/status.h"
 
 namespace dedit {
 namespace {

@@ -4,7 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
-#include "common/status.h"
+#include "base/status.h"
 #include "tokenizer/json_util.h"
 
 namespace dedit {

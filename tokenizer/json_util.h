@@ -15,7 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "common/file_util.h"  // ReadFileToString
+#include "base/file_util.h"  // ReadFileToString
 #include "absl/strings/string_view.h"
 
 namespace dedit {

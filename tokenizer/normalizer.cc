@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/status.h"
+#include "base/status.h"
 
 namespace dedit {
 namespace {

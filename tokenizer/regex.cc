@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/status.h"
+#include "base/status.h"
 #include "tokenizer/utf8.h"
 
 namespace dedit {

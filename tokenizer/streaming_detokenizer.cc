@@ -2,7 +2,7 @@
 
 #include <utility>
 
-#include "common/status.h"
+#include "base/status.h"
 #include "tokenizer/utf8.h"
 
 namespace dedit {

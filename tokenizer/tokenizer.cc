@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/status.h"
+#include "base/status.h"
 #include "tokenizer/bpe_model.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/json_util.h"

@@ -7,9 +7,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "common/file_util.h"
-#include "common/model_config.h"
-#include "common/status.h"
+#include "base/file_util.h"
+#include "base/model_config.h"
+#include "base/status.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
 

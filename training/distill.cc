@@ -8,10 +8,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/file_util.h"
-#include "common/in_process.h"
-#include "common/model_config.h"
-#include "common/status.h"
+#include "base/file_util.h"
+#include "model/in_process.h"
+#include "base/model_config.h"
+#include "base/status.h"
 #include "tokenizer/tokenizer.h"
 
 namespace dedit::training {

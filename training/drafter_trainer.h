@@ -1,5 +1,5 @@
 // `dedit-train drafter`: trains a DEdit drafter for a frozen target on the
-// distilled data (DESIGN.md §1-2, REFERENCE.md "Training").
+// distilled data (docs/ARCHITECTURE.md §1-2, REFERENCE.md "Training").
 //
 // Per step: a few distilled sequences; the frozen target computes their
 // context features; many blocks per sequence at random anchors inside the

@@ -5,11 +5,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/file_util.h"
-#include "common/in_process.h"
-#include "common/model_config.h"
-#include "common/speculative_engine.h"
-#include "common/status.h"
+#include "base/file_util.h"
+#include "model/in_process.h"
+#include "base/model_config.h"
+#include "engine/speculative_engine.h"
+#include "base/status.h"
 #include "tokenizer/tokenizer.h"
 #include "training/progress.h"
 

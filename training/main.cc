@@ -24,7 +24,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
-#include "common/cpu_threads.h"
+#include "model/cpu_threads.h"
 #include "training/bpe_trainer.h"
 #include "training/distill.h"
 #include "training/drafter_trainer.h"

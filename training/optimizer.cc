@@ -8,10 +8,10 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "common/safetensors.h"
-#include "common/status.h"
-#include "common/tensor_io.h"
-#include "common/torch_status.h"
+#include "base/safetensors.h"
+#include "base/status.h"
+#include "model/tensor_io.h"
+#include "model/torch_status.h"
 
 namespace dedit::training {
 

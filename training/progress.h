@@ -14,7 +14,7 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "common/file_util.h"  // MakeDirs, WriteTextFile
+#include "base/file_util.h"  // MakeDirs, WriteTextFile
 
 namespace dedit::training {
 

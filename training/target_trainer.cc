@@ -11,10 +11,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/file_util.h"
-#include "common/status.h"
-#include "common/tensor_io.h"
-#include "common/torch_status.h"
+#include "base/file_util.h"
+#include "base/status.h"
+#include "model/tensor_io.h"
+#include "model/torch_status.h"
 #include "tokenizer/tokenizer.h"
 #include "training/trainable_models.h"
 

@@ -17,7 +17,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "common/model_config.h"
+#include "base/model_config.h"
 #include "training/corpus.h"
 #include "training/optimizer.h"
 #include "training/progress.h"

@@ -12,10 +12,10 @@
 #include <unordered_map>
 
 #include "absl/strings/str_cat.h"
-#include "common/safetensors.h"
-#include "common/status.h"
-#include "common/tensor_io.h"
-#include "common/torch_status.h"
+#include "base/safetensors.h"
+#include "base/status.h"
+#include "model/tensor_io.h"
+#include "model/torch_status.h"
 #include "training/progress.h"
 
 namespace dedit::training {

@@ -1,7 +1,7 @@
 // Trainable (autograd) versions of the Qwen3 target and the DEdit drafter.
 //
-// The math is the engine's (common/qwen3_model.h, common/dedit_drafter.h,
-// DESIGN.md §1-2) re-batched for training: the target runs [B, T] windows
+// The math is the engine's (model/qwen3_model.h, model/dedit_drafter.h,
+// docs/ARCHITECTURE.md §1-2) re-batched for training: the target runs [B, T] windows
 // with a causal mask; the drafter runs many blocks per sequence at once, each
 // block seeing the context strictly before its anchor plus itself
 // (bidirectionally, or causally for the ablation). The shared building
@@ -27,8 +27,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/model_config.h"
-#include "common/transformer_ops.h"
+#include "base/model_config.h"
+#include "model/transformer_ops.h"
 
 namespace dedit::training {
 
@@ -64,7 +64,7 @@ class TrainableTarget {
   // ids: [B, T] int64 at positions 0..T-1. Returns the final-normed hidden
   // states [B, T, D]. When `features` is non-null it receives the outputs of
   // decoder layers `feature_layer_ids` concatenated, [B, T, n * D] (the
-  // drafter's context features, DESIGN.md §1 step 1).
+  // drafter's context features, docs/ARCHITECTURE.md §1 step 1).
   at::Tensor Forward(const at::Tensor& ids,
                      const std::vector<int>& feature_layer_ids,
                      at::Tensor* features) const;

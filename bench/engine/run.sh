@@ -14,10 +14,10 @@ MODEL=${MODEL:-/tmp/dedit-bench-model}
 # with MODEL_ARGS to try others.
 MODEL_ARGS=${MODEL_ARGS:---vocab 32000 --hidden 1024 --intermediate 3072 --layers 12 --heads 16 --kv_heads 8 --head_dim 64 --drafter_layers 2 --block_size 16}
 MAX_TOKENS=${MAX_TOKENS:-64}
-GEN=$BUILD/tools/generate/dedit-generate
+GEN=$BUILD/cli/dedit-generate
 if [ ! -f "$MODEL/target/model.safetensors" ]; then
   # shellcheck disable=SC2086
-  "$BUILD/tools/make_tiny_model/dedit-make-tiny-model" --out "$MODEL" $MODEL_ARGS --seed 5
+  "$BUILD/cli/dedit-make-tiny-model" --out "$MODEL" $MODEL_ARGS --seed 5
 fi
 PROMPTS=$(mktemp)
 cat > "$PROMPTS" <<'P'

@@ -5,7 +5,7 @@
 #
 #   bench/services/run_bench.sh [--build-dir build] [--device cpu]
 #       [--threads 1] [--max-tokens 64] [--requests 4] [--model-args "..."]
-#       [--model-dir models/tiny] [--window 16] [--passes 3]
+#       [--model-dir checkpoints/tiny] [--window 16] [--passes 3]
 #
 # --model-dir uses DIR/target and DIR/drafter (e.g. the bundled trained pair)
 # instead of a generated random pair.

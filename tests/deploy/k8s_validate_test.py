@@ -193,7 +193,11 @@ def validate(docs, overlay, flags_by_bin):
                     err(f"{where}: gpu overlay runs on --device={device[binary]}")
             elif gpu_req or gpu_lim:
                 err(f"{where}: unexpected nvidia.com/gpu in the {overlay} overlay")
-            if overlay == "cpu" and device.get(binary) != "cpu":
+            if binary == "router":
+                # The router runs no model and links no libtorch.
+                if "device" in resolved:
+                    err(f"{where}: the router takes no --device")
+            elif overlay == "cpu" and device.get(binary) != "cpu":
                 err(f"{where}: cpu overlay runs on --device={device.get(binary)}")
     # Services: selector -> exactly one Deployment; targetPorts exist.
     for s in services:

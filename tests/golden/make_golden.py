@@ -3,7 +3,7 @@
 
 What this is
     A small, independent, deliberately plain reference implementation of the
-    math in DESIGN.md §1-§2 / REFERENCE.md ("Qwen3 dense target", "DFlash
+    math in docs/ARCHITECTURE.md §1-§2 / REFERENCE.md ("Qwen3 dense target", "DFlash
     drafter"), written from those descriptions with nothing but torch, numpy,
     json and struct (no transformers, no code from other projects). It builds
     a tiny random Qwen3 target and a tiny random DFlash-architecture drafter,

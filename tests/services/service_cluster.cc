@@ -17,9 +17,9 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "common/status.h"
-#include "proto/server_bootstrap.h"
-#include "tests/common/test_util.h"
+#include "base/status.h"
+#include "serving/server_bootstrap.h"
+#include "tests/model/test_util.h"
 
 namespace dedit::testing {
 namespace {

@@ -18,7 +18,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/status/statusor.h"
-#include "common/tiny_model.h"
+#include "model/tiny_model.h"
 
 namespace dedit::testing {
 

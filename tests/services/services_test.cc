@@ -13,13 +13,13 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
-#include "common/in_process.h"
+#include "model/in_process.h"
 #include "dedit/v1/services.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
-#include "router/client/generate_command.h"
-#include "tests/common/test_util.h"
+#include "cli/generate_command.h"
+#include "tests/model/test_util.h"
 #include "tests/services/service_cluster.h"
 
 namespace dedit {
@@ -476,7 +476,7 @@ TEST_F(ServicesTest, CliGenerateStreamsTextThenStats) {
 }
 
 // /metrics of every service is valid Prometheus text (promtool) and has
-// the DESIGN.md §4 names.
+// the docs/ARCHITECTURE.md §4 names.
 TEST_F(ServicesTest, MetricsPassPromtool) {
   ASSERT_TRUE(WaitFor([&] { return RouterSeesDrafter(); }, 10000));
   Generated g = Generate(stub_.get(), IdsRequest(RandomPrompt(9, 300, 4), 16, 8, 3));

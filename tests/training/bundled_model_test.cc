@@ -1,4 +1,4 @@
-// The trained pair shipped in models/tiny: it loads, its tokenizer
+// The trained pair shipped in checkpoints/tiny: it loads, its tokenizer
 // round-trips, speculative decoding with it is lossless, and the trained
 // drafter is accepted far more often than a random drafter of the same
 // shape on prompts that are not in its training corpus.
@@ -9,16 +9,16 @@
 #include <string>
 #include <vector>
 
-#include "common/cpu_threads.h"
-#include "common/in_process.h"
-#include "common/model_config.h"
+#include "model/cpu_threads.h"
+#include "model/in_process.h"
+#include "base/model_config.h"
 #include "tokenizer/tokenizer.h"
 #include "training/trainable_models.h"
 
 namespace dedit::training {
 namespace {
 
-const std::string kModels = std::string(DEDIT_SOURCE_DIR) + "/models/tiny";
+const std::string kModels = std::string(DEDIT_SOURCE_DIR) + "/checkpoints/tiny";
 
 // Mean acceptance length the trained drafter must reach at W=16 on the
 // prompts below, 160 greedy tokens each (K=1 and K=2). The shipped pair
@@ -172,7 +172,7 @@ TEST_F(BundledModelTest, TrainedDrafterBeatsRandomDrafterLosslessly) {
   RecordProperty("tau_trained_p1", std::to_string(trained_p1.tau));
   RecordProperty("tau_trained_p2", std::to_string(trained_p2.tau));
   RecordProperty("tau_random_p1", std::to_string(untrained.tau));
-  // Measured when the pair was trained: see models/tiny/drafter/eval.json
+  // Measured when the pair was trained: see checkpoints/tiny/drafter/eval.json
   // and docs/RESULTS.md. The floor sits well below the measured value and
   // far above the random drafter's.
   EXPECT_GE(trained_p1.tau, kAcceptanceFloor);

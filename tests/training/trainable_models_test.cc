@@ -1,5 +1,5 @@
 // The trainer's forward must be the engine's math: a checkpoint exported by
-// the trainer, loaded by common/qwen3_model.h and common/dedit_drafter.h,
+// the trainer, loaded by model/qwen3_model.h and model/dedit_drafter.h,
 // gives the same logits, features, draft tokens and confidences; and the
 // trainer reproduces the independent Python reference (tests/golden).
 #include "training/trainable_models.h"
@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "common/dedit_drafter.h"
-#include "common/qwen3_model.h"
-#include "common/safetensors.h"
-#include "common/tensor_io.h"
+#include "model/dedit_drafter.h"
+#include "model/qwen3_model.h"
+#include "base/safetensors.h"
+#include "model/tensor_io.h"
 
 namespace dedit::training {
 namespace {

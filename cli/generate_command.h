@@ -1,0 +1,52 @@
+// `dedit-cli generate`: streams a generation from dedit-router to the
+// terminal, then prints one line of stats (tokens, tokens/s, mean
+// acceptance length, rounds). Needs no libtorch: it is a gRPC client.
+//
+//   dedit-cli generate --router 127.0.0.1:50050 --prompt "Hello" --chat
+//       --max-tokens 64
+//
+// Text goes to stdout as it arrives (token ids when the router has no
+// tokenizer); the stats line goes to stderr so that stdout stays the text.
+#ifndef DEDIT_CLI_GENERATE_COMMAND_H_
+#define DEDIT_CLI_GENERATE_COMMAND_H_
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace dedit {
+
+struct GenerateCommandOptions {
+  std::string router = "127.0.0.1:50050";
+  std::string model;
+  std::string prompt;
+  bool chat = false;               // wrap --prompt as one user message
+  bool enable_thinking = false;    // with --chat
+  std::vector<int32_t> prompt_ids; // instead of --prompt
+  int max_tokens = 128;
+  float temperature = 0;
+  int top_k = 0;
+  float top_p = 1;
+  int64_t seed = -1;               // < 0 → unseeded
+  int window = 0;                  // 0 → the router's default
+  int passes = 0;
+  bool no_speculation = false;
+  std::vector<std::string> stop;
+  bool ignore_eos = false;
+  int timeout_s = 600;
+};
+
+absl::Status RunGenerate(const GenerateCommandOptions& options,
+                         std::ostream& text_out, std::ostream& stats_out);
+
+// Entry point for dedit-cli's subcommand table: parses `args` (the words
+// after "generate"), runs, returns the exit status (0 ok, 1 failure,
+// 2 usage error).
+int RunGenerateCommand(const std::vector<std::string>& args);
+
+}  // namespace dedit
+
+#endif  // DEDIT_CLI_GENERATE_COMMAND_H_

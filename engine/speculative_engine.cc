@@ -1,0 +1,376 @@
+#include "engine/speculative_engine.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "base/status.h"
+#include "engine/acceptance.h"
+
+namespace dedit {
+namespace {
+
+double NowSeconds() {
+  return std::chrono::duration<double>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+bool Contains(const std::vector<int32_t>& ids, int32_t t) {
+  return std::find(ids.begin(), ids.end(), t) != ids.end();
+}
+
+}  // namespace
+
+bool SpeculativeEngine::WellFormedDraft(const DraftRequest& request,
+                                        const DraftResult& draft) const {
+  if (draft.passes.size() != static_cast<size_t>(request.passes)) return false;
+  for (const DraftPass& pass : draft.passes) {
+    if (pass.tokens.size() != static_cast<size_t>(request.window - 1)) {
+      return false;
+    }
+    for (int32_t t : pass.tokens) {
+      if (t < 0 || (options_.vocab_size > 0 && t >= options_.vocab_size)) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+const char* FinishReasonName(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kNone: return "none";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kContextLimit: return "context_limit";
+    case FinishReason::kCancelled: return "cancelled";
+    case FinishReason::kError: return "error";
+  }
+  return "unknown";
+}
+
+const char* EditOutcomeName(EditOutcome outcome) {
+  switch (outcome) {
+    case EditOutcome::kExtended: return "extended";
+    case EditOutcome::kUnchanged: return "unchanged";
+    case EditOutcome::kShortened: return "shortened";
+  }
+  return "unknown";
+}
+
+double AcceptanceSummary::mean_acceptance_length() const {
+  if (drafted_rounds == 0) return 0;
+  return 1.0 + static_cast<double>(accepted_tokens) / drafted_rounds;
+}
+
+void AcceptanceSummary::Add(const RoundRecord& r) {
+  ++rounds;
+  if (r.fallback) ++fallback_rounds;
+  draft_seconds += r.draft_seconds;
+  verify_seconds += r.verify_seconds;
+  if (r.window < 2) return;
+  ++drafted_rounds;
+  draft_tokens += r.window - 1;
+  accepted_tokens += r.accepted;
+  if (accepted_per_position.size() < static_cast<size_t>(r.window - 1)) {
+    accepted_per_position.resize(r.window - 1, 0);
+  }
+  for (int i = 0; i < r.accepted; ++i) ++accepted_per_position[i];
+  if (edit_outcomes.size() < r.edits.size()) {
+    edit_outcomes.resize(r.edits.size(), {0, 0, 0});
+  }
+  for (size_t k = 0; k < r.edits.size(); ++k) {
+    ++edit_outcomes[k][static_cast<int>(r.edits[k])];
+  }
+}
+
+AcceptanceSummary Summarize(const std::vector<RoundRecord>& rounds) {
+  AcceptanceSummary s;
+  for (const RoundRecord& r : rounds) s.Add(r);
+  return s;
+}
+
+SpeculativeEngine::SpeculativeEngine(Verifier* verifier, Drafter* drafter,
+                                     Options options)
+    : verifier_(verifier), drafter_(drafter), options_(std::move(options)) {}
+
+absl::StatusOr<SequenceId> SpeculativeEngine::Submit(
+    GenerationRequest request, TokenCallback on_tokens) {
+  if (request.prompt.empty()) {
+    return absl::InvalidArgumentError("prompt is empty");
+  }
+  if (options_.vocab_size > 0) {
+    for (int32_t t : request.prompt) {
+      if (t < 0 || t >= options_.vocab_size) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("prompt token id ", t, " is outside the vocabulary [0, ",
+                         options_.vocab_size, ")"));
+      }
+    }
+  }
+  if (static_cast<int64_t>(request.prompt.size()) >= options_.max_context) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prompt of ", request.prompt.size(),
+        " tokens leaves no room in the context limit of ", options_.max_context));
+  }
+  if (request.max_new_tokens <= 0 ||
+      request.max_new_tokens > options_.max_new_tokens_limit) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_new_tokens must be in [1, ",
+                     options_.max_new_tokens_limit, "], got ",
+                     request.max_new_tokens));
+  }
+  if (request.window < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("window must be >= 1, got ", request.window));
+  }
+  if (request.passes < 0 || request.passes > options_.max_passes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("passes must be in [0, ", options_.max_passes, "], got ",
+                     request.passes));
+  }
+  if (drafter_ != nullptr && request.passes > 0 &&
+      request.window > drafter_->block_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("window ", request.window,
+                     " exceeds the drafter's block size ",
+                     drafter_->block_size()));
+  }
+  RETURN_IF_ERROR(ValidateSamplingParams(request.sampling));
+  const SequenceId id = next_id_++;
+  Sequence& seq = sequences_[id];
+  seq.result.id = id;
+  seq.result.prompt_tokens = static_cast<int>(request.prompt.size());
+  seq.request = std::move(request);
+  seq.on_tokens = std::move(on_tokens);
+  pending_.push_back(id);
+  return id;
+}
+
+absl::Status SpeculativeEngine::Cancel(SequenceId id) {
+  auto it = sequences_.find(id);
+  if (it == sequences_.end()) {
+    return absl::NotFoundError(absl::StrCat("no running request ", id));
+  }
+  Finish(id, FinishReason::kCancelled);
+  return absl::OkStatus();
+}
+
+int SpeculativeEngine::WindowFor(const Sequence& seq) const {
+  if (drafter_ == nullptr || seq.drafter_failed || seq.request.passes == 0) {
+    return 1;
+  }
+  const int64_t remaining =
+      seq.request.max_new_tokens - static_cast<int64_t>(seq.result.tokens.size());
+  const int64_t room = options_.max_context - seq.start;
+  return static_cast<int>(std::max<int64_t>(
+      1, std::min<int64_t>({seq.request.window, remaining, room})));
+}
+
+bool SpeculativeEngine::Emit(Sequence& seq, const std::vector<int32_t>& tokens) {
+  std::vector<int32_t> emitted;
+  FinishReason finish = FinishReason::kNone;
+  for (int32_t t : tokens) {
+    if ((!seq.request.ignore_eos && Contains(options_.eos_token_ids, t)) ||
+        Contains(seq.request.stop_token_ids, t)) {
+      seq.result.stop_token = t;
+      finish = FinishReason::kStop;
+      break;
+    }
+    emitted.push_back(t);
+    seq.result.tokens.push_back(t);
+    if (static_cast<int>(seq.result.tokens.size()) >=
+        seq.request.max_new_tokens) {
+      finish = FinishReason::kLength;
+      break;
+    }
+  }
+  if (finish == FinishReason::kNone && seq.start + 1 > options_.max_context) {
+    finish = FinishReason::kContextLimit;
+  }
+  if (seq.on_tokens && !emitted.empty()) seq.on_tokens(seq.result.id, emitted);
+  if (finish != FinishReason::kNone) {
+    Finish(seq.result.id, finish);
+    return true;
+  }
+  return false;
+}
+
+void SpeculativeEngine::Finish(SequenceId id, FinishReason reason,
+                               absl::Status status) {
+  auto it = sequences_.find(id);
+  if (it == sequences_.end()) return;
+  Sequence& seq = it->second;
+  seq.result.finish = reason;
+  seq.result.status = std::move(status);
+  if (seq.first_token_time > 0) {
+    seq.result.decode_seconds = NowSeconds() - seq.first_token_time;
+  }
+  // Release errors (e.g. a sequence the target never created) are not the
+  // request's concern: it is finished either way.
+  (void)verifier_->Release(id);
+  if (drafter_ != nullptr) (void)drafter_->Release(id);
+  finished_.push_back(std::move(seq.result));
+  sequences_.erase(it);
+  running_.erase(std::remove(running_.begin(), running_.end(), id),
+                 running_.end());
+  pending_.erase(std::remove(pending_.begin(), pending_.end(), id),
+                 pending_.end());
+}
+
+absl::Status SpeculativeEngine::Step() {
+  last_step_ = StepStats();
+  // 1. Draft every running sequence in one batched call.
+  std::vector<SequenceId> round_ids = running_;
+  std::map<SequenceId, int> window;
+  std::vector<DraftRequest> draft_requests;
+  for (SequenceId id : round_ids) {
+    const Sequence& seq = sequences_.at(id);
+    const int w = WindowFor(seq);
+    window[id] = w;
+    if (w >= 2) {
+      draft_requests.push_back(
+          {id, seq.start, seq.bonus, w, seq.request.passes});
+    }
+  }
+  std::map<SequenceId, DraftResult> drafts;
+  std::map<SequenceId, bool> fallback;
+  double draft_seconds = 0;
+  if (!draft_requests.empty()) {
+    const double t0 = NowSeconds();
+    auto result = drafter_->Draft(draft_requests);
+    draft_seconds = NowSeconds() - t0;
+    last_step_.drafts = static_cast<int>(draft_requests.size());
+    last_step_.draft_seconds = draft_seconds;
+    const bool batch_ok = result.ok() && result->size() == draft_requests.size();
+    for (size_t i = 0; i < draft_requests.size(); ++i) {
+      const DraftRequest& r = draft_requests[i];
+      if (batch_ok && WellFormedDraft(r, (*result)[i])) {
+        drafts[r.sequence] = std::move((*result)[i]);
+        continue;
+      }
+      // Output is lossless whatever the drafter does, so a failed or
+      // malformed draft only costs speed: the request continues target-only.
+      sequences_.at(r.sequence).drafter_failed = true;
+      window[r.sequence] = 1;
+      fallback[r.sequence] = true;
+    }
+  }
+
+  // 2. One target step: verify every block, prefill every new prompt.
+  std::vector<PrefillWork> prefills;
+  std::vector<SequenceId> prefill_ids(pending_.begin(), pending_.end());
+  for (SequenceId id : prefill_ids) {
+    const Sequence& seq = sequences_.at(id);
+    prefills.push_back({id, seq.request.prompt, seq.request.sampling});
+  }
+  std::vector<VerifyWork> verifies;
+  for (SequenceId id : round_ids) {
+    const Sequence& seq = sequences_.at(id);
+    VerifyWork v{id, seq.start, {seq.bonus}};
+    auto d = drafts.find(id);
+    if (d != drafts.end()) {
+      const std::vector<int32_t>& proposal = d->second.passes.back().tokens;
+      v.block.insert(v.block.end(), proposal.begin(), proposal.end());
+    }
+    verifies.push_back(std::move(v));
+  }
+  if (prefills.empty() && verifies.empty()) return absl::OkStatus();
+  const double t0 = NowSeconds();
+  auto step = verifier_->Step(prefills, verifies);
+  const double verify_seconds = NowSeconds() - t0;
+  last_step_.prefills = static_cast<int>(prefills.size());
+  last_step_.verifies = static_cast<int>(verifies.size());
+  last_step_.verify_seconds = verify_seconds;
+  pending_.clear();
+  if (!step.ok()) {
+    for (SequenceId id : prefill_ids) Finish(id, FinishReason::kError, step.status());
+    for (SequenceId id : round_ids) Finish(id, FinishReason::kError, step.status());
+    return step.status();
+  }
+
+  // 3. Commit.
+  const double now = NowSeconds();
+  const bool has_prefill_status = !step->prefill_status.empty();
+  if (has_prefill_status && step->prefill_status.size() != prefill_ids.size()) {
+    const absl::Status bad = absl::InternalError(
+        "verifier returned a prefill status count that does not match");
+    for (SequenceId id : prefill_ids) Finish(id, FinishReason::kError, bad);
+    for (SequenceId id : round_ids) Finish(id, FinishReason::kError, bad);
+    return bad;
+  }
+  for (size_t i = 0; i < prefill_ids.size(); ++i) {
+    if (has_prefill_status && !step->prefill_status[i].ok()) {
+      Finish(prefill_ids[i], FinishReason::kError, step->prefill_status[i]);
+      continue;
+    }
+    Sequence& seq = sequences_.at(prefill_ids[i]);
+    seq.start = static_cast<int64_t>(seq.request.prompt.size());
+    seq.bonus = step->first_tokens[i];
+    seq.result.prefill_seconds = verify_seconds;
+    seq.first_token_time = now;
+    running_.push_back(prefill_ids[i]);
+    Emit(seq, {seq.bonus});
+  }
+  for (size_t i = 0; i < round_ids.size(); ++i) {
+    const SequenceId id = round_ids[i];
+    Sequence& seq = sequences_.at(id);
+    const VerifyOutcome& out = step->verified[i];
+    RoundRecord record;
+    record.window = static_cast<int>(verifies[i].block.size());
+    record.accepted = out.accepted;
+    record.fallback = fallback.count(id) > 0;
+    record.verify_seconds = verify_seconds;
+    std::vector<int32_t> committed(verifies[i].block.begin() + 1,
+                                   verifies[i].block.begin() + 1 + out.accepted);
+    committed.push_back(out.target_tokens[out.accepted]);
+    auto d = drafts.find(id);
+    if (d != drafts.end()) {
+      record.draft_seconds = draft_seconds;
+      // Target choices are valid up to slot acc (the correction), so pass k's
+      // own accepted length is known exactly up to acc + 1.
+      const auto& passes = d->second.passes;
+      for (size_t k = 0; k + 1 < passes.size(); ++k) {
+        const int acc_k = AcceptedPrefixLength(passes[k].tokens, out.target_tokens);
+        const int capped = std::min(acc_k, out.accepted + 1);
+        record.edits.push_back(capped < out.accepted   ? EditOutcome::kExtended
+                               : capped == out.accepted ? EditOutcome::kUnchanged
+                                                        : EditOutcome::kShortened);
+      }
+    }
+    if (options_.on_round) options_.on_round(id, record);
+    seq.result.rounds.push_back(std::move(record));
+    seq.start += out.accepted + 1;
+    seq.bonus = committed.back();
+    Emit(seq, committed);
+  }
+  return absl::OkStatus();
+}
+
+std::vector<GenerationResult> SpeculativeEngine::TakeFinished() {
+  std::vector<GenerationResult> out;
+  out.swap(finished_);
+  return out;
+}
+
+absl::StatusOr<std::vector<GenerationResult>> SpeculativeEngine::Generate(
+    std::vector<GenerationRequest> requests) {
+  std::vector<SequenceId> ids;
+  for (GenerationRequest& r : requests) {
+    ASSIGN_OR_RETURN(SequenceId id, Submit(std::move(r)));
+    ids.push_back(id);
+  }
+  while (!idle()) {
+    // A failed step finishes its requests with kError; keep serving the
+    // rest and report per request.
+    (void)Step();
+  }
+  std::map<SequenceId, GenerationResult> by_id;
+  for (GenerationResult& r : TakeFinished()) by_id[r.id] = std::move(r);
+  std::vector<GenerationResult> out;
+  for (SequenceId id : ids) out.push_back(std::move(by_id[id]));
+  return out;
+}
+
+}  // namespace dedit

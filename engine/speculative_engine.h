@@ -1,0 +1,176 @@
+// SpeculativeEngine: runs DEdit rounds (docs/ARCHITECTURE.md §1) for many sequences at
+// once over a Verifier and an optional Drafter.
+//
+// Each Step() is one round for every running sequence: one batched Draft
+// call (P1..PK), then one batched target step that verifies every block and
+// prefills newly submitted prompts in the same forward. W = 1 or K = 0 (or no
+// drafter) means plain target-only decoding. At temperature 0 the output is
+// token for token the target's greedy output whatever the drafter proposes.
+//
+// A drafter failure never fails a request: that request continues
+// target-only (its drafter context is no longer trustworthy) and the round is
+// counted as a fallback round.
+//
+//   SpeculativeEngine engine(&verifier, &drafter, options);
+//   ASSIGN_OR_RETURN(SequenceId id, engine.Submit(request));
+//   while (!engine.idle()) RETURN_IF_ERROR(engine.Step());
+//   for (GenerationResult& r : engine.TakeFinished()) ...
+//
+// Thread-compatible: one thread drives the engine.
+#ifndef DEDIT_ENGINE_SPECULATIVE_ENGINE_H_
+#define DEDIT_ENGINE_SPECULATIVE_ENGINE_H_
+
+#include <array>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/round_interfaces.h"
+
+namespace dedit {
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt;
+  int max_new_tokens = 128;
+  SamplingParams sampling;
+  // W (block size incl. the bonus slot); 1 → target-only. Submit rejects a W
+  // above the drafter's block size.
+  int window = 16;
+  int passes = 1;   // K; 0 → target-only
+  std::vector<int32_t> stop_token_ids;  // in addition to the model's EOS
+  bool ignore_eos = false;
+};
+
+enum class FinishReason { kNone, kLength, kStop, kContextLimit, kCancelled, kError };
+const char* FinishReasonName(FinishReason reason);
+
+// docs/ARCHITECTURE.md §1 "edit outcome per pass": how the final proposal's accepted
+// prefix compares with what pass k alone would have achieved.
+enum class EditOutcome { kExtended = 0, kUnchanged = 1, kShortened = 2 };
+const char* EditOutcomeName(EditOutcome outcome);
+
+struct RoundRecord {
+  int window = 1;        // W used this round (1 = target-only)
+  int accepted = 0;      // acc; tau = acc + 1
+  bool fallback = false; // drafting was wanted but the drafter failed
+  std::vector<EditOutcome> edits;  // one per pass k < K
+  double draft_seconds = 0;   // this round's share of the batched draft call
+  double verify_seconds = 0;  // ... and of the target step
+};
+
+struct GenerationResult {
+  SequenceId id = 0;
+  std::vector<int32_t> tokens;  // generated, stop token excluded
+  FinishReason finish = FinishReason::kNone;
+  absl::Status status;          // non-OK only with kError
+  int32_t stop_token = -1;      // the EOS/stop id that ended it, if any
+  std::vector<RoundRecord> rounds;
+  int prompt_tokens = 0;
+  double prefill_seconds = 0;   // the step that prefilled it
+  double decode_seconds = 0;    // wall time of the rounds after prefill
+};
+
+// Aggregates over rounds (speculative rounds only, i.e. window >= 2).
+struct AcceptanceSummary {
+  int64_t rounds = 0;            // all rounds
+  int64_t drafted_rounds = 0;    // rounds with a draft
+  int64_t fallback_rounds = 0;
+  int64_t draft_tokens = 0;      // sum of W-1
+  int64_t accepted_tokens = 0;   // sum of acc
+  std::vector<int64_t> accepted_per_position;  // position i accepted iff acc > i
+  // [pass][outcome] counts, pass 0 = P1.
+  std::vector<std::array<int64_t, 3>> edit_outcomes;
+  double draft_seconds = 0, verify_seconds = 0;
+  // 1 + accepted / drafted rounds (bonus included), 0 without drafts.
+  double mean_acceptance_length() const;
+  void Add(const RoundRecord& round);
+};
+AcceptanceSummary Summarize(const std::vector<RoundRecord>& rounds);
+
+// Called with each batch of newly committed tokens of a sequence (before
+// stop handling cuts them: only tokens that belong to the output).
+using TokenCallback =
+    std::function<void(SequenceId, const std::vector<int32_t>& tokens)>;
+
+class SpeculativeEngine {
+ public:
+  struct Options {
+    std::vector<int32_t> eos_token_ids;
+    int vocab_size = 0;           // for validating prompt ids (0 = unchecked)
+    int64_t max_context = 40960;  // prompt + generated + window
+    int max_new_tokens_limit = 1 << 20;
+    int max_passes = 8;
+    // Called on the stepping thread for every finished round (after its
+    // record is complete, before its tokens are emitted), e.g. to update
+    // per-round metrics while requests are still running. May be empty.
+    std::function<void(SequenceId, const RoundRecord&)> on_round;
+  };
+
+  // What the last Step() did, for per-step metrics.
+  struct StepStats {
+    int prefills = 0;            // prompts prefilled
+    int verifies = 0;            // sequences verified (drafted or not)
+    int drafts = 0;              // sequences drafted
+    double draft_seconds = 0;    // the batched Draft call
+    double verify_seconds = 0;   // the batched target step
+  };
+
+  // `drafter` may be null (target-only engine).
+  SpeculativeEngine(Verifier* verifier, Drafter* drafter, Options options);
+
+  // Validates and queues a request; it is prefilled by the next Step().
+  absl::StatusOr<SequenceId> Submit(GenerationRequest request,
+                                    TokenCallback on_tokens = nullptr);
+  // Stops a request; it is reported as finished (kCancelled) and released.
+  absl::Status Cancel(SequenceId id);
+  // One round for every running sequence. A non-OK status means the target
+  // step failed; the affected requests are finished with kError.
+  absl::Status Step();
+  bool idle() const { return pending_.empty() && running_.empty(); }
+  size_t num_running() const { return running_.size() + pending_.size(); }
+  std::vector<GenerationResult> TakeFinished();
+  const StepStats& last_step() const { return last_step_; }
+
+  // Submits all requests, steps until done, and returns results in order.
+  absl::StatusOr<std::vector<GenerationResult>> Generate(
+      std::vector<GenerationRequest> requests);
+
+ private:
+  struct Sequence {
+    GenerationRequest request;
+    TokenCallback on_tokens;
+    GenerationResult result;
+    int64_t start = 0;      // committed tokens (prompt + generated - bonus)
+    int32_t bonus = -1;     // next block slot 0
+    bool drafter_failed = false;
+    double first_token_time = 0;
+  };
+
+  // Appends tokens to the output, applying stops and max tokens. Returns
+  // true when the sequence finished.
+  bool Emit(Sequence& seq, const std::vector<int32_t>& tokens);
+  void Finish(SequenceId id, FinishReason reason, absl::Status status = {});
+  int WindowFor(const Sequence& seq) const;
+  // Right number of passes, W-1 tokens each, ids inside the vocabulary.
+  bool WellFormedDraft(const DraftRequest& request,
+                       const DraftResult& draft) const;
+
+  Verifier* verifier_;
+  Drafter* drafter_;
+  Options options_;
+  SequenceId next_id_ = 1;
+  std::deque<SequenceId> pending_;
+  std::map<SequenceId, Sequence> sequences_;  // pending and running
+  std::vector<SequenceId> running_;
+  std::vector<GenerationResult> finished_;
+  StepStats last_step_;
+};
+
+}  // namespace dedit
+
+#endif  // DEDIT_ENGINE_SPECULATIVE_ENGINE_H_

@@ -1,0 +1,107 @@
+// The DEdit drafter: a DFlash-architecture block drafter that proposes a
+// whole window in one pass (P1) and then edits its own proposal for K-1 more
+// passes (P2..PK) with the same weights (docs/ARCHITECTURE.md §1 steps 2-4).
+//
+// Per sequence it keeps a context cache: for every committed token, each
+// drafter layer's K/V of hidden_norm(fc(target features)). Context is never a
+// query, and the block's own K/V is never written to the cache, so Draft()
+// leaves the context length unchanged.
+//
+//   ASSIGN_OR_RETURN(auto drafter, DEditDrafter::Load(dir, embed, head, opts));
+//   RETURN_IF_ERROR(drafter->AddSequence(7));
+//   RETURN_IF_ERROR(drafter->AppendContext(7, 0, prompt_features));
+//   ASSIGN_OR_RETURN(auto drafts,
+//                    drafter->Draft({{.sequence = 7, .start = n, .bonus = t,
+//                                     .window = 16, .passes = 3}}));
+//
+// Thread-compatible: one model thread owns the object.
+#ifndef DEDIT_MODEL_DEDIT_DRAFTER_H_
+#define DEDIT_MODEL_DEDIT_DRAFTER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <ATen/Tensor.h>
+
+#include "absl/status/statusor.h"
+#include "engine/draft.h"
+#include "model/kv_cache.h"
+#include "base/model_config.h"
+#include "model/qwen3_model.h"
+#include "base/safetensors.h"
+#include "model/transformer_ops.h"
+
+namespace dedit {
+
+class DEditDrafter {
+ public:
+  struct Options {
+    c10::Device device = c10::Device(c10::kCPU);
+    at::ScalarType dtype = at::kFloat;
+    int64_t initial_context_capacity = 64;
+  };
+
+  // `embed_tokens` and `lm_head` are the target's ([vocab, hidden]); they are
+  // shared, not copied, and must be on options.device in options.dtype.
+  static absl::StatusOr<std::unique_ptr<DEditDrafter>> Load(
+      const std::string& dir, at::Tensor embed_tokens, at::Tensor lm_head,
+      const Options& options);
+  static absl::StatusOr<std::unique_ptr<DEditDrafter>> FromArchive(
+      const DrafterConfig& config, const WeightArchive& archive,
+      at::Tensor embed_tokens, at::Tensor lm_head, const Options& options);
+
+  const DrafterConfig& config() const { return config_; }
+  int feature_width() const {
+    return static_cast<int>(config_.target_layer_ids.size()) *
+           config_.layers.hidden_size;
+  }
+  // Causal mask inside the block instead of bidirectional attention (the
+  // paper's ablation). Defaults to the checkpoint's dedit_config.
+  void set_causal_editor(bool causal) { causal_editor_ = causal; }
+  bool causal_editor() const { return causal_editor_; }
+
+  absl::Status AddSequence(SequenceId id);
+  absl::Status RemoveSequence(SequenceId id);
+  bool HasSequence(SequenceId id) const { return contexts_.count(id) > 0; }
+  absl::StatusOr<int64_t> ContextLength(SequenceId id) const;
+  size_t num_sequences() const { return contexts_.size(); }
+  int64_t context_tokens() const;
+
+  // Appends the context features ([n, feature_width], any dtype/device) of
+  // committed tokens at positions start .. start + n - 1.
+  // REQUIRES start == ContextLength(id).
+  absl::Status AppendContext(SequenceId id, int64_t start,
+                             const at::Tensor& features);
+
+  // Runs P1..PK for every request, batched across sequences (requests may
+  // differ in window and passes).
+  absl::StatusOr<std::vector<DraftResult>> Draft(
+      const std::vector<DraftRequest>& requests);
+
+ private:
+  DEditDrafter(const DrafterConfig& config, const Options& options)
+      : config_(config), options_(options),
+        causal_editor_(config.causal_editor) {}
+  absl::Status ValidateRequests(const std::vector<DraftRequest>& requests) const;
+  std::vector<DraftResult> RunDraft(const std::vector<DraftRequest>& requests);
+  // One pass over the blocks of `active` requests; fills their next pass.
+  void RunPass(const std::vector<DraftRequest>& requests,
+               const std::vector<size_t>& active,
+               std::vector<DraftResult>* results);
+
+  DrafterConfig config_;
+  Options options_;
+  bool causal_editor_;
+  at::Tensor embed_tokens_, lm_head_;
+  at::Tensor fc_, hidden_norm_, final_norm_;
+  std::vector<DecoderLayerWeights> layers_;
+  Rotary rotary_;
+  std::unordered_map<SequenceId, std::unique_ptr<KvCache>> contexts_;
+};
+
+}  // namespace dedit
+
+#endif  // DEDIT_MODEL_DEDIT_DRAFTER_H_

@@ -1,0 +1,91 @@
+#include "model/local_backends.h"
+
+#include "absl/strings/str_cat.h"
+#include "base/status.h"
+#include "model/verify_commit.h"
+
+namespace dedit {
+
+absl::StatusOr<TargetStepResult> LocalVerifier::Step(
+    const std::vector<PrefillWork>& prefills,
+    const std::vector<VerifyWork>& verifies) {
+  std::vector<TargetSegment> segments;
+  for (const PrefillWork& p : prefills) {
+    RETURN_IF_ERROR(ValidateSamplingParams(p.sampling));
+    if (p.prompt.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("empty prompt for sequence ", p.sequence));
+    }
+    if (model_->HasSequence(p.sequence)) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("sequence ", p.sequence, " exists"));
+    }
+  }
+  for (const PrefillWork& p : prefills) {
+    RETURN_IF_ERROR(model_->AddSequence(p.sequence));
+    samplers_[p.sequence] = std::make_unique<TokenSampler>(p.sampling);
+    segments.push_back({p.sequence, p.prompt, 0,
+                        {static_cast<int>(p.prompt.size()) - 1}});
+  }
+  for (const VerifyWork& v : verifies) {
+    if (!samplers_.count(v.sequence)) {
+      return absl::NotFoundError(absl::StrCat("unknown sequence ", v.sequence));
+    }
+    TargetSegment s{v.sequence, v.block, v.start, {}};
+    for (size_t j = 0; j < v.block.size(); ++j) s.logit_rows.push_back(j);
+    segments.push_back(std::move(s));
+  }
+  auto forward = model_->Forward(segments);
+  if (!forward.ok()) {
+    for (const PrefillWork& p : prefills) {
+      (void)model_->RemoveSequence(p.sequence);
+      samplers_.erase(p.sequence);
+    }
+    return forward.status();
+  }
+  const TargetForwardResult& out = *forward;
+  TargetStepResult result;
+  for (size_t i = 0; i < prefills.size(); ++i) {
+    const PrefillWork& p = prefills[i];
+    ASSIGN_OR_RETURN(
+        std::optional<int32_t> first,
+        CommitPrefillChunk(out, i, p.sequence, 0,
+                           static_cast<int64_t>(p.prompt.size()),
+                           /*last=*/true, *samplers_.at(p.sequence), sink_));
+    result.first_tokens.push_back(*first);
+  }
+  for (size_t j = 0; j < verifies.size(); ++j) {
+    const VerifyWork& v = verifies[j];
+    ASSIGN_OR_RETURN(VerifyOutcome outcome,
+                     CommitVerifyBlock(out, prefills.size() + j, v,
+                                       *samplers_.at(v.sequence), *model_,
+                                       sink_));
+    result.verified.push_back(std::move(outcome));
+  }
+  return result;
+}
+
+absl::Status LocalVerifier::Release(SequenceId sequence) {
+  samplers_.erase(sequence);
+  return model_->RemoveSequence(sequence);
+}
+
+absl::StatusOr<std::vector<DraftResult>> LocalDrafter::Draft(
+    const std::vector<DraftRequest>& requests) {
+  return drafter_->Draft(requests);
+}
+
+absl::Status LocalDrafter::Release(SequenceId sequence) {
+  if (!drafter_->HasSequence(sequence)) return absl::OkStatus();
+  return drafter_->RemoveSequence(sequence);
+}
+
+absl::Status LocalDrafter::OnContext(SequenceId sequence, int64_t start,
+                                     const at::Tensor& features) {
+  if (start == 0 && !drafter_->HasSequence(sequence)) {
+    RETURN_IF_ERROR(drafter_->AddSequence(sequence));
+  }
+  return drafter_->AppendContext(sequence, start, features);
+}
+
+}  // namespace dedit

@@ -1,0 +1,59 @@
+// In-process implementations of the round interfaces over the models.
+//
+//   LocalDrafter drafter(dedit_drafter.get());
+//   LocalVerifier verifier(target.get(), &drafter);  // streams features
+//   SpeculativeEngine engine(&verifier, &drafter, options);
+#ifndef DEDIT_MODEL_LOCAL_BACKENDS_H_
+#define DEDIT_MODEL_LOCAL_BACKENDS_H_
+
+#include <memory>
+#include <unordered_map>
+
+#include "model/dedit_drafter.h"
+#include "model/qwen3_model.h"
+#include "engine/round_interfaces.h"
+#include "model/context_sink.h"
+#include "model/sampling.h"
+
+namespace dedit {
+
+// Target side over a Qwen3Model. Prefill and verify blocks run in one packed
+// forward; then model/verify_commit.h accepts, truncates the cache to the
+// committed length and hands the committed rows' features to `sink` (may be
+// null) — the same step the target service runs.
+class LocalVerifier : public Verifier {
+ public:
+  LocalVerifier(Qwen3Model* model, ContextSink* sink)
+      : model_(model), sink_(sink) {}
+
+  absl::StatusOr<TargetStepResult> Step(
+      const std::vector<PrefillWork>& prefills,
+      const std::vector<VerifyWork>& verifies) override;
+  absl::Status Release(SequenceId sequence) override;
+
+ private:
+  Qwen3Model* model_;
+  ContextSink* sink_;
+  std::unordered_map<SequenceId, std::unique_ptr<TokenSampler>> samplers_;
+};
+
+// Drafter side over a DEditDrafter; also the sink for the target's features.
+// A sequence is created by its first context (start 0).
+class LocalDrafter : public Drafter, public ContextSink {
+ public:
+  explicit LocalDrafter(DEditDrafter* drafter) : drafter_(drafter) {}
+
+  absl::StatusOr<std::vector<DraftResult>> Draft(
+      const std::vector<DraftRequest>& requests) override;
+  absl::Status Release(SequenceId sequence) override;
+  int block_size() const override { return drafter_->config().block_size; }
+  absl::Status OnContext(SequenceId sequence, int64_t start,
+                         const at::Tensor& features) override;
+
+ private:
+  DEditDrafter* drafter_;
+};
+
+}  // namespace dedit
+
+#endif  // DEDIT_MODEL_LOCAL_BACKENDS_H_

@@ -1,0 +1,259 @@
+#include "model/qwen3_model.h"
+
+#include <algorithm>
+#include <unordered_set>
+
+#include <ATen/Functions.h>
+#include <c10/core/InferenceMode.h>
+#include <ATen/TensorOperators.h>
+
+#include "absl/strings/str_cat.h"
+#include "base/status.h"
+#include "model/tensor_io.h"
+#include "model/torch_status.h"
+
+namespace dedit {
+namespace {
+
+absl::Status LoadEmbeddingAndHead(const WeightArchive& archive,
+                                  const Qwen3Config& c, at::ScalarType dtype,
+                                  c10::Device device, at::Tensor* embed,
+                                  at::Tensor* head) {
+  const std::vector<int64_t> shape = {c.vocab_size, c.hidden_size};
+  ASSIGN_OR_RETURN(*embed, LoadTensor(archive, "model.embed_tokens.weight",
+                                      shape, dtype, device));
+  // Tied checkpoints usually omit lm_head; an untied one must have it.
+  if (archive.Contains("lm_head.weight")) {
+    ASSIGN_OR_RETURN(*head,
+                     LoadTensor(archive, "lm_head.weight", shape, dtype, device));
+  } else if (c.tie_word_embeddings) {
+    *head = *embed;
+  } else {
+    return absl::InvalidArgumentError(
+        "lm_head.weight missing and tie_word_embeddings is false");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Qwen3Model>> Qwen3Model::Load(
+    const std::string& dir, const Options& options) {
+  ASSIGN_OR_RETURN(Qwen3Config config, LoadQwen3Config(dir));
+  ASSIGN_OR_RETURN(auto archive, WeightArchive::OpenDirectory(dir));
+  auto model = FromArchive(config, *archive, options);
+  if (!model.ok()) return Annotate(model.status(), dir);
+  return model;
+}
+
+absl::StatusOr<std::unique_ptr<Qwen3Model>> Qwen3Model::FromArchive(
+    const Qwen3Config& config, const WeightArchive& archive,
+    const Options& options) {
+  for (int id : options.feature_layer_ids) {
+    if (id < 0 || id >= config.num_hidden_layers) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "feature layer ", id, " outside the target's ",
+          config.num_hidden_layers, " layers"));
+    }
+  }
+  std::unique_ptr<Qwen3Model> m(new Qwen3Model(config, options));
+  const at::ScalarType dt = options.dtype;
+  const c10::Device dev = options.device;
+  RETURN_IF_ERROR(LoadEmbeddingAndHead(archive, config, dt, dev,
+                                       &m->embed_tokens_, &m->lm_head_));
+  ASSIGN_OR_RETURN(m->final_norm_, LoadTensor(archive, "model.norm.weight",
+                                              {config.hidden_size}, dt, dev));
+  for (int l = 0; l < config.num_hidden_layers; ++l) {
+    ASSIGN_OR_RETURN(DecoderLayerWeights w,
+                     LoadDecoderLayer(archive, absl::StrCat("model.layers.", l, "."),
+                                      config, dt, dev));
+    m->layers_.push_back(std::move(w));
+  }
+  RETURN_IF_ERROR(GuardTorch([&] {
+    m->rotary_ = Rotary(config.head_dim, config.rope_theta, dev);
+  }));
+  return m;
+}
+
+absl::Status Qwen3Model::AddSequence(SequenceId id) {
+  if (caches_.count(id)) {
+    return absl::AlreadyExistsError(absl::StrCat("sequence ", id, " exists"));
+  }
+  return GuardTorch([&] {
+    caches_[id] = std::make_unique<KvCache>(
+        config_.num_hidden_layers, config_.num_key_value_heads,
+        config_.head_dim, options_.dtype, options_.device,
+        options_.initial_kv_capacity);
+  });
+}
+
+absl::Status Qwen3Model::RemoveSequence(SequenceId id) {
+  if (caches_.erase(id) == 0) {
+    return absl::NotFoundError(absl::StrCat("unknown sequence ", id));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> Qwen3Model::Length(SequenceId id) const {
+  auto it = caches_.find(id);
+  if (it == caches_.end()) {
+    return absl::NotFoundError(absl::StrCat("unknown sequence ", id));
+  }
+  return it->second->length();
+}
+
+absl::Status Qwen3Model::Truncate(SequenceId id, int64_t length) {
+  auto it = caches_.find(id);
+  if (it == caches_.end()) {
+    return absl::NotFoundError(absl::StrCat("unknown sequence ", id));
+  }
+  if (length < 0 || length > it->second->length()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot truncate sequence ", id, " of length ",
+                     it->second->length(), " to ", length));
+  }
+  it->second->SetLength(length);
+  return absl::OkStatus();
+}
+
+int64_t Qwen3Model::cached_tokens() const {
+  int64_t n = 0;
+  for (const auto& [id, cache] : caches_) n += cache->length();
+  return n;
+}
+
+int64_t Qwen3Model::cache_bytes() const {
+  int64_t n = 0;
+  for (const auto& [id, cache] : caches_) n += cache->nbytes();
+  return n;
+}
+
+absl::Status Qwen3Model::ValidateSegments(
+    const std::vector<TargetSegment>& segments) const {
+  std::unordered_set<SequenceId> seen;
+  for (const TargetSegment& s : segments) {
+    auto it = caches_.find(s.sequence);
+    if (it == caches_.end()) {
+      return absl::NotFoundError(absl::StrCat("unknown sequence ", s.sequence));
+    }
+    if (!seen.insert(s.sequence).second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sequence ", s.sequence, " appears twice in one forward"));
+    }
+    if (s.tokens.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("empty segment for sequence ", s.sequence));
+    }
+    if (s.start != it->second->length()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "segment of sequence ", s.sequence, " starts at ", s.start,
+          " but its cache holds ", it->second->length(), " tokens"));
+    }
+    if (s.start + static_cast<int64_t>(s.tokens.size()) >
+        config_.max_position_embeddings) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sequence ", s.sequence, " would exceed the context limit of ",
+          config_.max_position_embeddings, " tokens"));
+    }
+    for (int32_t t : s.tokens) {
+      if (t < 0 || t >= config_.vocab_size) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "token id ", t, " outside the vocabulary of ", config_.vocab_size));
+      }
+    }
+    for (int r : s.logit_rows) {
+      if (r < 0 || r >= static_cast<int>(s.tokens.size())) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("logit row ", r, " outside the segment"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TargetForwardResult> Qwen3Model::Forward(
+    const std::vector<TargetSegment>& segments) {
+  // No autograd bookkeeping on the model thread (docs/ARCHITECTURE.md §7).
+  c10::InferenceMode inference_mode;
+  RETURN_IF_ERROR(ValidateSegments(segments));
+  if (segments.empty()) return TargetForwardResult{};
+  return GuardTorch([&] { return RunForward(segments); });
+}
+
+TargetForwardResult Qwen3Model::RunForward(
+    const std::vector<TargetSegment>& segments) {
+  const Qwen3Config& c = config_;
+  const c10::Device dev = options_.device;
+  TargetForwardResult result;
+
+  std::vector<int64_t> ids, positions, logit_index;
+  std::vector<KvCache*> caches;
+  for (const TargetSegment& s : segments) {
+    const int64_t base = static_cast<int64_t>(ids.size());
+    result.token_offsets.push_back(base);
+    result.logit_offsets.push_back(static_cast<int64_t>(logit_index.size()));
+    for (size_t i = 0; i < s.tokens.size(); ++i) {
+      ids.push_back(s.tokens[i]);
+      positions.push_back(s.start + static_cast<int64_t>(i));
+    }
+    for (int r : s.logit_rows) logit_index.push_back(base + r);
+    KvCache* cache = caches_.at(s.sequence).get();
+    cache->Reserve(s.start + static_cast<int64_t>(s.tokens.size()));
+    caches.push_back(cache);
+  }
+  const int64_t n = static_cast<int64_t>(ids.size());
+  auto long_opts = at::TensorOptions().dtype(at::kLong);
+  at::Tensor ids_t = at::tensor(ids, long_opts).to(dev);
+  at::Tensor pos_t = at::tensor(positions, long_opts).to(dev);
+
+  at::Tensor x = at::embedding(embed_tokens_, ids_t);
+  at::Tensor cos, sin;
+  rotary_.Tables(pos_t, options_.dtype, &cos, &sin);
+
+  // Features may name a layer twice; keep one tensor per requested id.
+  std::vector<at::Tensor> features(options_.feature_layer_ids.size());
+  const int64_t q_width = int64_t{c.num_attention_heads} * c.head_dim;
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const DecoderLayerWeights& w = layers_[l];
+    auto [q, k, v] = ProjectQkv(x, w, c, cos, sin);
+    at::Tensor attn = at::empty({n, q_width}, x.options());
+    for (size_t s = 0; s < segments.size(); ++s) {
+      const int64_t off = result.token_offsets[s];
+      const int64_t len = static_cast<int64_t>(segments[s].tokens.size());
+      const int64_t start = segments[s].start;
+      caches[s]->Write(l, start, k.narrow(0, off, len), v.narrow(0, off, len));
+      attn.narrow(0, off, len)
+          .copy_(GroupedAttention(q.narrow(0, off, len),
+                                  caches[s]->Keys(l, start + len),
+                                  caches[s]->Values(l, start + len), start));
+    }
+    x = FinishDecoderLayer(x, attn, w, c);
+    for (size_t f = 0; f < features.size(); ++f) {
+      if (options_.feature_layer_ids[f] == l) features[f] = x;
+    }
+  }
+  if (!features.empty()) result.features = at::cat(features, -1);
+  if (!logit_index.empty()) {
+    at::Tensor rows = x.index_select(0, at::tensor(logit_index, long_opts).to(dev));
+    result.logits =
+        at::linear(RmsNorm(rows, final_norm_, c.rms_norm_eps), lm_head_)
+            .to(at::kFloat);
+  }
+  for (size_t s = 0; s < segments.size(); ++s) {
+    caches[s]->SetLength(segments[s].start +
+                         static_cast<int64_t>(segments[s].tokens.size()));
+  }
+  return result;
+}
+
+absl::Status LoadTargetEmbeddings(const std::string& target_dir,
+                                  at::ScalarType dtype, c10::Device device,
+                                  at::Tensor* embed_tokens,
+                                  at::Tensor* lm_head) {
+  ASSIGN_OR_RETURN(Qwen3Config config, LoadQwen3Config(target_dir));
+  ASSIGN_OR_RETURN(auto archive, WeightArchive::OpenDirectory(target_dir));
+  return LoadEmbeddingAndHead(*archive, config, dtype, device, embed_tokens,
+                              lm_head);
+}
+
+}  // namespace dedit

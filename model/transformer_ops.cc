@@ -1,0 +1,141 @@
+#include "model/transformer_ops.h"
+
+#include <cmath>
+
+#include <ATen/Functions.h>
+#include <ATen/TensorOperators.h>
+
+#include "absl/strings/str_cat.h"
+#include "base/status.h"
+#include "model/tensor_io.h"
+
+namespace dedit {
+
+at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  at::Tensor xf = x.to(at::kFloat);
+  at::Tensor normed = xf * at::rsqrt(xf.pow(2).mean({-1}, true) + eps);
+  return weight * normed.to(x.scalar_type());
+}
+
+Rotary::Rotary(int head_dim, double theta, c10::Device device) {
+  at::Tensor idx = at::arange(0, head_dim, 2, at::TensorOptions().dtype(at::kDouble));
+  inv_freq_ = at::pow(theta, -(idx / head_dim)).to(at::kFloat).to(device);
+}
+
+void Rotary::Tables(const at::Tensor& positions, at::ScalarType dtype,
+                    at::Tensor* cos, at::Tensor* sin) const {
+  at::Tensor freqs = positions.to(at::kFloat).unsqueeze(1) * inv_freq_.unsqueeze(0);
+  at::Tensor emb = at::cat({freqs, freqs}, -1);
+  *cos = emb.cos().to(dtype);
+  *sin = emb.sin().to(dtype);
+}
+
+at::Tensor Rotary::Apply(const at::Tensor& x, const at::Tensor& cos,
+                         const at::Tensor& sin) {
+  const int64_t half = x.size(-1) / 2;
+  at::Tensor x1 = x.narrow(-1, 0, half);
+  at::Tensor x2 = x.narrow(-1, half, half);
+  at::Tensor rotated = at::cat({-x2, x1}, -1);
+  return x * cos.unsqueeze(1) + rotated * sin.unsqueeze(1);
+}
+
+at::Tensor GroupedAttention(const at::Tensor& q, const at::Tensor& k,
+                            const at::Tensor& v, int64_t causal_offset,
+                            int64_t block_causal_from) {
+  const int64_t n_q = q.size(0), heads = q.size(1), hd = q.size(2);
+  const int64_t kv_heads = k.size(0), n_k = k.size(1);
+  const int64_t group = heads / kv_heads;
+  // [n_q, kv, group, hd] → [kv, group * n_q, hd]: query head h uses kv head
+  // h / group, so each kv head serves a contiguous run of query heads and no
+  // K/V copy is needed.
+  at::Tensor qg = q.view({n_q, kv_heads, group, hd})
+                      .permute({1, 2, 0, 3})
+                      .reshape({kv_heads, group * n_q, hd});
+  at::Tensor scores = at::bmm(qg, k.transpose(1, 2)).to(at::kFloat);
+  scores.mul_(1.0 / std::sqrt(static_cast<double>(hd)));
+  if (causal_offset >= 0 || block_causal_from >= 0) {
+    auto opts = at::TensorOptions().dtype(at::kLong).device(q.device());
+    at::Tensor qi = at::arange(n_q, opts).unsqueeze(1);
+    at::Tensor kj = at::arange(n_k, opts).unsqueeze(0);
+    at::Tensor blocked;
+    if (causal_offset >= 0) {
+      blocked = kj > (qi + causal_offset);
+    } else {
+      // Keys [0, block_causal_from) are context; block key b sits at
+      // block_causal_from + b and is visible to query i iff b <= i.
+      blocked = kj > (qi + block_causal_from);
+    }
+    scores = scores.view({kv_heads, group, n_q, n_k})
+                 .masked_fill(blocked, -std::numeric_limits<float>::infinity())
+                 .view({kv_heads, group * n_q, n_k});
+  }
+  at::Tensor probs = at::softmax(scores, -1).to(v.scalar_type());
+  at::Tensor out = at::bmm(probs, v);  // [kv, group * n_q, hd]
+  return out.view({kv_heads, group, n_q, hd})
+      .permute({2, 0, 1, 3})
+      .reshape({n_q, heads * hd});
+}
+
+absl::StatusOr<DecoderLayerWeights> LoadDecoderLayer(
+    const WeightArchive& archive, const std::string& prefix,
+    const Qwen3Config& c, at::ScalarType dtype, c10::Device device) {
+  const int64_t d = c.hidden_size, hd = c.head_dim;
+  const int64_t q_out = int64_t{c.num_attention_heads} * hd;
+  const int64_t kv_out = int64_t{c.num_key_value_heads} * hd;
+  const int64_t ff = c.intermediate_size;
+  DecoderLayerWeights w;
+  auto load = [&](const std::string& name, std::vector<int64_t> shape,
+                  at::Tensor* out) -> absl::Status {
+    ASSIGN_OR_RETURN(*out, LoadTensor(archive, prefix + name, shape, dtype, device));
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(load("input_layernorm.weight", {d}, &w.input_layernorm));
+  RETURN_IF_ERROR(
+      load("post_attention_layernorm.weight", {d}, &w.post_attention_layernorm));
+  RETURN_IF_ERROR(load("self_attn.q_proj.weight", {q_out, d}, &w.q_proj));
+  RETURN_IF_ERROR(load("self_attn.k_proj.weight", {kv_out, d}, &w.k_proj));
+  RETURN_IF_ERROR(load("self_attn.v_proj.weight", {kv_out, d}, &w.v_proj));
+  RETURN_IF_ERROR(load("self_attn.o_proj.weight", {d, q_out}, &w.o_proj));
+  RETURN_IF_ERROR(load("self_attn.q_norm.weight", {hd}, &w.q_norm));
+  RETURN_IF_ERROR(load("self_attn.k_norm.weight", {hd}, &w.k_norm));
+  RETURN_IF_ERROR(load("mlp.gate_proj.weight", {ff, d}, &w.gate_proj));
+  RETURN_IF_ERROR(load("mlp.up_proj.weight", {ff, d}, &w.up_proj));
+  RETURN_IF_ERROR(load("mlp.down_proj.weight", {d, ff}, &w.down_proj));
+  return w;
+}
+
+at::Tensor SwiGluMlp(const at::Tensor& x, const DecoderLayerWeights& w) {
+  at::Tensor gate = at::silu(at::linear(x, w.gate_proj));
+  return at::linear(gate * at::linear(x, w.up_proj), w.down_proj);
+}
+
+at::Tensor NormAndRotateHeads(const at::Tensor& projected, int heads,
+                              int head_dim, const at::Tensor& norm_weight,
+                              double eps, const at::Tensor& cos,
+                              const at::Tensor& sin) {
+  at::Tensor x = projected.view({projected.size(0), heads, head_dim});
+  return Rotary::Apply(RmsNorm(x, norm_weight, eps), cos, sin);
+}
+
+QkvProjection ProjectQkv(const at::Tensor& x, const DecoderLayerWeights& w,
+                         const Qwen3Config& c, const at::Tensor& cos,
+                         const at::Tensor& sin) {
+  at::Tensor h = RmsNorm(x, w.input_layernorm, c.rms_norm_eps);
+  QkvProjection p;
+  p.q = NormAndRotateHeads(at::linear(h, w.q_proj), c.num_attention_heads,
+                           c.head_dim, w.q_norm, c.rms_norm_eps, cos, sin);
+  p.k = NormAndRotateHeads(at::linear(h, w.k_proj), c.num_key_value_heads,
+                           c.head_dim, w.k_norm, c.rms_norm_eps, cos, sin);
+  p.v = at::linear(h, w.v_proj)
+            .view({x.size(0), c.num_key_value_heads, c.head_dim});
+  return p;
+}
+
+at::Tensor FinishDecoderLayer(const at::Tensor& x, const at::Tensor& attn,
+                              const DecoderLayerWeights& w,
+                              const Qwen3Config& c) {
+  at::Tensor y = x + at::linear(attn, w.o_proj);
+  return y + SwiGluMlp(RmsNorm(y, w.post_attention_layernorm, c.rms_norm_eps), w);
+}
+
+}  // namespace dedit

@@ -1,0 +1,461 @@
+#include "engine/speculative_engine.h"
+
+#include <cmath>
+#include <functional>
+#include <map>
+#include <random>
+
+#include <ATen/Functions.h>
+#include <ATen/TensorOperators.h>
+
+#include "model/local_backends.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/model/test_util.h"
+
+namespace dedit {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::GreedyReference;
+using testing::MakeTinyPair;
+using testing::RandomPrompt;
+
+// A drafter whose proposals come from a function: oracles, constant and
+// broken drafters. It ignores context (still a sink so the verifier can
+// stream to it).
+class ScriptedDrafter : public Drafter, public ContextSink {
+ public:
+  using Script = std::function<absl::StatusOr<DraftResult>(const DraftRequest&)>;
+  ScriptedDrafter(int block_size, Script script)
+      : block_size_(block_size), script_(std::move(script)) {}
+  absl::StatusOr<std::vector<DraftResult>> Draft(
+      const std::vector<DraftRequest>& requests) override {
+    ++calls;
+    std::vector<DraftResult> out;
+    for (const DraftRequest& r : requests) {
+      auto d = script_(r);
+      if (!d.ok()) return d.status();
+      out.push_back(std::move(*d));
+    }
+    return out;
+  }
+  absl::Status Release(SequenceId) override { return absl::OkStatus(); }
+  int block_size() const override { return block_size_; }
+  absl::Status OnContext(SequenceId, int64_t, const at::Tensor&) override {
+    return absl::OkStatus();
+  }
+  int calls = 0;
+
+ private:
+  int block_size_;
+  Script script_;
+};
+
+SpeculativeEngine::Options EngineOptions(const TinyModelSpec& spec) {
+  SpeculativeEngine::Options o;
+  o.vocab_size = spec.target.vocab_size;
+  o.max_context = spec.target.max_position_embeddings;
+  return o;
+}
+
+class EngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    spec_ = DefaultTinySpec();
+    pair_ = MakeTinyPair(spec_, 31);
+  }
+  TinyModelSpec spec_;
+  std::unique_ptr<testing::TinyPair> pair_;
+};
+
+// docs/ARCHITECTURE.md §1 invariant: at T = 0 the output equals greedy target-only
+// decoding for every W, K and batch composition, with a random drafter.
+TEST_F(EngineTest, LosslessForEveryWindowAndPassCount) {
+  const std::vector<std::vector<int32_t>> prompts = {
+      RandomPrompt(3, 128, 1), RandomPrompt(11, 128, 2),
+      RandomPrompt(29, 128, 3), RandomPrompt(64, 128, 4)};
+  const int kNew = 40;
+  std::vector<std::vector<int32_t>> reference;
+  for (const auto& p : prompts) {
+    reference.push_back(GreedyReference(*pair_->target, p, kNew));
+  }
+  LocalDrafter drafter(pair_->drafter.get());
+  LocalVerifier verifier(pair_->target.get(), &drafter);
+  SpeculativeEngine engine(&verifier, &drafter, EngineOptions(spec_));
+  for (int w : {1, 4, 16, 32}) {
+    for (int k : {1, 2, 3, 4}) {
+      std::vector<GenerationRequest> reqs;
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        GenerationRequest r;
+        r.prompt = prompts[i];
+        r.max_new_tokens = kNew;
+        r.window = w;
+        // Mixed batch: the sequences disagree on K.
+        r.passes = 1 + (k + static_cast<int>(i)) % 4;
+        if (i == 0) r.passes = k;
+        reqs.push_back(r);
+      }
+      auto results = engine.Generate(reqs);
+      ASSERT_TRUE(results.ok()) << results.status();
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        const GenerationResult& r = (*results)[i];
+        ASSERT_TRUE(r.status.ok()) << r.status;
+        EXPECT_EQ(r.tokens, reference[i]) << "W=" << w << " K=" << k << " seq " << i;
+        EXPECT_EQ(r.finish, FinishReason::kLength);
+        for (const RoundRecord& round : r.rounds) {
+          EXPECT_LE(round.window, w);
+          if (round.window >= 2) {
+            EXPECT_EQ(round.edits.size(), static_cast<size_t>(reqs[i].passes - 1));
+          }
+        }
+      }
+      // Nothing leaks: every sequence was released on both sides.
+      EXPECT_EQ(pair_->target->num_sequences(), 0u);
+      EXPECT_EQ(pair_->drafter->num_sequences(), 0u);
+    }
+  }
+}
+
+// An oracle drafter that knows the greedy continuation exercises full
+// acceptance (acc = W - 1) and partial acceptance at chosen slots.
+TEST_F(EngineTest, LosslessWithOracleAndCorruptedOracleDrafters) {
+  const std::vector<int32_t> prompt = RandomPrompt(9, 128, 7);
+  const int kNew = 60;
+  const std::vector<int32_t> ref = GreedyReference(*pair_->target, prompt, kNew + 40);
+  for (int corrupt_every : {0, 5, 2}) {
+    const int64_t prompt_len = prompt.size();
+    ScriptedDrafter oracle(32, [&](const DraftRequest& r) -> absl::StatusOr<DraftResult> {
+      DraftResult d;
+      DraftPass pass;
+      for (int j = 1; j < r.window; ++j) {
+        // Slot j proposes the token at position start + j, i.e. output index
+        // start + j - prompt_len (the bonus is output start - prompt_len).
+        const int64_t idx = r.start + j - prompt_len;
+        int32_t t = ref[idx];
+        if (corrupt_every > 0 && idx % corrupt_every == 0) t = (t + 1) % 128;
+        pass.tokens.push_back(t);
+        pass.confidences.push_back(1.0f);
+      }
+      d.passes.assign(r.passes, pass);
+      return d;
+    });
+    LocalVerifier verifier(pair_->target.get(), &oracle);
+    SpeculativeEngine engine(&verifier, &oracle, EngineOptions(spec_));
+    GenerationRequest req;
+    req.prompt = prompt;
+    req.max_new_tokens = kNew;
+    req.window = 8;
+    req.passes = 2;
+    auto results = engine.Generate({req});
+    ASSERT_TRUE(results.ok());
+    const GenerationResult& r = (*results)[0];
+    EXPECT_EQ(r.tokens, std::vector<int32_t>(ref.begin(), ref.begin() + kNew));
+    AcceptanceSummary s = Summarize(r.rounds);
+    if (corrupt_every == 0) {
+      // Every round accepts all 7 drafts except where max_tokens shrank W.
+      EXPECT_GT(s.mean_acceptance_length(), 7.0);
+      EXPECT_EQ(s.accepted_per_position[6], s.drafted_rounds - 1);
+    } else {
+      EXPECT_LT(s.mean_acceptance_length(), 7.0);
+      EXPECT_GT(s.mean_acceptance_length(), 1.0);
+    }
+    // Two identical passes: every edit is "unchanged".
+    EXPECT_EQ(s.edit_outcomes[0][static_cast<int>(EditOutcome::kUnchanged)],
+              s.drafted_rounds);
+  }
+}
+
+// Broken drafters cost speed, never correctness: failures, wrong lengths,
+// out-of-vocabulary ids and NaN confidences all fall back to target-only.
+TEST_F(EngineTest, BrokenDraftersFallBackAndStayLossless) {
+  const std::vector<int32_t> prompt = RandomPrompt(12, 128, 8);
+  const int kNew = 30;
+  const std::vector<int32_t> ref = GreedyReference(*pair_->target, prompt, kNew);
+  std::vector<ScriptedDrafter::Script> scripts = {
+      [](const DraftRequest&) -> absl::StatusOr<DraftResult> {
+        return absl::UnavailableError("drafter down");
+      },
+      [](const DraftRequest& r) -> absl::StatusOr<DraftResult> {
+        DraftResult d;
+        d.passes.push_back({std::vector<int32_t>(r.window + 3, 1), {}});
+        return d;
+      },
+      [](const DraftRequest& r) -> absl::StatusOr<DraftResult> {
+        DraftResult d;
+        d.passes.push_back({std::vector<int32_t>(r.window - 1, 100000),
+                            std::vector<float>(r.window - 1, NAN)});
+        return d;
+      },
+      [](const DraftRequest&) -> absl::StatusOr<DraftResult> {
+        return DraftResult{};  // no passes at all
+      },
+  };
+  for (size_t s = 0; s < scripts.size(); ++s) {
+    ScriptedDrafter broken(32, scripts[s]);
+    LocalVerifier verifier(pair_->target.get(), &broken);
+    SpeculativeEngine engine(&verifier, &broken, EngineOptions(spec_));
+    GenerationRequest req;
+    req.prompt = prompt;
+    req.max_new_tokens = kNew;
+    req.window = 16;
+    req.passes = 3;
+    auto results = engine.Generate({req, req});
+    ASSERT_TRUE(results.ok());
+    for (const GenerationResult& r : *results) {
+      EXPECT_TRUE(r.status.ok()) << r.status;
+      EXPECT_EQ(r.tokens, ref) << "script " << s;
+      AcceptanceSummary sum = Summarize(r.rounds);
+      EXPECT_EQ(sum.fallback_rounds, 1) << "script " << s;
+      EXPECT_EQ(sum.drafted_rounds, 0);
+    }
+    EXPECT_EQ(pair_->target->num_sequences(), 0u);
+  }
+}
+
+TEST_F(EngineTest, EditOutcomesCompareEachPassWithTheFinalProposal) {
+  const std::vector<int32_t> prompt = RandomPrompt(6, 128, 9);
+  const std::vector<int32_t> ref = GreedyReference(*pair_->target, prompt, 20);
+  const int64_t plen = prompt.size();
+  // Pass 1 right for 2 slots, pass 2 right for 5, pass 3 right for 3, final
+  // (pass 4) right for 4: P1 extended, P2 shortened, P3 extended.
+  const std::vector<int> right = {2, 5, 3, 4};
+  ScriptedDrafter scripted(32, [&](const DraftRequest& r) -> absl::StatusOr<DraftResult> {
+    DraftResult d;
+    for (int k = 0; k < r.passes; ++k) {
+      DraftPass pass;
+      for (int j = 1; j < r.window; ++j) {
+        int32_t t = ref[r.start + j - plen];
+        if (j > right[k]) t = (t + 1) % 128;
+        pass.tokens.push_back(t);
+        pass.confidences.push_back(0.5f);
+      }
+      d.passes.push_back(pass);
+    }
+    return d;
+  });
+  LocalVerifier verifier(pair_->target.get(), &scripted);
+  SpeculativeEngine engine(&verifier, &scripted, EngineOptions(spec_));
+  GenerationRequest req;
+  req.prompt = prompt;
+  req.max_new_tokens = 1 + 5 * 3;  // three full rounds of tau = 5
+  req.window = 8;
+  req.passes = 4;
+  auto results = engine.Generate({req});
+  ASSERT_TRUE(results.ok());
+  const GenerationResult& r = (*results)[0];
+  EXPECT_EQ(r.tokens, std::vector<int32_t>(ref.begin(), ref.begin() + 16));
+  ASSERT_EQ(r.rounds.size(), 3u);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(r.rounds[i].accepted, 4);
+    EXPECT_THAT(r.rounds[i].edits,
+                ::testing::ElementsAre(EditOutcome::kExtended,
+                                       EditOutcome::kShortened,
+                                       EditOutcome::kExtended));
+  }
+  // The last round's window shrank to the 5 tokens still wanted (4 draft
+  // slots), so P2's 5 right tokens can no longer beat the final 4.
+  EXPECT_EQ(r.rounds[2].window, 5);
+  EXPECT_EQ(r.rounds[2].accepted, 4);
+  EXPECT_THAT(r.rounds[2].edits,
+              ::testing::ElementsAre(EditOutcome::kExtended,
+                                     EditOutcome::kUnchanged,
+                                     EditOutcome::kExtended));
+}
+
+TEST_F(EngineTest, StopsOnEosStopIdsAndMaxTokens) {
+  const std::vector<int32_t> prompt = RandomPrompt(10, 128, 10);
+  const std::vector<int32_t> ref = GreedyReference(*pair_->target, prompt, 30);
+  LocalDrafter drafter(pair_->drafter.get());
+  LocalVerifier verifier(pair_->target.get(), &drafter);
+  auto opts = EngineOptions(spec_);
+  opts.eos_token_ids = {ref[7]};
+  SpeculativeEngine engine(&verifier, &drafter, opts);
+  const size_t first_eos = std::find(ref.begin(), ref.end(), ref[7]) - ref.begin();
+  GenerationRequest req;
+  req.prompt = prompt;
+  req.max_new_tokens = 30;
+  req.window = 16;
+  req.passes = 2;
+  GenerationRequest ignore = req;
+  ignore.ignore_eos = true;
+  GenerationRequest stop_id = ignore;
+  stop_id.stop_token_ids = {ref[12]};
+  const size_t first_stop = std::find(ref.begin(), ref.end(), ref[12]) - ref.begin();
+  GenerationRequest short_req = ignore;
+  short_req.max_new_tokens = 3;
+  std::map<SequenceId, std::vector<int32_t>> streamed;
+  auto record = [&](SequenceId id, const std::vector<int32_t>& t) {
+    streamed[id].insert(streamed[id].end(), t.begin(), t.end());
+  };
+  std::vector<SequenceId> ids;
+  for (const auto& r : {req, ignore, stop_id, short_req}) {
+    ids.push_back(*engine.Submit(r, record));
+  }
+  while (!engine.idle()) ASSERT_TRUE(engine.Step().ok());
+  std::map<SequenceId, GenerationResult> by_id;
+  for (auto& r : engine.TakeFinished()) by_id[r.id] = std::move(r);
+  EXPECT_EQ(by_id[ids[0]].tokens, std::vector<int32_t>(ref.begin(), ref.begin() + first_eos));
+  EXPECT_EQ(by_id[ids[0]].finish, FinishReason::kStop);
+  EXPECT_EQ(by_id[ids[0]].stop_token, ref[7]);
+  EXPECT_EQ(by_id[ids[1]].tokens, ref);
+  EXPECT_EQ(by_id[ids[1]].finish, FinishReason::kLength);
+  EXPECT_EQ(by_id[ids[2]].tokens, std::vector<int32_t>(ref.begin(), ref.begin() + first_stop));
+  EXPECT_EQ(by_id[ids[3]].tokens, std::vector<int32_t>(ref.begin(), ref.begin() + 3));
+  for (SequenceId id : ids) EXPECT_EQ(streamed[id], by_id[id].tokens);
+  EXPECT_EQ(pair_->target->num_sequences(), 0u);
+  EXPECT_EQ(pair_->drafter->num_sequences(), 0u);
+}
+
+TEST_F(EngineTest, RejectsBadRequestsWithClearMessages) {
+  LocalDrafter drafter(pair_->drafter.get());
+  LocalVerifier verifier(pair_->target.get(), &drafter);
+  SpeculativeEngine engine(&verifier, &drafter, EngineOptions(spec_));
+  auto bad = [&](std::function<void(GenerationRequest&)> edit, const char* msg) {
+    GenerationRequest r;
+    r.prompt = {1, 2, 3};
+    edit(r);
+    auto id = engine.Submit(r);
+    ASSERT_FALSE(id.ok()) << msg;
+    EXPECT_EQ(id.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(id.status().message()), HasSubstr(msg));
+  };
+  bad([](GenerationRequest& r) { r.prompt.clear(); }, "prompt is empty");
+  bad([](GenerationRequest& r) { r.prompt.push_back(128); }, "outside the vocabulary");
+  bad([](GenerationRequest& r) { r.max_new_tokens = 0; }, "max_new_tokens");
+  bad([](GenerationRequest& r) { r.window = 33; }, "block size");
+  bad([](GenerationRequest& r) { r.passes = -1; }, "passes");
+  bad([](GenerationRequest& r) { r.prompt.assign(2048, 1); }, "context limit");
+  bad([](GenerationRequest& r) { r.sampling.top_p = 0; }, "top_p");
+  EXPECT_TRUE(engine.idle());
+}
+
+TEST_F(EngineTest, CancelReleasesBothSides) {
+  LocalDrafter drafter(pair_->drafter.get());
+  LocalVerifier verifier(pair_->target.get(), &drafter);
+  SpeculativeEngine engine(&verifier, &drafter, EngineOptions(spec_));
+  GenerationRequest req;
+  req.prompt = RandomPrompt(5, 128, 3);
+  req.max_new_tokens = 100;
+  auto id = engine.Submit(req);
+  ASSERT_TRUE(id.ok());
+  ASSERT_TRUE(engine.Step().ok());
+  ASSERT_TRUE(engine.Step().ok());
+  EXPECT_EQ(pair_->target->num_sequences(), 1u);
+  EXPECT_EQ(pair_->drafter->num_sequences(), 1u);
+  ASSERT_TRUE(engine.Cancel(*id).ok());
+  EXPECT_TRUE(engine.idle());
+  EXPECT_EQ(pair_->target->num_sequences(), 0u);
+  EXPECT_EQ(pair_->drafter->num_sequences(), 0u);
+  auto done = engine.TakeFinished();
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].finish, FinishReason::kCancelled);
+  EXPECT_EQ(engine.Cancel(*id).code(), absl::StatusCode::kNotFound);
+}
+
+// T > 0: the joint distribution of the 2nd and 3rd generated tokens under
+// speculative sampling matches the target's exact distribution (chi-square,
+// p = 0.001) on a 6-token vocabulary, with a random drafter.
+TEST(EngineSamplingTest, SpeculativeSamplingMatchesTargetDistribution) {
+  TinyModelSpec spec = DefaultTinySpec();
+  spec.target.vocab_size = 6;
+  spec.drafter.layers.vocab_size = 6;
+  spec.drafter.mask_token_id = 5;
+  spec.drafter.block_size = 4;
+  auto pair = MakeTinyPair(spec, 41);
+  const float kTemperature = 2.0f;
+  const std::vector<int32_t> prompt = {1, 4, 2, 0, 3};
+  Qwen3Model& target = *pair->target;
+
+  // Exact p(t1, t2, t3) by enumeration.
+  auto next_probs = [&](const std::vector<int32_t>& tokens) {
+    const SequenceId id = 999;
+    EXPECT_TRUE(target.AddSequence(id).ok());
+    auto r = target.Forward({{id, tokens, 0, {static_cast<int>(tokens.size()) - 1}}});
+    EXPECT_TRUE(target.RemoveSequence(id).ok());
+    at::Tensor p = at::softmax(r->logits[0] / kTemperature, -1).to(at::kCPU);
+    std::vector<double> out(6);
+    for (int i = 0; i < 6; ++i) out[i] = p[i].item<double>();
+    return out;
+  };
+  std::vector<double> exact(36, 0.0);  // (t2, t3)
+  const std::vector<double> p1 = next_probs(prompt);
+  for (int a = 0; a < 6; ++a) {
+    std::vector<int32_t> s1 = prompt;
+    s1.push_back(a);
+    const std::vector<double> p2 = next_probs(s1);
+    for (int b = 0; b < 6; ++b) {
+      std::vector<int32_t> s2 = s1;
+      s2.push_back(b);
+      const std::vector<double> p3 = next_probs(s2);
+      for (int c = 0; c < 6; ++c) exact[b * 6 + c] += p1[a] * p2[b] * p3[c];
+    }
+  }
+
+  // A drafter that proposes uniformly random tokens: acceptance is frequent
+  // on 6 tokens but unrelated to the target, the hardest case for exactness.
+  std::mt19937_64 draft_rng(5);
+  ScriptedDrafter drafter(4, [&](const DraftRequest& r) -> absl::StatusOr<DraftResult> {
+    DraftResult d;
+    for (int k = 0; k < r.passes; ++k) {
+      DraftPass pass;
+      for (int j = 1; j < r.window; ++j) {
+        pass.tokens.push_back(static_cast<int32_t>(draft_rng() % 6));
+        pass.confidences.push_back(1.0f / 6);
+      }
+      d.passes.push_back(pass);
+    }
+    return d;
+  });
+  LocalVerifier verifier(pair->target.get(), &drafter);
+  auto opts = EngineOptions(spec);
+  SpeculativeEngine engine(&verifier, &drafter, opts);
+  const int kSamples = 6000;
+  std::vector<int> counts(36, 0);
+  int64_t accepted = 0;
+  for (int batch = 0; batch < kSamples / 1000; ++batch) {
+    std::vector<GenerationRequest> reqs(1000);
+    for (int i = 0; i < 1000; ++i) {
+      reqs[i].prompt = prompt;
+      reqs[i].max_new_tokens = 4;  // round 1 drafts the 2nd and 3rd tokens
+      reqs[i].window = 4;
+      reqs[i].passes = 2;
+      reqs[i].sampling = {kTemperature, 0, 1.0f, uint64_t(batch * 1000 + i), true};
+    }
+    auto results = engine.Generate(reqs);
+    ASSERT_TRUE(results.ok());
+    for (const GenerationResult& r : *results) {
+      ASSERT_EQ(r.tokens.size(), 4u);
+      ++counts[r.tokens[1] * 6 + r.tokens[2]];
+      accepted += Summarize(r.rounds).accepted_tokens;
+    }
+  }
+  // Random drafts over 6 tokens get accepted often enough to matter.
+  EXPECT_GT(accepted, kSamples / 10);
+  // Merge cells expected below 5 counts into one.
+  double chi2 = 0, small_e = 0, small_o = 0;
+  int cells = 0;
+  for (int i = 0; i < 36; ++i) {
+    const double e = exact[i] * kSamples;
+    if (e < 5) {
+      small_e += e;
+      small_o += counts[i];
+      continue;
+    }
+    chi2 += (counts[i] - e) * (counts[i] - e) / e;
+    ++cells;
+  }
+  if (small_e > 0) {
+    chi2 += (small_o - small_e) * (small_o - small_e) / std::max(small_e, 1.0);
+    ++cells;
+  }
+  const double dof = cells - 1;
+  // Wilson-Hilferty approximation of the chi-square quantile at p = 0.001.
+  const double z = 3.09;
+  const double crit =
+      dof * std::pow(1 - 2 / (9 * dof) + z * std::sqrt(2 / (9 * dof)), 3);
+  EXPECT_LT(chi2, crit) << "dof " << dof;
+}
+
+}  // namespace
+}  // namespace dedit

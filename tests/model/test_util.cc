@@ -1,0 +1,122 @@
+#include "tests/model/test_util.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+
+#include <ATen/Functions.h>
+#include <ATen/Parallel.h>
+
+#include "model/cpu_threads.h"
+#include "base/safetensors.h"
+#include "model/tensor_io.h"
+#include "gtest/gtest.h"
+
+namespace dedit::testing {
+namespace {
+
+// Removes every directory made by MakeTempDir when the binary exits.
+struct TempDirs {
+  std::vector<std::string> dirs;
+  ~TempDirs() {
+    std::error_code ec;
+    for (const auto& d : dirs) std::filesystem::remove_all(d, ec);
+  }
+};
+TempDirs& AllTempDirs() {
+  static TempDirs* dirs = new TempDirs;
+  return *dirs;
+}
+
+struct ThreadInit {
+  ThreadInit() { SetCpuThreads(1); }
+} thread_init;
+
+}  // namespace
+
+std::string MakeTempDir() {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string tmpl = std::string(tmp ? tmp : "/tmp") + "/dedit_test_XXXXXX";
+  char* made = mkdtemp(tmpl.data());
+  EXPECT_NE(made, nullptr);
+  AllTempDirs().dirs.push_back(tmpl);
+  return tmpl;
+}
+
+c10::Device TestDevice() {
+  const char* dev = std::getenv("DEDIT_TEST_DEVICE");
+  return c10::Device(dev ? dev : "cpu");
+}
+
+std::unique_ptr<TinyPair> MakeTinyPair(const TinyModelSpec& spec,
+                                       uint64_t seed) {
+  auto pair = std::make_unique<TinyPair>();
+  pair->dir = MakeTempDir();
+  pair->spec = spec;
+  EXPECT_TRUE(WriteRandomQwen3(pair->dir + "/target", spec.target, seed).ok());
+  EXPECT_TRUE(
+      WriteRandomDrafter(pair->dir + "/drafter", spec.drafter, seed + 1).ok());
+  Qwen3Model::Options topts;
+  topts.device = TestDevice();
+  topts.feature_layer_ids = spec.drafter.target_layer_ids;
+  auto target = Qwen3Model::Load(pair->dir + "/target", topts);
+  EXPECT_TRUE(target.ok()) << target.status();
+  pair->target = std::move(*target);
+  DEditDrafter::Options dopts;
+  dopts.device = TestDevice();
+  auto drafter = DEditDrafter::Load(pair->dir + "/drafter",
+                                    pair->target->embed_tokens(),
+                                    pair->target->lm_head(), dopts);
+  EXPECT_TRUE(drafter.ok()) << drafter.status();
+  pair->drafter = std::move(*drafter);
+  return pair;
+}
+
+std::vector<int32_t> GreedyReference(Qwen3Model& target,
+                                     const std::vector<int32_t>& prompt,
+                                     int max_new_tokens) {
+  static SequenceId next = 1u << 30;
+  const SequenceId id = next++;
+  EXPECT_TRUE(target.AddSequence(id).ok());
+  std::vector<int32_t> out;
+  std::vector<int32_t> tokens = prompt;
+  int64_t start = 0;
+  while (static_cast<int>(out.size()) < max_new_tokens) {
+    auto r = target.Forward(
+        {{id, tokens, start, {static_cast<int>(tokens.size()) - 1}}});
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok()) break;
+    start += static_cast<int64_t>(tokens.size());
+    const int32_t next_token = r->logits.argmax(-1).item<int64_t>();
+    out.push_back(next_token);
+    tokens = {next_token};
+  }
+  EXPECT_TRUE(target.RemoveSequence(id).ok());
+  return out;
+}
+
+std::string GoldenDir() {
+  return std::string(DEDIT_SOURCE_DIR) + "/tests/testdata/golden";
+}
+
+at::Tensor GoldenTensor(const std::string& name) {
+  auto file = SafetensorsFile::Open(GoldenDir() + "/expected.safetensors");
+  EXPECT_TRUE(file.ok()) << file.status();
+  if (!file.ok()) return at::Tensor();
+  const TensorView* v = (*file)->Find(name);
+  EXPECT_NE(v, nullptr) << name;
+  if (v == nullptr) return at::Tensor();
+  auto t = ToTensor(*v, v->dtype == DType::kI64 ? at::kLong : at::kFloat,
+                    c10::Device(c10::kCPU));
+  EXPECT_TRUE(t.ok()) << t.status();
+  return t.ok() ? *t : at::Tensor();
+}
+
+std::vector<int32_t> RandomPrompt(int n, int vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> p(n);
+  for (int& t : p) t = static_cast<int32_t>(rng() % vocab);
+  return p;
+}
+
+}  // namespace dedit::testing
