@@ -48,15 +48,21 @@ if [ -z "$MODEL_DIR" ] && [ ! -f "$MODELS/target/config.json" ]; then
   # shellcheck disable=SC2086
   "$(bin dedit-make-tiny-model)" --out "$MODELS" $MODEL_ARGS >/dev/null
 fi
-VOCAB=$(python3 -c "import json;print(json.load(open('$MODELS/target/config.json'))['vocab_size'])")
+# Everything model-specific comes from the pair's config.json files
+# (bench/model_info.py): any pair works, not only one vocabulary.
+eval "$(python3 "$ROOT/bench/model_info.py" limits "$MODELS/target" "$MODELS/drafter")"
+if [ "$W" -gt "$BLOCK_SIZE" ]; then
+  echo "run_bench.sh: W=$W > the drafter's block size $BLOCK_SIZE; using $BLOCK_SIZE" >&2
+  W=$BLOCK_SIZE
+fi
+if [ $((32 + MAX_TOKENS + W)) -gt "$MAX_POSITIONS" ]; then
+  MAX_TOKENS=$((MAX_POSITIONS - 32 - W))
+  echo "run_bench.sh: context of $MAX_POSITIONS: --max-tokens lowered to $MAX_TOKENS" >&2
+fi
 
 # Same prompts for every configuration: REQUESTS prompts of 32 ids.
-python3 - "$VOCAB" "$REQUESTS" > "$OUT/prompts.jsonl" <<'PY'
-import json, random, sys
-rng = random.Random(1)
-for _ in range(int(sys.argv[2])):
-    print(json.dumps([rng.randrange(int(sys.argv[1])) for _ in range(32)]))
-PY
+python3 "$ROOT/bench/model_info.py" prompts "$MODELS/target" "$REQUESTS" 32 \
+    "$MAX_TOKENS" "$W" > "$OUT/prompts.jsonl"
 
 inprocess() {  # label, extra flags...
   local label=$1; shift

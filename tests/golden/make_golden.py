@@ -3,9 +3,9 @@
 
 What this is
     A small, independent, deliberately plain reference implementation of the
-    math in docs/ARCHITECTURE.md §1-§2 / REFERENCE.md ("Qwen3 dense target", "DFlash
-    drafter"), written from those descriptions with nothing but torch, numpy,
-    json and struct (no transformers, no code from other projects). It builds
+    math in docs/ARCHITECTURE.md §1-§2 (the Qwen3 dense target as in HF
+    transformers' Qwen3 model, the DFlash-architecture drafter), written
+    from those descriptions with nothing but torch, numpy, json and struct (no transformers, no code from other projects). It builds
     a tiny random Qwen3 target and a tiny random DFlash-architecture drafter,
     writes both as HF-style checkpoint folders, runs the reference math on a
     fixed prompt and writes the expected outputs. The C++ tests load the

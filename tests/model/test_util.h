@@ -1,7 +1,7 @@
 // Helpers shared by the engine tests: scratch directories, tiny random model
 // pairs loaded in process, and a plain greedy reference decoder.
-#ifndef DEDIT_TESTS_COMMON_TEST_UTIL_H_
-#define DEDIT_TESTS_COMMON_TEST_UTIL_H_
+#ifndef DEDIT_TESTS_MODEL_TEST_UTIL_H_
+#define DEDIT_TESTS_MODEL_TEST_UTIL_H_
 
 #include <cstdint>
 #include <memory>
@@ -47,4 +47,4 @@ std::vector<int32_t> RandomPrompt(int n, int vocab, uint64_t seed);
 
 }  // namespace dedit::testing
 
-#endif  // DEDIT_TESTS_COMMON_TEST_UTIL_H_
+#endif  // DEDIT_TESTS_MODEL_TEST_UTIL_H_

@@ -269,7 +269,8 @@ TEST(Qwen3ChatTest, MatchesHfChatTemplate) {
   }
 }
 
-// Written out by hand from the template (REFERENCE.md, "Qwen3 tokenizer").
+// Written out by hand from Qwen3's chat template (its tokenizer_config.json,
+// docs/TOKENIZER.md).
 TEST(Qwen3ChatTest, SmallConversationExactIds) {
   DEDIT_REQUIRE_QWEN3();
   const Tokenizer* tok = Qwen3Tokenizer();
