@@ -5,9 +5,9 @@ What this is
     A small, independent, deliberately plain reference implementation of the
     math in docs/ARCHITECTURE.md §1-§2 (the Qwen3 dense target as in HF
     transformers' Qwen3 model, the DFlash-architecture drafter), written
-    from those descriptions with nothing but torch, numpy, json and struct (no transformers, no code from other projects). It builds
-    a tiny random Qwen3 target and a tiny random DFlash-architecture drafter,
-    writes both as HF-style checkpoint folders, runs the reference math on a
+    from those descriptions with nothing but torch, numpy, json and struct
+    (no transformers, no code from other projects). It builds a tiny random
+    Qwen3 target and a tiny random DFlash-architecture drafter, writes both as HF-style checkpoint folders, runs the reference math on a
     fixed prompt and writes the expected outputs. The C++ tests load the
     checkpoints with their own loader and compare against the expected values.
 
