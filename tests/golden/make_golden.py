@@ -7,8 +7,9 @@ What this is
     transformers' Qwen3 model, the DFlash-architecture drafter), written
     from those descriptions with nothing but torch, numpy, json and struct
     (no transformers, no code from other projects). It builds a tiny random
-    Qwen3 target and a tiny random DFlash-architecture drafter, writes both as HF-style checkpoint folders, runs the reference math on a
-    fixed prompt and writes the expected outputs. The C++ tests load the
+    Qwen3 target and a tiny random DFlash-architecture drafter, writes both
+    as HF-style checkpoint folders, runs the reference math on a fixed
+    prompt and writes the expected outputs. The C++ tests load the
     checkpoints with their own loader and compare against the expected values.
 
     The script is kept in the repository so the fixture can be regenerated
