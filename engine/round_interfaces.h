@@ -6,8 +6,9 @@
 //
 // Context features never pass through the round logic: the verifier side
 // delivers the committed tokens' features to the drafter side itself (in
-// process through a ContextSink (model/context_sink.h), across services over a stream), exactly as
-// docs/ARCHITECTURE.md §3 streams them from the target to the drafter.
+// process through a ContextSink (model/context_sink.h), across services over a
+// stream), exactly as docs/ARCHITECTURE.md §3 streams them from the target to
+// the drafter.
 #ifndef DEDIT_ENGINE_ROUND_INTERFACES_H_
 #define DEDIT_ENGINE_ROUND_INTERFACES_H_
 
@@ -28,8 +29,8 @@ struct PrefillWork {
 
 struct VerifyWork {
   SequenceId sequence = 0;
-  int64_t start = 0;            // committed tokens before the block
-  std::vector<int32_t> block;   // [bonus, draft...]: W tokens
+  int64_t start = 0;           // committed tokens before the block
+  std::vector<int32_t> block;  // [bonus, draft...]: W tokens
 };
 
 struct VerifyOutcome {
@@ -40,8 +41,8 @@ struct VerifyOutcome {
 };
 
 struct TargetStepResult {
-  std::vector<int32_t> first_tokens;     // one per prefill, in order
-  std::vector<VerifyOutcome> verified;   // one per verify, in order
+  std::vector<int32_t> first_tokens;    // one per prefill, in order
+  std::vector<VerifyOutcome> verified;  // one per verify, in order
   // Optional per-prefill status (empty = all OK; else one per prefill). A
   // remote target refuses single prompts (e.g. RESOURCE_EXHAUSTED when its
   // KV capacity is full) without failing the rest of the step; the engine

@@ -19,7 +19,7 @@ struct SamplingParams {
   int top_k = 0;             // 0 → no top-k
   float top_p = 1.0f;        // 1 → no nucleus truncation
   uint64_t seed = 0;
-  bool has_seed = false;     // false → seeded from std::random_device
+  bool has_seed = false;  // false → seeded from std::random_device
 };
 
 // INVALID_ARGUMENT for negative/non-finite temperature, negative top_k, or

@@ -40,21 +40,30 @@ bool SpeculativeEngine::WellFormedDraft(const DraftRequest& request,
 
 const char* FinishReasonName(FinishReason reason) {
   switch (reason) {
-    case FinishReason::kNone: return "none";
-    case FinishReason::kLength: return "length";
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kContextLimit: return "context_limit";
-    case FinishReason::kCancelled: return "cancelled";
-    case FinishReason::kError: return "error";
+    case FinishReason::kNone:
+      return "none";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kContextLimit:
+      return "context_limit";
+    case FinishReason::kCancelled:
+      return "cancelled";
+    case FinishReason::kError:
+      return "error";
   }
   return "unknown";
 }
 
 const char* EditOutcomeName(EditOutcome outcome) {
   switch (outcome) {
-    case EditOutcome::kExtended: return "extended";
-    case EditOutcome::kUnchanged: return "unchanged";
-    case EditOutcome::kShortened: return "shortened";
+    case EditOutcome::kExtended:
+      return "extended";
+    case EditOutcome::kUnchanged:
+      return "unchanged";
+    case EditOutcome::kShortened:
+      return "shortened";
   }
   return "unknown";
 }
@@ -95,47 +104,46 @@ SpeculativeEngine::SpeculativeEngine(Verifier* verifier, Drafter* drafter,
                                      Options options)
     : verifier_(verifier), drafter_(drafter), options_(std::move(options)) {}
 
-absl::StatusOr<SequenceId> SpeculativeEngine::Submit(
-    GenerationRequest request, TokenCallback on_tokens) {
+absl::StatusOr<SequenceId> SpeculativeEngine::Submit(GenerationRequest request,
+                                                     TokenCallback on_tokens) {
   if (request.prompt.empty()) {
     return absl::InvalidArgumentError("prompt is empty");
   }
   if (options_.vocab_size > 0) {
     for (int32_t t : request.prompt) {
       if (t < 0 || t >= options_.vocab_size) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("prompt token id ", t, " is outside the vocabulary [0, ",
-                         options_.vocab_size, ")"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "prompt token id ", t, " is outside the vocabulary [0, ",
+            options_.vocab_size, ")"));
       }
     }
   }
   if (static_cast<int64_t>(request.prompt.size()) >= options_.max_context) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "prompt of ", request.prompt.size(),
-        " tokens leaves no room in the context limit of ", options_.max_context));
+    return absl::InvalidArgumentError(
+        absl::StrCat("prompt of ", request.prompt.size(),
+                     " tokens leaves no room in the context limit of ",
+                     options_.max_context));
   }
   if (request.max_new_tokens <= 0 ||
       request.max_new_tokens > options_.max_new_tokens_limit) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("max_new_tokens must be in [1, ",
-                     options_.max_new_tokens_limit, "], got ",
-                     request.max_new_tokens));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_new_tokens must be in [1, ", options_.max_new_tokens_limit,
+        "], got ", request.max_new_tokens));
   }
   if (request.window < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("window must be >= 1, got ", request.window));
   }
   if (request.passes < 0 || request.passes > options_.max_passes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("passes must be in [0, ", options_.max_passes, "], got ",
-                     request.passes));
+    return absl::InvalidArgumentError(absl::StrCat("passes must be in [0, ",
+                                                   options_.max_passes,
+                                                   "], got ", request.passes));
   }
   if (drafter_ != nullptr && request.passes > 0 &&
       request.window > drafter_->block_size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("window ", request.window,
-                     " exceeds the drafter's block size ",
-                     drafter_->block_size()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "window ", request.window, " exceeds the drafter's block size ",
+        drafter_->block_size()));
   }
   RETURN_IF_ERROR(ValidateSamplingParams(request.sampling));
   const SequenceId id = next_id_++;
@@ -161,14 +169,15 @@ int SpeculativeEngine::WindowFor(const Sequence& seq) const {
   if (drafter_ == nullptr || seq.drafter_failed || seq.request.passes == 0) {
     return 1;
   }
-  const int64_t remaining =
-      seq.request.max_new_tokens - static_cast<int64_t>(seq.result.tokens.size());
+  const int64_t remaining = seq.request.max_new_tokens -
+                            static_cast<int64_t>(seq.result.tokens.size());
   const int64_t room = options_.max_context - seq.start;
   return static_cast<int>(std::max<int64_t>(
       1, std::min<int64_t>({seq.request.window, remaining, room})));
 }
 
-bool SpeculativeEngine::Emit(Sequence& seq, const std::vector<int32_t>& tokens) {
+bool SpeculativeEngine::Emit(Sequence& seq,
+                             const std::vector<int32_t>& tokens) {
   std::vector<int32_t> emitted;
   FinishReason finish = FinishReason::kNone;
   for (int32_t t : tokens) {
@@ -243,7 +252,8 @@ absl::Status SpeculativeEngine::Step() {
     draft_seconds = NowSeconds() - t0;
     last_step_.drafts = static_cast<int>(draft_requests.size());
     last_step_.draft_seconds = draft_seconds;
-    const bool batch_ok = result.ok() && result->size() == draft_requests.size();
+    const bool batch_ok =
+        result.ok() && result->size() == draft_requests.size();
     for (size_t i = 0; i < draft_requests.size(); ++i) {
       const DraftRequest& r = draft_requests[i];
       if (batch_ok && WellFormedDraft(r, (*result)[i])) {
@@ -285,8 +295,10 @@ absl::Status SpeculativeEngine::Step() {
   last_step_.verify_seconds = verify_seconds;
   pending_.clear();
   if (!step.ok()) {
-    for (SequenceId id : prefill_ids) Finish(id, FinishReason::kError, step.status());
-    for (SequenceId id : round_ids) Finish(id, FinishReason::kError, step.status());
+    for (SequenceId id : prefill_ids)
+      Finish(id, FinishReason::kError, step.status());
+    for (SequenceId id : round_ids)
+      Finish(id, FinishReason::kError, step.status());
     return step.status();
   }
 
@@ -322,8 +334,9 @@ absl::Status SpeculativeEngine::Step() {
     record.accepted = out.accepted;
     record.fallback = fallback.count(id) > 0;
     record.verify_seconds = verify_seconds;
-    std::vector<int32_t> committed(verifies[i].block.begin() + 1,
-                                   verifies[i].block.begin() + 1 + out.accepted);
+    std::vector<int32_t> committed(
+        verifies[i].block.begin() + 1,
+        verifies[i].block.begin() + 1 + out.accepted);
     committed.push_back(out.target_tokens[out.accepted]);
     auto d = drafts.find(id);
     if (d != drafts.end()) {
@@ -332,11 +345,13 @@ absl::Status SpeculativeEngine::Step() {
       // own accepted length is known exactly up to acc + 1.
       const auto& passes = d->second.passes;
       for (size_t k = 0; k + 1 < passes.size(); ++k) {
-        const int acc_k = AcceptedPrefixLength(passes[k].tokens, out.target_tokens);
+        const int acc_k =
+            AcceptedPrefixLength(passes[k].tokens, out.target_tokens);
         const int capped = std::min(acc_k, out.accepted + 1);
-        record.edits.push_back(capped < out.accepted   ? EditOutcome::kExtended
-                               : capped == out.accepted ? EditOutcome::kUnchanged
-                                                        : EditOutcome::kShortened);
+        record.edits.push_back(capped < out.accepted ? EditOutcome::kExtended
+                               : capped == out.accepted
+                                   ? EditOutcome::kUnchanged
+                                   : EditOutcome::kShortened);
       }
     }
     if (options_.on_round) options_.on_round(id, record);

@@ -1,5 +1,5 @@
-// SpeculativeEngine: runs DEdit rounds (docs/ARCHITECTURE.md §1) for many sequences at
-// once over a Verifier and an optional Drafter.
+// SpeculativeEngine: runs DEdit rounds (docs/ARCHITECTURE.md §1) for many
+// sequences at once over a Verifier and an optional Drafter.
 //
 // Each Step() is one round for every running sequence: one batched Draft
 // call (P1..PK), then one batched target step that verifies every block and
@@ -41,23 +41,30 @@ struct GenerationRequest {
   // W (block size incl. the bonus slot); 1 → target-only. Submit rejects a W
   // above the drafter's block size.
   int window = 16;
-  int passes = 1;   // K; 0 → target-only
+  int passes = 1;                       // K; 0 → target-only
   std::vector<int32_t> stop_token_ids;  // in addition to the model's EOS
   bool ignore_eos = false;
 };
 
-enum class FinishReason { kNone, kLength, kStop, kContextLimit, kCancelled, kError };
+enum class FinishReason {
+  kNone,
+  kLength,
+  kStop,
+  kContextLimit,
+  kCancelled,
+  kError
+};
 const char* FinishReasonName(FinishReason reason);
 
-// docs/ARCHITECTURE.md §1 "edit outcome per pass": how the final proposal's accepted
-// prefix compares with what pass k alone would have achieved.
+// docs/ARCHITECTURE.md §1 "edit outcome per pass": how the final proposal's
+// accepted prefix compares with what pass k alone would have achieved.
 enum class EditOutcome { kExtended = 0, kUnchanged = 1, kShortened = 2 };
 const char* EditOutcomeName(EditOutcome outcome);
 
 struct RoundRecord {
-  int window = 1;        // W used this round (1 = target-only)
-  int accepted = 0;      // acc; tau = acc + 1
-  bool fallback = false; // drafting was wanted but the drafter failed
+  int window = 1;                  // W used this round (1 = target-only)
+  int accepted = 0;                // acc; tau = acc + 1
+  bool fallback = false;           // drafting was wanted but the drafter failed
   std::vector<EditOutcome> edits;  // one per pass k < K
   double draft_seconds = 0;   // this round's share of the batched draft call
   double verify_seconds = 0;  // ... and of the target step
@@ -67,22 +74,23 @@ struct GenerationResult {
   SequenceId id = 0;
   std::vector<int32_t> tokens;  // generated, stop token excluded
   FinishReason finish = FinishReason::kNone;
-  absl::Status status;          // non-OK only with kError
-  int32_t stop_token = -1;      // the EOS/stop id that ended it, if any
+  absl::Status status;      // non-OK only with kError
+  int32_t stop_token = -1;  // the EOS/stop id that ended it, if any
   std::vector<RoundRecord> rounds;
   int prompt_tokens = 0;
-  double prefill_seconds = 0;   // the step that prefilled it
-  double decode_seconds = 0;    // wall time of the rounds after prefill
+  double prefill_seconds = 0;  // the step that prefilled it
+  double decode_seconds = 0;   // wall time of the rounds after prefill
 };
 
 // Aggregates over rounds (speculative rounds only, i.e. window >= 2).
 struct AcceptanceSummary {
-  int64_t rounds = 0;            // all rounds
-  int64_t drafted_rounds = 0;    // rounds with a draft
+  int64_t rounds = 0;          // all rounds
+  int64_t drafted_rounds = 0;  // rounds with a draft
   int64_t fallback_rounds = 0;
-  int64_t draft_tokens = 0;      // sum of W-1
-  int64_t accepted_tokens = 0;   // sum of acc
-  std::vector<int64_t> accepted_per_position;  // position i accepted iff acc > i
+  int64_t draft_tokens = 0;     // sum of W-1
+  int64_t accepted_tokens = 0;  // sum of acc
+  std::vector<int64_t>
+      accepted_per_position;  // position i accepted iff acc > i
   // [pass][outcome] counts, pass 0 = P1.
   std::vector<std::array<int64_t, 3>> edit_outcomes;
   double draft_seconds = 0, verify_seconds = 0;
@@ -113,11 +121,11 @@ class SpeculativeEngine {
 
   // What the last Step() did, for per-step metrics.
   struct StepStats {
-    int prefills = 0;            // prompts prefilled
-    int verifies = 0;            // sequences verified (drafted or not)
-    int drafts = 0;              // sequences drafted
-    double draft_seconds = 0;    // the batched Draft call
-    double verify_seconds = 0;   // the batched target step
+    int prefills = 0;           // prompts prefilled
+    int verifies = 0;           // sequences verified (drafted or not)
+    int drafts = 0;             // sequences drafted
+    double draft_seconds = 0;   // the batched Draft call
+    double verify_seconds = 0;  // the batched target step
   };
 
   // `drafter` may be null (target-only engine).
@@ -145,8 +153,8 @@ class SpeculativeEngine {
     GenerationRequest request;
     TokenCallback on_tokens;
     GenerationResult result;
-    int64_t start = 0;      // committed tokens (prompt + generated - bonus)
-    int32_t bonus = -1;     // next block slot 0
+    int64_t start = 0;   // committed tokens (prompt + generated - bonus)
+    int32_t bonus = -1;  // next block slot 0
     bool drafter_failed = false;
     double first_token_time = 0;
   };

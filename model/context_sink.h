@@ -4,9 +4,9 @@
 #ifndef DEDIT_MODEL_CONTEXT_SINK_H_
 #define DEDIT_MODEL_CONTEXT_SINK_H_
 
-#include <cstdint>
-
 #include <ATen/Tensor.h>
+
+#include <cstdint>
 
 #include "absl/status/status.h"
 #include "engine/draft.h"

@@ -1,8 +1,7 @@
 #include "model/cpu_threads.h"
 
-#include <dlfcn.h>
-
 #include <ATen/Parallel.h>
+#include <dlfcn.h>
 
 namespace dedit {
 namespace {

@@ -24,10 +24,10 @@ absl::StatusOr<std::unique_ptr<InProcessStack>> InProcessStack::Load(
     DEditDrafter::Options dopts;
     dopts.device = device;
     dopts.dtype = dtype;
-    ASSIGN_OR_RETURN(s->drafter_,
-                     DEditDrafter::Load(options.drafter_dir,
-                                        s->target_->embed_tokens(),
-                                        s->target_->lm_head(), dopts));
+    ASSIGN_OR_RETURN(
+        s->drafter_,
+        DEditDrafter::Load(options.drafter_dir, s->target_->embed_tokens(),
+                           s->target_->lm_head(), dopts));
     if (options.causal_editor) {
       s->drafter_->set_causal_editor(*options.causal_editor);
     }

@@ -14,10 +14,10 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "engine/speculative_engine.h"
 #include "model/dedit_drafter.h"
 #include "model/local_backends.h"
 #include "model/qwen3_model.h"
-#include "engine/speculative_engine.h"
 
 namespace dedit {
 

@@ -1,8 +1,8 @@
 #include "model/kv_cache.h"
 
-#include <algorithm>
-
 #include <ATen/Functions.h>
+
+#include <algorithm>
 
 namespace dedit {
 
@@ -52,7 +52,8 @@ at::Tensor KvCache::Values(int layer, int64_t n) const {
 
 int64_t KvCache::nbytes() const {
   int64_t total = 0;
-  for (size_t l = 0; l < k_.size(); ++l) total += k_[l].nbytes() + v_[l].nbytes();
+  for (size_t l = 0; l < k_.size(); ++l)
+    total += k_[l].nbytes() + v_[l].nbytes();
   return total;
 }
 

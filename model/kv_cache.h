@@ -9,10 +9,10 @@
 #ifndef DEDIT_MODEL_KV_CACHE_H_
 #define DEDIT_MODEL_KV_CACHE_H_
 
+#include <ATen/Tensor.h>
+
 #include <cstdint>
 #include <vector>
-
-#include <ATen/Tensor.h>
 
 namespace dedit {
 
@@ -28,7 +28,8 @@ class KvCache {
   void Reserve(int64_t total);
   // Writes k, v ([n, kv_heads, head_dim]) of `layer` at [start, start + n).
   // REQUIRES: start <= length(), Reserve(start + n) done.
-  void Write(int layer, int64_t start, const at::Tensor& k, const at::Tensor& v);
+  void Write(int layer, int64_t start, const at::Tensor& k,
+             const at::Tensor& v);
   // Sets the number of valid tokens (after the writes of a forward step, or
   // to roll back).
   void SetLength(int64_t length) { length_ = length; }

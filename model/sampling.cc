@@ -1,10 +1,10 @@
 #include "model/sampling.h"
 
-#include <algorithm>
-#include <cmath>
-
 #include <ATen/Functions.h>
 #include <ATen/TensorOperators.h>
+
+#include <algorithm>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 
@@ -24,7 +24,8 @@ std::vector<int32_t> TokenSampler::Choose(const at::Tensor& logits) {
   std::vector<int32_t> out(rows);
   if (greedy()) {
     at::Tensor idx = logits.argmax(-1).to(at::kCPU, at::kInt).contiguous();
-    std::copy(idx.data_ptr<int32_t>(), idx.data_ptr<int32_t>() + rows, out.begin());
+    std::copy(idx.data_ptr<int32_t>(), idx.data_ptr<int32_t>() + rows,
+              out.begin());
     return out;
   }
   at::Tensor scaled = logits.to(at::kFloat) / params_.temperature;
@@ -50,13 +51,16 @@ std::vector<int32_t> TokenSampler::Choose(const at::Tensor& logits) {
     at::Tensor before = probs.cumsum(-1) - probs;
     keep = (before < params_.top_p).sum(-1).clamp_min(1);
   } else {
-    keep = at::full({rows}, probs.size(1), at::TensorOptions().dtype(at::kLong));
+    keep =
+        at::full({rows}, probs.size(1), at::TensorOptions().dtype(at::kLong));
   }
   keep = keep.to(at::kCPU, at::kLong).contiguous();
   const int64_t* keep_n = keep.data_ptr<int64_t>();
   const int64_t width = *std::max_element(keep_n, keep_n + rows);
-  at::Tensor p_cpu = probs.narrow(1, 0, width).to(at::kCPU, at::kDouble).contiguous();
-  at::Tensor i_cpu = indices.narrow(1, 0, width).to(at::kCPU, at::kLong).contiguous();
+  at::Tensor p_cpu =
+      probs.narrow(1, 0, width).to(at::kCPU, at::kDouble).contiguous();
+  at::Tensor i_cpu =
+      indices.narrow(1, 0, width).to(at::kCPU, at::kLong).contiguous();
   std::uniform_real_distribution<double> uniform(0.0, 1.0);
   for (int64_t r = 0; r < rows; ++r) {
     const double* p = p_cpu.data_ptr<double>() + r * width;

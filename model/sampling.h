@@ -13,11 +13,11 @@
 #ifndef DEDIT_MODEL_SAMPLING_H_
 #define DEDIT_MODEL_SAMPLING_H_
 
+#include <ATen/Tensor.h>
+
 #include <cstdint>
 #include <random>
 #include <vector>
-
-#include <ATen/Tensor.h>
 
 #include "absl/status/status.h"
 #include "engine/acceptance.h"

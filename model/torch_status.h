@@ -8,10 +8,10 @@
 #ifndef DEDIT_MODEL_TORCH_STATUS_H_
 #define DEDIT_MODEL_TORCH_STATUS_H_
 
+#include <c10/util/Exception.h>
+
 #include <type_traits>
 #include <utility>
-
-#include <c10/util/Exception.h>
 
 #include "base/status.h"
 

@@ -1,9 +1,9 @@
 #include "model/transformer_ops.h"
 
-#include <cmath>
-
 #include <ATen/Functions.h>
 #include <ATen/TensorOperators.h>
+
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
@@ -18,13 +18,15 @@ at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
 }
 
 Rotary::Rotary(int head_dim, double theta, c10::Device device) {
-  at::Tensor idx = at::arange(0, head_dim, 2, at::TensorOptions().dtype(at::kDouble));
+  at::Tensor idx =
+      at::arange(0, head_dim, 2, at::TensorOptions().dtype(at::kDouble));
   inv_freq_ = at::pow(theta, -(idx / head_dim)).to(at::kFloat).to(device);
 }
 
 void Rotary::Tables(const at::Tensor& positions, at::ScalarType dtype,
                     at::Tensor* cos, at::Tensor* sin) const {
-  at::Tensor freqs = positions.to(at::kFloat).unsqueeze(1) * inv_freq_.unsqueeze(0);
+  at::Tensor freqs =
+      positions.to(at::kFloat).unsqueeze(1) * inv_freq_.unsqueeze(0);
   at::Tensor emb = at::cat({freqs, freqs}, -1);
   *cos = emb.cos().to(dtype);
   *sin = emb.sin().to(dtype);
@@ -86,12 +88,13 @@ absl::StatusOr<DecoderLayerWeights> LoadDecoderLayer(
   DecoderLayerWeights w;
   auto load = [&](const std::string& name, std::vector<int64_t> shape,
                   at::Tensor* out) -> absl::Status {
-    ASSIGN_OR_RETURN(*out, LoadTensor(archive, prefix + name, shape, dtype, device));
+    ASSIGN_OR_RETURN(*out,
+                     LoadTensor(archive, prefix + name, shape, dtype, device));
     return absl::OkStatus();
   };
   RETURN_IF_ERROR(load("input_layernorm.weight", {d}, &w.input_layernorm));
-  RETURN_IF_ERROR(
-      load("post_attention_layernorm.weight", {d}, &w.post_attention_layernorm));
+  RETURN_IF_ERROR(load("post_attention_layernorm.weight", {d},
+                       &w.post_attention_layernorm));
   RETURN_IF_ERROR(load("self_attn.q_proj.weight", {q_out, d}, &w.q_proj));
   RETURN_IF_ERROR(load("self_attn.k_proj.weight", {kv_out, d}, &w.k_proj));
   RETURN_IF_ERROR(load("self_attn.v_proj.weight", {kv_out, d}, &w.v_proj));
@@ -135,7 +138,8 @@ at::Tensor FinishDecoderLayer(const at::Tensor& x, const at::Tensor& attn,
                               const DecoderLayerWeights& w,
                               const Qwen3Config& c) {
   at::Tensor y = x + at::linear(attn, w.o_proj);
-  return y + SwiGluMlp(RmsNorm(y, w.post_attention_layernorm, c.rms_norm_eps), w);
+  return y +
+         SwiGluMlp(RmsNorm(y, w.post_attention_layernorm, c.rms_norm_eps), w);
 }
 
 }  // namespace dedit

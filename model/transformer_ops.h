@@ -8,9 +8,9 @@
 #ifndef DEDIT_MODEL_TRANSFORMER_OPS_H_
 #define DEDIT_MODEL_TRANSFORMER_OPS_H_
 
-#include <string>
-
 #include <ATen/Tensor.h>
+
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "base/model_config.h"

@@ -18,7 +18,8 @@ absl::Status FromGrpcStatus(const grpc::Status& status) {
 
 absl::Status StatusFromCode(int code, const std::string& message) {
   if (code == 0) return absl::OkStatus();
-  if (code < 0 || code > 16) code = static_cast<int>(absl::StatusCode::kUnknown);
+  if (code < 0 || code > 16)
+    code = static_cast<int>(absl::StatusCode::kUnknown);
   return absl::Status(static_cast<absl::StatusCode>(code), message);
 }
 

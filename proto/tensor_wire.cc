@@ -6,9 +6,12 @@ namespace dedit {
 
 const char* WireDtypeName(WireDtype dtype) {
   switch (dtype) {
-    case WireDtype::kBFloat16: return "bfloat16";
-    case WireDtype::kFloat16: return "float16";
-    case WireDtype::kFloat32: return "float32";
+    case WireDtype::kBFloat16:
+      return "bfloat16";
+    case WireDtype::kFloat16:
+      return "float16";
+    case WireDtype::kFloat32:
+      return "float32";
   }
   return "unknown";
 }
@@ -40,7 +43,8 @@ absl::StatusOr<WireTensorView> ViewWireTensor(const v1::Tensor& wire) {
   int64_t numel = 1;
   for (int64_t d : wire.shape()) {
     if (d < 0 || (d > 0 && numel > (int64_t{1} << 40) / d)) {
-      return absl::InvalidArgumentError("tensor shape is negative or too large");
+      return absl::InvalidArgumentError(
+          "tensor shape is negative or too large");
     }
     numel *= d;
     view.shape.push_back(d);

@@ -15,8 +15,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "base/file_util.h"  // ReadFileToString
 #include "absl/strings/string_view.h"
+#include "base/file_util.h"  // ReadFileToString
 
 namespace dedit {
 

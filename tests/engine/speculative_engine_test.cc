@@ -1,23 +1,23 @@
 #include "engine/speculative_engine.h"
 
+#include <ATen/Functions.h>
+#include <ATen/TensorOperators.h>
+
 #include <cmath>
 #include <functional>
 #include <map>
 #include <random>
 
-#include <ATen/Functions.h>
-#include <ATen/TensorOperators.h>
-
-#include "model/local_backends.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/local_backends.h"
 #include "tests/model/test_util.h"
 
 namespace dedit {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::GreedyReference;
+using ::testing::HasSubstr;
 using testing::MakeTinyPair;
 using testing::RandomPrompt;
 
@@ -26,7 +26,8 @@ using testing::RandomPrompt;
 // stream to it).
 class ScriptedDrafter : public Drafter, public ContextSink {
  public:
-  using Script = std::function<absl::StatusOr<DraftResult>(const DraftRequest&)>;
+  using Script =
+      std::function<absl::StatusOr<DraftResult>(const DraftRequest&)>;
   ScriptedDrafter(int block_size, Script script)
       : block_size_(block_size), script_(std::move(script)) {}
   absl::StatusOr<std::vector<DraftResult>> Draft(
@@ -69,8 +70,9 @@ class EngineTest : public ::testing::Test {
   std::unique_ptr<testing::TinyPair> pair_;
 };
 
-// docs/ARCHITECTURE.md §1 invariant: at T = 0 the output equals greedy target-only
-// decoding for every W, K and batch composition, with a random drafter.
+// docs/ARCHITECTURE.md §1 invariant: at T = 0 the output equals greedy
+// target-only decoding for every W, K and batch composition, with a random
+// drafter.
 TEST_F(EngineTest, LosslessForEveryWindowAndPassCount) {
   const std::vector<std::vector<int32_t>> prompts = {
       RandomPrompt(3, 128, 1), RandomPrompt(11, 128, 2),
@@ -101,12 +103,14 @@ TEST_F(EngineTest, LosslessForEveryWindowAndPassCount) {
       for (size_t i = 0; i < prompts.size(); ++i) {
         const GenerationResult& r = (*results)[i];
         ASSERT_TRUE(r.status.ok()) << r.status;
-        EXPECT_EQ(r.tokens, reference[i]) << "W=" << w << " K=" << k << " seq " << i;
+        EXPECT_EQ(r.tokens, reference[i])
+            << "W=" << w << " K=" << k << " seq " << i;
         EXPECT_EQ(r.finish, FinishReason::kLength);
         for (const RoundRecord& round : r.rounds) {
           EXPECT_LE(round.window, w);
           if (round.window >= 2) {
-            EXPECT_EQ(round.edits.size(), static_cast<size_t>(reqs[i].passes - 1));
+            EXPECT_EQ(round.edits.size(),
+                      static_cast<size_t>(reqs[i].passes - 1));
           }
         }
       }
@@ -122,24 +126,28 @@ TEST_F(EngineTest, LosslessForEveryWindowAndPassCount) {
 TEST_F(EngineTest, LosslessWithOracleAndCorruptedOracleDrafters) {
   const std::vector<int32_t> prompt = RandomPrompt(9, 128, 7);
   const int kNew = 60;
-  const std::vector<int32_t> ref = GreedyReference(*pair_->target, prompt, kNew + 40);
+  const std::vector<int32_t> ref =
+      GreedyReference(*pair_->target, prompt, kNew + 40);
   for (int corrupt_every : {0, 5, 2}) {
     const int64_t prompt_len = prompt.size();
-    ScriptedDrafter oracle(32, [&](const DraftRequest& r) -> absl::StatusOr<DraftResult> {
-      DraftResult d;
-      DraftPass pass;
-      for (int j = 1; j < r.window; ++j) {
-        // Slot j proposes the token at position start + j, i.e. output index
-        // start + j - prompt_len (the bonus is output start - prompt_len).
-        const int64_t idx = r.start + j - prompt_len;
-        int32_t t = ref[idx];
-        if (corrupt_every > 0 && idx % corrupt_every == 0) t = (t + 1) % 128;
-        pass.tokens.push_back(t);
-        pass.confidences.push_back(1.0f);
-      }
-      d.passes.assign(r.passes, pass);
-      return d;
-    });
+    ScriptedDrafter oracle(
+        32, [&](const DraftRequest& r) -> absl::StatusOr<DraftResult> {
+          DraftResult d;
+          DraftPass pass;
+          for (int j = 1; j < r.window; ++j) {
+            // Slot j proposes the token at position start + j, i.e. output
+            // index start + j - prompt_len (the bonus is output start -
+            // prompt_len).
+            const int64_t idx = r.start + j - prompt_len;
+            int32_t t = ref[idx];
+            if (corrupt_every > 0 && idx % corrupt_every == 0)
+              t = (t + 1) % 128;
+            pass.tokens.push_back(t);
+            pass.confidences.push_back(1.0f);
+          }
+          d.passes.assign(r.passes, pass);
+          return d;
+        });
     LocalVerifier verifier(pair_->target.get(), &oracle);
     SpeculativeEngine engine(&verifier, &oracle, EngineOptions(spec_));
     GenerationRequest req;
@@ -171,7 +179,8 @@ TEST_F(EngineTest, LosslessWithOracleAndCorruptedOracleDrafters) {
 TEST_F(EngineTest, BrokenDraftersFallBackAndStayLossless) {
   const std::vector<int32_t> prompt = RandomPrompt(12, 128, 8);
   const int kNew = 30;
-  const std::vector<int32_t> ref = GreedyReference(*pair_->target, prompt, kNew);
+  const std::vector<int32_t> ref =
+      GreedyReference(*pair_->target, prompt, kNew);
   std::vector<ScriptedDrafter::Script> scripts = {
       [](const DraftRequest&) -> absl::StatusOr<DraftResult> {
         return absl::UnavailableError("drafter down");
@@ -220,20 +229,21 @@ TEST_F(EngineTest, EditOutcomesCompareEachPassWithTheFinalProposal) {
   // Pass 1 right for 2 slots, pass 2 right for 5, pass 3 right for 3, final
   // (pass 4) right for 4: P1 extended, P2 shortened, P3 extended.
   const std::vector<int> right = {2, 5, 3, 4};
-  ScriptedDrafter scripted(32, [&](const DraftRequest& r) -> absl::StatusOr<DraftResult> {
-    DraftResult d;
-    for (int k = 0; k < r.passes; ++k) {
-      DraftPass pass;
-      for (int j = 1; j < r.window; ++j) {
-        int32_t t = ref[r.start + j - plen];
-        if (j > right[k]) t = (t + 1) % 128;
-        pass.tokens.push_back(t);
-        pass.confidences.push_back(0.5f);
-      }
-      d.passes.push_back(pass);
-    }
-    return d;
-  });
+  ScriptedDrafter scripted(
+      32, [&](const DraftRequest& r) -> absl::StatusOr<DraftResult> {
+        DraftResult d;
+        for (int k = 0; k < r.passes; ++k) {
+          DraftPass pass;
+          for (int j = 1; j < r.window; ++j) {
+            int32_t t = ref[r.start + j - plen];
+            if (j > right[k]) t = (t + 1) % 128;
+            pass.tokens.push_back(t);
+            pass.confidences.push_back(0.5f);
+          }
+          d.passes.push_back(pass);
+        }
+        return d;
+      });
   LocalVerifier verifier(pair_->target.get(), &scripted);
   SpeculativeEngine engine(&verifier, &scripted, EngineOptions(spec_));
   GenerationRequest req;
@@ -248,19 +258,19 @@ TEST_F(EngineTest, EditOutcomesCompareEachPassWithTheFinalProposal) {
   ASSERT_EQ(r.rounds.size(), 3u);
   for (int i = 0; i < 2; ++i) {
     EXPECT_EQ(r.rounds[i].accepted, 4);
-    EXPECT_THAT(r.rounds[i].edits,
-                ::testing::ElementsAre(EditOutcome::kExtended,
-                                       EditOutcome::kShortened,
-                                       EditOutcome::kExtended));
+    EXPECT_THAT(
+        r.rounds[i].edits,
+        ::testing::ElementsAre(EditOutcome::kExtended, EditOutcome::kShortened,
+                               EditOutcome::kExtended));
   }
   // The last round's window shrank to the 5 tokens still wanted (4 draft
   // slots), so P2's 5 right tokens can no longer beat the final 4.
   EXPECT_EQ(r.rounds[2].window, 5);
   EXPECT_EQ(r.rounds[2].accepted, 4);
-  EXPECT_THAT(r.rounds[2].edits,
-              ::testing::ElementsAre(EditOutcome::kExtended,
-                                     EditOutcome::kUnchanged,
-                                     EditOutcome::kExtended));
+  EXPECT_THAT(
+      r.rounds[2].edits,
+      ::testing::ElementsAre(EditOutcome::kExtended, EditOutcome::kUnchanged,
+                             EditOutcome::kExtended));
 }
 
 TEST_F(EngineTest, StopsOnEosStopIdsAndMaxTokens) {
@@ -271,7 +281,8 @@ TEST_F(EngineTest, StopsOnEosStopIdsAndMaxTokens) {
   auto opts = EngineOptions(spec_);
   opts.eos_token_ids = {ref[7]};
   SpeculativeEngine engine(&verifier, &drafter, opts);
-  const size_t first_eos = std::find(ref.begin(), ref.end(), ref[7]) - ref.begin();
+  const size_t first_eos =
+      std::find(ref.begin(), ref.end(), ref[7]) - ref.begin();
   GenerationRequest req;
   req.prompt = prompt;
   req.max_new_tokens = 30;
@@ -281,7 +292,8 @@ TEST_F(EngineTest, StopsOnEosStopIdsAndMaxTokens) {
   ignore.ignore_eos = true;
   GenerationRequest stop_id = ignore;
   stop_id.stop_token_ids = {ref[12]};
-  const size_t first_stop = std::find(ref.begin(), ref.end(), ref[12]) - ref.begin();
+  const size_t first_stop =
+      std::find(ref.begin(), ref.end(), ref[12]) - ref.begin();
   GenerationRequest short_req = ignore;
   short_req.max_new_tokens = 3;
   std::map<SequenceId, std::vector<int32_t>> streamed;
@@ -295,13 +307,16 @@ TEST_F(EngineTest, StopsOnEosStopIdsAndMaxTokens) {
   while (!engine.idle()) ASSERT_TRUE(engine.Step().ok());
   std::map<SequenceId, GenerationResult> by_id;
   for (auto& r : engine.TakeFinished()) by_id[r.id] = std::move(r);
-  EXPECT_EQ(by_id[ids[0]].tokens, std::vector<int32_t>(ref.begin(), ref.begin() + first_eos));
+  EXPECT_EQ(by_id[ids[0]].tokens,
+            std::vector<int32_t>(ref.begin(), ref.begin() + first_eos));
   EXPECT_EQ(by_id[ids[0]].finish, FinishReason::kStop);
   EXPECT_EQ(by_id[ids[0]].stop_token, ref[7]);
   EXPECT_EQ(by_id[ids[1]].tokens, ref);
   EXPECT_EQ(by_id[ids[1]].finish, FinishReason::kLength);
-  EXPECT_EQ(by_id[ids[2]].tokens, std::vector<int32_t>(ref.begin(), ref.begin() + first_stop));
-  EXPECT_EQ(by_id[ids[3]].tokens, std::vector<int32_t>(ref.begin(), ref.begin() + 3));
+  EXPECT_EQ(by_id[ids[2]].tokens,
+            std::vector<int32_t>(ref.begin(), ref.begin() + first_stop));
+  EXPECT_EQ(by_id[ids[3]].tokens,
+            std::vector<int32_t>(ref.begin(), ref.begin() + 3));
   for (SequenceId id : ids) EXPECT_EQ(streamed[id], by_id[id].tokens);
   EXPECT_EQ(pair_->target->num_sequences(), 0u);
   EXPECT_EQ(pair_->drafter->num_sequences(), 0u);
@@ -311,7 +326,8 @@ TEST_F(EngineTest, RejectsBadRequestsWithClearMessages) {
   LocalDrafter drafter(pair_->drafter.get());
   LocalVerifier verifier(pair_->target.get(), &drafter);
   SpeculativeEngine engine(&verifier, &drafter, EngineOptions(spec_));
-  auto bad = [&](std::function<void(GenerationRequest&)> edit, const char* msg) {
+  auto bad = [&](std::function<void(GenerationRequest&)> edit,
+                 const char* msg) {
     GenerationRequest r;
     r.prompt = {1, 2, 3};
     edit(r);
@@ -321,7 +337,8 @@ TEST_F(EngineTest, RejectsBadRequestsWithClearMessages) {
     EXPECT_THAT(std::string(id.status().message()), HasSubstr(msg));
   };
   bad([](GenerationRequest& r) { r.prompt.clear(); }, "prompt is empty");
-  bad([](GenerationRequest& r) { r.prompt.push_back(128); }, "outside the vocabulary");
+  bad([](GenerationRequest& r) { r.prompt.push_back(128); },
+      "outside the vocabulary");
   bad([](GenerationRequest& r) { r.max_new_tokens = 0; }, "max_new_tokens");
   bad([](GenerationRequest& r) { r.window = 33; }, "block size");
   bad([](GenerationRequest& r) { r.passes = -1; }, "passes");
@@ -371,7 +388,8 @@ TEST(EngineSamplingTest, SpeculativeSamplingMatchesTargetDistribution) {
   auto next_probs = [&](const std::vector<int32_t>& tokens) {
     const SequenceId id = 999;
     EXPECT_TRUE(target.AddSequence(id).ok());
-    auto r = target.Forward({{id, tokens, 0, {static_cast<int>(tokens.size()) - 1}}});
+    auto r = target.Forward(
+        {{id, tokens, 0, {static_cast<int>(tokens.size()) - 1}}});
     EXPECT_TRUE(target.RemoveSequence(id).ok());
     at::Tensor p = at::softmax(r->logits[0] / kTemperature, -1).to(at::kCPU);
     std::vector<double> out(6);
@@ -395,18 +413,19 @@ TEST(EngineSamplingTest, SpeculativeSamplingMatchesTargetDistribution) {
   // A drafter that proposes uniformly random tokens: acceptance is frequent
   // on 6 tokens but unrelated to the target, the hardest case for exactness.
   std::mt19937_64 draft_rng(5);
-  ScriptedDrafter drafter(4, [&](const DraftRequest& r) -> absl::StatusOr<DraftResult> {
-    DraftResult d;
-    for (int k = 0; k < r.passes; ++k) {
-      DraftPass pass;
-      for (int j = 1; j < r.window; ++j) {
-        pass.tokens.push_back(static_cast<int32_t>(draft_rng() % 6));
-        pass.confidences.push_back(1.0f / 6);
-      }
-      d.passes.push_back(pass);
-    }
-    return d;
-  });
+  ScriptedDrafter drafter(
+      4, [&](const DraftRequest& r) -> absl::StatusOr<DraftResult> {
+        DraftResult d;
+        for (int k = 0; k < r.passes; ++k) {
+          DraftPass pass;
+          for (int j = 1; j < r.window; ++j) {
+            pass.tokens.push_back(static_cast<int32_t>(draft_rng() % 6));
+            pass.confidences.push_back(1.0f / 6);
+          }
+          d.passes.push_back(pass);
+        }
+        return d;
+      });
   LocalVerifier verifier(pair->target.get(), &drafter);
   auto opts = EngineOptions(spec);
   SpeculativeEngine engine(&verifier, &drafter, opts);
@@ -420,7 +439,8 @@ TEST(EngineSamplingTest, SpeculativeSamplingMatchesTargetDistribution) {
       reqs[i].max_new_tokens = 4;  // round 1 drafts the 2nd and 3rd tokens
       reqs[i].window = 4;
       reqs[i].passes = 2;
-      reqs[i].sampling = {kTemperature, 0, 1.0f, uint64_t(batch * 1000 + i), true};
+      reqs[i].sampling = {kTemperature, 0, 1.0f, uint64_t(batch * 1000 + i),
+                          true};
     }
     auto results = engine.Generate(reqs);
     ASSERT_TRUE(results.ok());

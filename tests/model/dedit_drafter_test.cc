@@ -1,14 +1,14 @@
 #include "model/dedit_drafter.h"
 
-#include <fstream>
-
 #include <ATen/Functions.h>
 #include <ATen/TensorOperators.h>
 
+#include <fstream>
+
 #include "base/safetensors.h"
-#include "model/tensor_io.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/tensor_io.h"
 #include "tests/model/test_util.h"
 
 namespace dedit {
@@ -48,14 +48,18 @@ GoldenSetup LoadGolden() {
   g.drafter = std::move(*d);
   at::Tensor ids = Expected("input_ids");
   std::vector<int32_t> prompt;
-  for (int64_t i = 0; i < ids.numel(); ++i) prompt.push_back(ids[i].item<int64_t>());
+  for (int64_t i = 0; i < ids.numel(); ++i)
+    prompt.push_back(ids[i].item<int64_t>());
   EXPECT_TRUE(g.target->AddSequence(1).ok());
-  auto out = g.target->Forward({{1, prompt, 0, {static_cast<int>(prompt.size()) - 1}}});
+  auto out = g.target->Forward(
+      {{1, prompt, 0, {static_cast<int>(prompt.size()) - 1}}});
   EXPECT_TRUE(out.ok());
   EXPECT_TRUE(g.drafter->AddSequence(1).ok());
   // Append in two chunks: the cache must not care how context arrives.
-  EXPECT_TRUE(g.drafter->AppendContext(1, 0, out->features.narrow(0, 0, 4)).ok());
-  EXPECT_TRUE(g.drafter->AppendContext(1, 4, out->features.narrow(0, 4, 7)).ok());
+  EXPECT_TRUE(
+      g.drafter->AppendContext(1, 0, out->features.narrow(0, 0, 4)).ok());
+  EXPECT_TRUE(
+      g.drafter->AppendContext(1, 4, out->features.narrow(0, 4, 7)).ok());
   g.start = static_cast<int64_t>(prompt.size());
   g.bonus = out->logits.argmax(-1).item<int64_t>();
   return g;
@@ -96,8 +100,10 @@ TEST(DEditDrafterTest, CausalEditorSwitchMatchesReferenceAndChangesResults) {
   g.drafter->set_causal_editor(true);
   auto causal = g.drafter->Draft({{1, g.start, g.bonus, 8, 1}});
   ASSERT_TRUE(bidir.ok() && causal.ok());
-  ExpectPassMatches((*causal)[0].passes[0], Expected("drafter_p1_causal_logits"));
-  EXPECT_NE((*bidir)[0].passes[0].confidences, (*causal)[0].passes[0].confidences);
+  ExpectPassMatches((*causal)[0].passes[0],
+                    Expected("drafter_p1_causal_logits"));
+  EXPECT_NE((*bidir)[0].passes[0].confidences,
+            (*causal)[0].passes[0].confidences);
 }
 
 TEST(DEditDrafterTest, DraftLeavesContextUnchangedAndIsDeterministic) {
@@ -119,15 +125,23 @@ TEST(DEditDrafterTest, BatchedDraftEqualsEachAlone) {
   auto pair = MakeTinyPair(spec, 21);
   DEditDrafter& d = *pair->drafter;
   const int fw = d.feature_width();
-  struct Seq { SequenceId id; int ctx; int window; int passes; int32_t bonus; };
-  const std::vector<Seq> seqs = {{1, 5, 8, 3, 7}, {2, 40, 32, 1, 9}, {3, 12, 2, 2, 100}};
+  struct Seq {
+    SequenceId id;
+    int ctx;
+    int window;
+    int passes;
+    int32_t bonus;
+  };
+  const std::vector<Seq> seqs = {
+      {1, 5, 8, 3, 7}, {2, 40, 32, 1, 9}, {3, 12, 2, 2, 100}};
   for (const Seq& s : seqs) {
     ASSERT_TRUE(d.AddSequence(s.id).ok());
     at::Tensor f = at::randn({s.ctx, fw}).to(TestDevice());
     ASSERT_TRUE(d.AppendContext(s.id, 0, f).ok());
   }
   std::vector<DraftRequest> reqs;
-  for (const Seq& s : seqs) reqs.push_back({s.id, s.ctx, s.bonus, s.window, s.passes});
+  for (const Seq& s : seqs)
+    reqs.push_back({s.id, s.ctx, s.bonus, s.window, s.passes});
   auto batched = d.Draft(reqs);
   ASSERT_TRUE(batched.ok()) << batched.status();
   for (size_t i = 0; i < seqs.size(); ++i) {
@@ -151,7 +165,11 @@ TEST(DEditDrafterTest, BadRequestsAreErrors) {
   DEditDrafter& d = *pair->drafter;
   ASSERT_TRUE(d.AddSequence(1).ok());
   ASSERT_TRUE(d.AppendContext(1, 0, at::randn({4, d.feature_width()})).ok());
-  struct Case { DraftRequest r; absl::StatusCode code; const char* msg; };
+  struct Case {
+    DraftRequest r;
+    absl::StatusCode code;
+    const char* msg;
+  };
   const Case cases[] = {
       {{1, 4, 3, 33, 1}, absl::StatusCode::kInvalidArgument, "block size"},
       {{1, 4, 3, 1, 1}, absl::StatusCode::kInvalidArgument, "window"},

@@ -1,14 +1,14 @@
 #include "model/qwen3_model.h"
 
-#include <filesystem>
-
 #include <ATen/Functions.h>
 #include <ATen/TensorOperators.h>
 
+#include <filesystem>
+
 #include "base/safetensors.h"
-#include "model/tensor_io.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/tensor_io.h"
 #include "tests/model/test_util.h"
 
 namespace dedit {
@@ -67,7 +67,8 @@ TEST(Qwen3ModelTest, MatchesIndependentPythonReference) {
   ASSERT_NE(m, nullptr);
   EXPECT_FALSE(m->config().tie_word_embeddings);
   at::Tensor features;
-  at::Tensor logits = FullForward(*m, 1, ToIds(Expected("input_ids")), &features);
+  at::Tensor logits =
+      FullForward(*m, 1, ToIds(Expected("input_ids")), &features);
   EXPECT_LT(MaxAbsDiff(logits, Expected("target_logits")), 1e-4);
   EXPECT_LT(MaxAbsDiff(features, Expected("target_features")), 1e-4);
 }
@@ -78,12 +79,14 @@ TEST(Qwen3ModelTest, ShardedCheckpointLoadsIdentically) {
   std::vector<TensorToWrite> tensors;
   for (const std::string& name : (*archive)->TensorNames()) {
     TensorView v = *(*archive)->Get(name);
-    tensors.push_back({name, v.dtype, v.shape,
-                       std::string(reinterpret_cast<const char*>(v.data), v.nbytes)});
+    tensors.push_back(
+        {name, v.dtype, v.shape,
+         std::string(reinterpret_cast<const char*>(v.data), v.nbytes)});
   }
   const std::string dir = MakeTempDir();
   ASSERT_TRUE(WriteShardedSafetensors(dir, tensors, 200 * 1024).ok());
-  std::filesystem::copy_file(kGolden + "/target/config.json", dir + "/config.json");
+  std::filesystem::copy_file(kGolden + "/target/config.json",
+                             dir + "/config.json");
   auto m = LoadGoldenTarget(dir);
   ASSERT_NE(m, nullptr);
   at::Tensor logits = FullForward(*m, 1, ToIds(Expected("input_ids")));
@@ -132,8 +135,9 @@ TEST(Qwen3ModelTest, PackedBatchEqualsEachSequenceAlone) {
   auto spec = DefaultTinySpec();
   auto pair = MakeTinyPair(spec, 12);
   Qwen3Model& m = *pair->target;
-  const std::vector<std::vector<int32_t>> prompts = {
-      RandomPrompt(5, 128, 1), RandomPrompt(17, 128, 2), RandomPrompt(3, 128, 3)};
+  const std::vector<std::vector<int32_t>> prompts = {RandomPrompt(5, 128, 1),
+                                                     RandomPrompt(17, 128, 2),
+                                                     RandomPrompt(3, 128, 3)};
   std::vector<at::Tensor> alone;
   for (size_t i = 0; i < prompts.size(); ++i) {
     alone.push_back(FullForward(m, 50 + i, prompts[i]));
@@ -149,7 +153,8 @@ TEST(Qwen3ModelTest, PackedBatchEqualsEachSequenceAlone) {
   auto r = m.Forward(segs);
   ASSERT_TRUE(r.ok()) << r.status();
   for (size_t i = 0; i < prompts.size(); ++i) {
-    at::Tensor got = r->logits.narrow(0, r->logit_offsets[i], prompts[i].size());
+    at::Tensor got =
+        r->logits.narrow(0, r->logit_offsets[i], prompts[i].size());
     EXPECT_LT(MaxAbsDiff(got, alone[i]), 1e-4) << "sequence " << i;
   }
   // A mixed step: sequence 1 decodes one token, 2 verifies a block of 4,
@@ -166,9 +171,12 @@ TEST(Qwen3ModelTest, PackedBatchEqualsEachSequenceAlone) {
   p2.insert(p2.end(), extra.begin(), extra.end());
   at::Tensor ref1 = FullForward(m, 60, p1);
   at::Tensor ref2 = FullForward(m, 61, p2);
-  EXPECT_LT(MaxAbsDiff(mixed->logits.narrow(0, 0, 1), ref1.narrow(0, 5, 1)), 1e-4);
-  EXPECT_LT(MaxAbsDiff(mixed->logits.narrow(0, 1, 4), ref2.narrow(0, 17, 4)), 1e-4);
-  EXPECT_LT(MaxAbsDiff(mixed->logits.narrow(0, 5, 1), alone[2].narrow(0, 2, 1)), 1e-4);
+  EXPECT_LT(MaxAbsDiff(mixed->logits.narrow(0, 0, 1), ref1.narrow(0, 5, 1)),
+            1e-4);
+  EXPECT_LT(MaxAbsDiff(mixed->logits.narrow(0, 1, 4), ref2.narrow(0, 17, 4)),
+            1e-4);
+  EXPECT_LT(MaxAbsDiff(mixed->logits.narrow(0, 5, 1), alone[2].narrow(0, 2, 1)),
+            1e-4);
 }
 
 TEST(Qwen3ModelTest, BadSegmentsAreErrorsAndChangeNothing) {
@@ -189,7 +197,8 @@ TEST(Qwen3ModelTest, BadSegmentsAreErrorsAndChangeNothing) {
       {{{1, {}, 3, {}}}, absl::StatusCode::kInvalidArgument, "empty"},
       {{{1, {4}, 3, {1}}}, absl::StatusCode::kInvalidArgument, "logit row"},
       {{{1, {4}, 3, {0}}, {1, {5}, 4, {0}}},
-       absl::StatusCode::kInvalidArgument, "twice"},
+       absl::StatusCode::kInvalidArgument,
+       "twice"},
   };
   for (const Case& c : cases) {
     auto r = m.Forward(c.segs);
@@ -216,8 +225,9 @@ TEST(Qwen3ModelTest, MalformedCheckpointsAreErrors) {
     for (const std::string& name : (*archive)->TensorNames()) {
       if (name == drop) continue;
       TensorView v = *(*archive)->Get(name);
-      TensorToWrite t{name, v.dtype, v.shape,
-                      std::string(reinterpret_cast<const char*>(v.data), v.nbytes)};
+      TensorToWrite t{
+          name, v.dtype, v.shape,
+          std::string(reinterpret_cast<const char*>(v.data), v.nbytes)};
       if (name == reshape) {
         t.shape = {v.shape[0] / 2, v.shape[1] * 2};
       }
@@ -238,8 +248,8 @@ TEST(Qwen3ModelTest, MalformedCheckpointsAreErrors) {
               HasSubstr("model.layers.2.self_attn.k_norm.weight"));
   auto no_head = Qwen3Model::Load(rewrite("lm_head.weight", ""), opts);
   EXPECT_THAT(std::string(no_head.status().message()), HasSubstr("lm_head"));
-  auto shape = Qwen3Model::Load(
-      rewrite("", "model.layers.0.mlp.up_proj.weight"), opts);
+  auto shape =
+      Qwen3Model::Load(rewrite("", "model.layers.0.mlp.up_proj.weight"), opts);
   ASSERT_FALSE(shape.ok());
   EXPECT_THAT(std::string(shape.status().message()),
               HasSubstr("model.layers.0.mlp.up_proj.weight"));
@@ -259,7 +269,9 @@ TEST(Qwen3ModelTest, Bfloat16ComputeTracksFloat32) {
   EXPECT_LT(MaxAbsDiff(logits, expected), 0.25);
   // Greedy choices mostly agree.
   const double agree = (logits.to(at::kCPU).argmax(-1) == expected.argmax(-1))
-                           .to(at::kFloat).mean().item<double>();
+                           .to(at::kFloat)
+                           .mean()
+                           .item<double>();
   EXPECT_GE(agree, 0.8);
 }
 

@@ -1,10 +1,10 @@
 #include "model/sampling.h"
 
-#include <cmath>
-#include <map>
-
 #include <ATen/Functions.h>
 #include <ATen/TensorOperators.h>
+
+#include <cmath>
+#include <map>
 
 #include "gtest/gtest.h"
 
@@ -55,9 +55,13 @@ TEST(SamplingTest, SeedMakesSamplingReproducible) {
 TEST(SamplingTest, EmpiricalDistributionMatchesFilteredSoftmax) {
   const std::vector<float> raw = {2.0f, 1.5f, 1.0f, 0.5f, 0.0f, -0.5f, -3.0f};
   at::Tensor logits = at::tensor(raw).unsqueeze(0);
-  struct Case { float t; int k; float p; };
-  for (const Case c : {Case{1.0f, 0, 1.0f}, Case{0.7f, 4, 1.0f},
-                       Case{1.3f, 0, 0.8f}}) {
+  struct Case {
+    float t;
+    int k;
+    float p;
+  };
+  for (const Case c :
+       {Case{1.0f, 0, 1.0f}, Case{0.7f, 4, 1.0f}, Case{1.3f, 0, 0.8f}}) {
     at::Tensor probs = at::softmax(logits[0] / c.t, -1);
     std::vector<double> expected(raw.size());
     // Build the allowed set exactly as documented.
@@ -93,7 +97,8 @@ TEST(SamplingTest, EmpiricalDistributionMatchesFilteredSoftmax) {
     }
     // chi-square critical values at p = 0.001 for dof 1..6.
     const double crit[] = {0, 10.83, 13.82, 16.27, 18.47, 20.52, 22.46};
-    EXPECT_LT(chi2, crit[cells - 1]) << "T=" << c.t << " k=" << c.k << " p=" << c.p;
+    EXPECT_LT(chi2, crit[cells - 1])
+        << "T=" << c.t << " k=" << c.k << " p=" << c.p;
   }
 }
 

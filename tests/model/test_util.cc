@@ -1,16 +1,16 @@
 #include "tests/model/test_util.h"
 
+#include <ATen/Functions.h>
+#include <ATen/Parallel.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <random>
 
-#include <ATen/Functions.h>
-#include <ATen/Parallel.h>
-
-#include "model/cpu_threads.h"
 #include "base/safetensors.h"
-#include "model/tensor_io.h"
 #include "gtest/gtest.h"
+#include "model/cpu_threads.h"
+#include "model/tensor_io.h"
 
 namespace dedit::testing {
 namespace {
@@ -64,9 +64,9 @@ std::unique_ptr<TinyPair> MakeTinyPair(const TinyModelSpec& spec,
   pair->target = std::move(*target);
   DEditDrafter::Options dopts;
   dopts.device = TestDevice();
-  auto drafter = DEditDrafter::Load(pair->dir + "/drafter",
-                                    pair->target->embed_tokens(),
-                                    pair->target->lm_head(), dopts);
+  auto drafter =
+      DEditDrafter::Load(pair->dir + "/drafter", pair->target->embed_tokens(),
+                         pair->target->lm_head(), dopts);
   EXPECT_TRUE(drafter.ok()) << drafter.status();
   pair->drafter = std::move(*drafter);
   return pair;
