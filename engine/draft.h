@@ -25,6 +25,11 @@ struct DraftRequest {
   int32_t bonus = 0;  // block slot 0: the last token the target produced
   int window = 16;    // W: block size, W-1 proposed tokens
   int passes = 1;     // K: P1 + (K-1) edit passes
+  // The sequence's known tokens (prompt + output so far, start + 1 of them,
+  // ending with the bonus), owned by the engine and valid during the Draft
+  // call. Model-free drafters (engine/ngram_drafter.h) read them; model
+  // drafters have the target's features instead and ignore them.
+  const std::vector<int32_t>* tokens = nullptr;
 };
 
 // One pass's proposal for block slots 1..W-1.

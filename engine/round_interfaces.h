@@ -71,6 +71,10 @@ class Drafter {
       const std::vector<DraftRequest>& requests) = 0;
   virtual absl::Status Release(SequenceId sequence) = 0;
   virtual int block_size() const = 0;  // largest window W it can draft
+  // True when a pass may hold fewer than W-1 tokens (the verify block is
+  // then shorter); otherwise a short pass is malformed and the request
+  // falls back to target-only.
+  virtual bool proposes_short_blocks() const { return false; }
 };
 
 }  // namespace dedit

@@ -22,11 +22,14 @@ bool Contains(const std::vector<int32_t>& ids, int32_t t) {
 
 }  // namespace
 
-bool SpeculativeEngine::WellFormedDraft(const DraftRequest& request,
+bool SpeculativeEngine::WellFormedDraft(const Drafter& drafter,
+                                        const DraftRequest& request,
                                         const DraftResult& draft) const {
   if (draft.passes.size() != static_cast<size_t>(request.passes)) return false;
+  const size_t full = static_cast<size_t>(request.window - 1);
   for (const DraftPass& pass : draft.passes) {
-    if (pass.tokens.size() != static_cast<size_t>(request.window - 1)) {
+    if (pass.tokens.size() > full ||
+        (pass.tokens.size() < full && !drafter.proposes_short_blocks())) {
       return false;
     }
     for (int32_t t : pass.tokens) {
@@ -52,6 +55,16 @@ const char* FinishReasonName(FinishReason reason) {
       return "cancelled";
     case FinishReason::kError:
       return "error";
+  }
+  return "unknown";
+}
+
+const char* DraftMethodName(DraftMethod method) {
+  switch (method) {
+    case DraftMethod::kModel:
+      return "model";
+    case DraftMethod::kNgram:
+      return "ngram";
   }
   return "unknown";
 }
@@ -102,7 +115,16 @@ AcceptanceSummary Summarize(const std::vector<RoundRecord>& rounds) {
 
 SpeculativeEngine::SpeculativeEngine(Verifier* verifier, Drafter* drafter,
                                      Options options)
-    : verifier_(verifier), drafter_(drafter), options_(std::move(options)) {}
+    : verifier_(verifier),
+      drafter_(drafter),
+      options_(std::move(options)),
+      ngram_(options_.ngram) {}
+
+Drafter* SpeculativeEngine::DrafterFor(const Sequence& seq) {
+  return seq.request.method == DraftMethod::kNgram
+             ? static_cast<Drafter*>(&ngram_)
+             : drafter_;
+}
 
 absl::StatusOr<SequenceId> SpeculativeEngine::Submit(GenerationRequest request,
                                                      TokenCallback on_tokens) {
@@ -139,8 +161,20 @@ absl::StatusOr<SequenceId> SpeculativeEngine::Submit(GenerationRequest request,
                                                    options_.max_passes,
                                                    "], got ", request.passes));
   }
-  if (drafter_ != nullptr && request.passes > 0 &&
-      request.window > drafter_->block_size()) {
+  if (request.method == DraftMethod::kNgram) {
+    RETURN_IF_ERROR(NgramDrafter::Validate(options_.ngram));
+    if (request.passes > 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the n-gram method has one pass, got passes ", request.passes));
+    }
+    if (request.window > options_.ngram.max_window) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("window ", request.window,
+                       " exceeds the n-gram method's largest window ",
+                       options_.ngram.max_window));
+    }
+  } else if (drafter_ != nullptr && request.passes > 0 &&
+             request.window > drafter_->block_size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "window ", request.window, " exceeds the drafter's block size ",
         drafter_->block_size()));
@@ -152,6 +186,9 @@ absl::StatusOr<SequenceId> SpeculativeEngine::Submit(GenerationRequest request,
   seq.result.prompt_tokens = static_cast<int>(request.prompt.size());
   seq.request = std::move(request);
   seq.on_tokens = std::move(on_tokens);
+  if (seq.request.method == DraftMethod::kNgram) {
+    seq.known = seq.request.prompt;
+  }
   pending_.push_back(id);
   return id;
 }
@@ -166,7 +203,9 @@ absl::Status SpeculativeEngine::Cancel(SequenceId id) {
 }
 
 int SpeculativeEngine::WindowFor(const Sequence& seq) const {
-  if (drafter_ == nullptr || seq.drafter_failed || seq.request.passes == 0) {
+  const bool has_drafter =
+      seq.request.method == DraftMethod::kNgram || drafter_ != nullptr;
+  if (!has_drafter || seq.drafter_failed || seq.request.passes == 0) {
     return 1;
   }
   const int64_t remaining = seq.request.max_new_tokens -
@@ -189,6 +228,7 @@ bool SpeculativeEngine::Emit(Sequence& seq,
     }
     emitted.push_back(t);
     seq.result.tokens.push_back(t);
+    if (seq.request.method == DraftMethod::kNgram) seq.known.push_back(t);
     if (static_cast<int>(seq.result.tokens.size()) >=
         seq.request.max_new_tokens) {
       finish = FinishReason::kLength;
@@ -219,6 +259,9 @@ void SpeculativeEngine::Finish(SequenceId id, FinishReason reason,
   // Release errors (e.g. a sequence the target never created) are not the
   // request's concern: it is finished either way.
   (void)verifier_->Release(id);
+  // The verifier side feeds the model drafter's context for every sequence,
+  // whichever method drafts it, so the model drafter always releases (the
+  // n-gram method keeps no state).
   if (drafter_ != nullptr) (void)drafter_->Release(id);
   finished_.push_back(std::move(seq.result));
   sequences_.erase(it);
@@ -230,33 +273,36 @@ void SpeculativeEngine::Finish(SequenceId id, FinishReason reason,
 
 absl::Status SpeculativeEngine::Step() {
   last_step_ = StepStats();
-  // 1. Draft every running sequence in one batched call.
+  // 1. Draft every running sequence: one batched call per drafter (the
+  // model drafter and, for requests that chose it, the n-gram method).
   std::vector<SequenceId> round_ids = running_;
   std::map<SequenceId, int> window;
-  std::vector<DraftRequest> draft_requests;
+  std::map<Drafter*, std::vector<DraftRequest>> draft_requests;
   for (SequenceId id : round_ids) {
-    const Sequence& seq = sequences_.at(id);
+    Sequence& seq = sequences_.at(id);
     const int w = WindowFor(seq);
     window[id] = w;
     if (w >= 2) {
-      draft_requests.push_back(
-          {id, seq.start, seq.bonus, w, seq.request.passes});
+      const std::vector<int32_t>* known =
+          seq.request.method == DraftMethod::kNgram ? &seq.known : nullptr;
+      draft_requests[DrafterFor(seq)].push_back(
+          {id, seq.start, seq.bonus, w, seq.request.passes, known});
     }
   }
   std::map<SequenceId, DraftResult> drafts;
   std::map<SequenceId, bool> fallback;
-  double draft_seconds = 0;
-  if (!draft_requests.empty()) {
+  std::map<SequenceId, double> draft_seconds;
+  for (auto& [drafter, requests] : draft_requests) {
     const double t0 = NowSeconds();
-    auto result = drafter_->Draft(draft_requests);
-    draft_seconds = NowSeconds() - t0;
-    last_step_.drafts = static_cast<int>(draft_requests.size());
-    last_step_.draft_seconds = draft_seconds;
-    const bool batch_ok =
-        result.ok() && result->size() == draft_requests.size();
-    for (size_t i = 0; i < draft_requests.size(); ++i) {
-      const DraftRequest& r = draft_requests[i];
-      if (batch_ok && WellFormedDraft(r, (*result)[i])) {
+    auto result = drafter->Draft(requests);
+    const double seconds = NowSeconds() - t0;
+    last_step_.drafts += static_cast<int>(requests.size());
+    last_step_.draft_seconds += seconds;
+    const bool batch_ok = result.ok() && result->size() == requests.size();
+    for (size_t i = 0; i < requests.size(); ++i) {
+      const DraftRequest& r = requests[i];
+      draft_seconds[r.sequence] = seconds;
+      if (batch_ok && WellFormedDraft(*drafter, r, (*result)[i])) {
         drafts[r.sequence] = std::move((*result)[i]);
         continue;
       }
@@ -340,7 +386,7 @@ absl::Status SpeculativeEngine::Step() {
     committed.push_back(out.target_tokens[out.accepted]);
     auto d = drafts.find(id);
     if (d != drafts.end()) {
-      record.draft_seconds = draft_seconds;
+      record.draft_seconds = draft_seconds[id];
       // Target choices are valid up to slot acc (the correction), so pass k's
       // own accepted length is known exactly up to acc + 1.
       const auto& passes = d->second.passes;

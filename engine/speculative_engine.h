@@ -30,9 +30,17 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/ngram_drafter.h"
 #include "engine/round_interfaces.h"
 
 namespace dedit {
+
+// Who proposes a request's blocks.
+enum class DraftMethod {
+  kModel,  // the engine's Drafter (DEdit/DFlash, in process or a service)
+  kNgram,  // prompt lookup over the request's own tokens (no model)
+};
+const char* DraftMethodName(DraftMethod method);
 
 struct GenerationRequest {
   std::vector<int32_t> prompt;
@@ -41,7 +49,8 @@ struct GenerationRequest {
   // W (block size incl. the bonus slot); 1 → target-only. Submit rejects a W
   // above the drafter's block size.
   int window = 16;
-  int passes = 1;                       // K; 0 → target-only
+  int passes = 1;  // K; 0 → target-only. The n-gram method has one pass.
+  DraftMethod method = DraftMethod::kModel;
   std::vector<int32_t> stop_token_ids;  // in addition to the model's EOS
   bool ignore_eos = false;
 };
@@ -113,6 +122,8 @@ class SpeculativeEngine {
     int64_t max_context = 40960;  // prompt + generated + window
     int max_new_tokens_limit = 1 << 20;
     int max_passes = 8;
+    // The n-gram method (always available; its max_window bounds W).
+    NgramDrafter::Options ngram;
     // Called on the stepping thread for every finished round (after its
     // record is complete, before its tokens are emitted), e.g. to update
     // per-round metrics while requests are still running. May be empty.
@@ -155,6 +166,9 @@ class SpeculativeEngine {
     GenerationResult result;
     int64_t start = 0;   // committed tokens (prompt + generated - bonus)
     int32_t bonus = -1;  // next block slot 0
+    // prompt + every token produced so far (start + 1 once running): what
+    // the n-gram method looks its proposals up in.
+    std::vector<int32_t> known;
     bool drafter_failed = false;
     double first_token_time = 0;
   };
@@ -164,13 +178,16 @@ class SpeculativeEngine {
   bool Emit(Sequence& seq, const std::vector<int32_t>& tokens);
   void Finish(SequenceId id, FinishReason reason, absl::Status status = {});
   int WindowFor(const Sequence& seq) const;
-  // Right number of passes, W-1 tokens each, ids inside the vocabulary.
-  bool WellFormedDraft(const DraftRequest& request,
+  Drafter* DrafterFor(const Sequence& seq);
+  // Right number of passes, W-1 tokens each (at most W-1 for a drafter
+  // that proposes short blocks), ids inside the vocabulary.
+  bool WellFormedDraft(const Drafter& drafter, const DraftRequest& request,
                        const DraftResult& draft) const;
 
   Verifier* verifier_;
   Drafter* drafter_;
   Options options_;
+  NgramDrafter ngram_;
   SequenceId next_id_ = 1;
   std::deque<SequenceId> pending_;
   std::map<SequenceId, Sequence> sequences_;  // pending and running

@@ -222,6 +222,112 @@ TEST_F(EngineTest, BrokenDraftersFallBackAndStayLossless) {
   }
 }
 
+// The n-gram method (prompt lookup, no model) is a drafter like any other:
+// lossless for every W, in a batch mixed with model-drafted and target-only
+// requests, and its short blocks (fewer than W-1 proposals, or none) are
+// verified as they are.
+TEST_F(EngineTest, NgramMethodIsLosslessInAMixedBatch) {
+  // Prompts with repeats, so that lookups find matches.
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 4; ++i) {
+    std::vector<int32_t> p = RandomPrompt(6 + i, 128, 40 + i);
+    std::vector<int32_t> twice = p;
+    twice.insert(twice.end(), p.begin(), p.end());
+    twice.push_back(p[0]);
+    prompts.push_back(twice);
+  }
+  const int kNew = 48;
+  std::vector<std::vector<int32_t>> reference;
+  for (const auto& p : prompts) {
+    reference.push_back(GreedyReference(*pair_->target, p, kNew));
+  }
+  LocalDrafter drafter(pair_->drafter.get());
+  LocalVerifier verifier(pair_->target.get(), &drafter);
+  SpeculativeEngine engine(&verifier, &drafter, EngineOptions(spec_));
+  int64_t drafted = 0, short_blocks = 0;
+  for (int w : {2, 4, 8, 32}) {
+    std::vector<GenerationRequest> reqs;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      GenerationRequest r;
+      r.prompt = prompts[i];
+      r.max_new_tokens = kNew;
+      r.window = w;
+      r.method = i % 2 == 0 ? DraftMethod::kNgram : DraftMethod::kModel;
+      r.passes = i == 3 ? 0 : 1;  // one target-only request in the mix
+      reqs.push_back(r);
+    }
+    auto results = engine.Generate(reqs);
+    ASSERT_TRUE(results.ok()) << results.status();
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      const GenerationResult& r = (*results)[i];
+      ASSERT_TRUE(r.status.ok()) << r.status;
+      EXPECT_EQ(r.tokens, reference[i]) << "W=" << w << " seq " << i;
+      const AcceptanceSummary sum = Summarize(r.rounds);
+      EXPECT_EQ(sum.fallback_rounds, 0);
+      if (reqs[i].method != DraftMethod::kNgram) continue;
+      for (const RoundRecord& round : r.rounds) {
+        EXPECT_LE(round.window, w);
+        EXPECT_TRUE(round.edits.empty());
+        if (round.window >= 2) ++drafted;
+        if (round.window < w) ++short_blocks;
+      }
+    }
+    EXPECT_EQ(pair_->target->num_sequences(), 0u);
+    EXPECT_EQ(pair_->drafter->num_sequences(), 0u);
+  }
+  // The repeated prompts give the lookup something to find, and a random
+  // target's output gives it misses: both kinds of round were exercised.
+  EXPECT_GT(drafted, 0);
+  EXPECT_GT(short_blocks, 0);
+}
+
+// Without any model drafter (a target-only deployment) the n-gram method
+// still speculates, and its acceptance on text that repeats is what the
+// lookup predicts: a target that copies its prompt accepts whole windows.
+TEST_F(EngineTest, NgramMethodNeedsNoDrafterAndAcceptsRepeats) {
+  const std::vector<int32_t> prompt = RandomPrompt(10, 128, 77);
+  const int kNew = 64;
+  const std::vector<int32_t> ref =
+      GreedyReference(*pair_->target, prompt, kNew);
+  LocalVerifier verifier(pair_->target.get(), nullptr);
+  SpeculativeEngine engine(&verifier, nullptr, EngineOptions(spec_));
+  GenerationRequest req;
+  req.prompt = prompt;
+  req.max_new_tokens = kNew;
+  req.window = 8;
+  req.method = DraftMethod::kNgram;
+  auto first = engine.Generate({req});
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ((*first)[0].tokens, ref);
+  // Ask again with the answer already in the prompt: the continuation of
+  // prompt + ref[0..32) is ref[32..), which the target produced right after
+  // the same tokens, so lookups of recent n-grams often find it.
+  GenerationRequest again = req;
+  again.prompt.insert(again.prompt.end(), ref.begin(), ref.end());
+  again.prompt.insert(again.prompt.end(), prompt.begin(), prompt.end());
+  again.max_new_tokens = 32;
+  auto second = engine.Generate({again});
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ((*second)[0].tokens,
+            GreedyReference(*pair_->target, again.prompt, 32));
+  EXPECT_GT(Summarize((*second)[0].rounds).accepted_tokens, 0);
+  EXPECT_EQ(pair_->target->num_sequences(), 0u);
+}
+
+TEST_F(EngineTest, NgramMethodRejectsEditPassesAndHugeWindows) {
+  LocalVerifier verifier(pair_->target.get(), nullptr);
+  SpeculativeEngine engine(&verifier, nullptr, EngineOptions(spec_));
+  GenerationRequest req;
+  req.prompt = {1, 2, 3};
+  req.method = DraftMethod::kNgram;
+  req.passes = 2;
+  EXPECT_THAT(engine.Submit(req).status().message(), HasSubstr("one pass"));
+  req.passes = 1;
+  req.window = 65;
+  EXPECT_THAT(engine.Submit(req).status().message(),
+              HasSubstr("largest window 64"));
+}
+
 TEST_F(EngineTest, EditOutcomesCompareEachPassWithTheFinalProposal) {
   const std::vector<int32_t> prompt = RandomPrompt(6, 128, 9);
   const std::vector<int32_t> ref = GreedyReference(*pair_->target, prompt, 20);
