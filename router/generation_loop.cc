@@ -15,10 +15,14 @@ double SecondsBetween(std::chrono::steady_clock::time_point a,
 
 v1::FinishReason ToProto(FinishReason reason) {
   switch (reason) {
-    case FinishReason::kLength: return v1::FINISH_REASON_LENGTH;
-    case FinishReason::kStop: return v1::FINISH_REASON_STOP;
-    case FinishReason::kContextLimit: return v1::FINISH_REASON_CONTEXT_LIMIT;
-    default: return v1::FINISH_REASON_UNSPECIFIED;
+    case FinishReason::kLength:
+      return v1::FINISH_REASON_LENGTH;
+    case FinishReason::kStop:
+      return v1::FINISH_REASON_STOP;
+    case FinishReason::kContextLimit:
+      return v1::FINISH_REASON_CONTEXT_LIMIT;
+    default:
+      return v1::FINISH_REASON_UNSPECIFIED;
   }
 }
 
@@ -124,8 +128,8 @@ bool GenerationLoop::ConnectTarget() {
   if (!info.ok()) return false;
   ServedModel served;
   served.ready = true;
-  served.name = options_.model_name.empty() ? info->model_name()
-                                            : options_.model_name;
+  served.name =
+      options_.model_name.empty() ? info->model_name() : options_.model_name;
   served.vocab_size = info->vocab_size();
   served.max_context = info->max_context();
   served.eos_token_ids.assign(info->eos_token_ids().begin(),
@@ -185,11 +189,11 @@ void GenerationLoop::Run() {
     }
     const auto now_system = std::chrono::system_clock::now();
     for (auto& [id, a] : active_) {
-      const bool cancel =
-          std::find(cancelled.begin(), cancelled.end(), a.request.sink.get()) !=
-          cancelled.end();
+      const bool cancel = std::find(cancelled.begin(), cancelled.end(),
+                                    a.request.sink.get()) != cancelled.end();
       if (cancel) a.client_cancelled = true;
-      if (!cancel && now_system >= a.request.deadline) a.deadline_exceeded = true;
+      if (!cancel && now_system >= a.request.deadline)
+        a.deadline_exceeded = true;
       if (cancel || a.deadline_exceeded || stopping) to_cancel_.push_back(id);
     }
     for (SequenceId id : to_cancel_) (void)engine_->Cancel(id);
@@ -246,7 +250,8 @@ void GenerationLoop::Admit(RouterRequest request) {
   metrics_->OnRequestStarted(prompt_tokens);
 }
 
-void GenerationLoop::OnTokens(SequenceId id, const std::vector<int32_t>& tokens) {
+void GenerationLoop::OnTokens(SequenceId id,
+                              const std::vector<int32_t>& tokens) {
   auto it = active_.find(id);
   if (it == active_.end()) return;
   Active& a = it->second;
@@ -329,7 +334,8 @@ void GenerationLoop::Complete(GenerationResult& result) {
       status = absl::UnavailableError("router is shutting down");
     }
   }
-  metrics_->OnRequestFinished(RouterMetrics::StatusLabel(status), duration, true);
+  metrics_->OnRequestFinished(RouterMetrics::StatusLabel(status), duration,
+                              true);
   if (!status.ok()) {
     a.request.sink->Finish(status);
     return;

@@ -29,8 +29,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "engine/speculative_engine.h"
 #include "dedit/v1/generation.pb.h"
+#include "engine/speculative_engine.h"
 #include "router/remote_drafter.h"
 #include "router/remote_verifier.h"
 #include "router/router_metrics.h"
@@ -51,8 +51,8 @@ class GenerationSink {
 
 // A validated, tokenized request (see request_builder.h).
 struct RouterRequest {
-  GenerationRequest engine;     // prompt ids, sampling, W, K, stop ids
-  bool speculate = true;        // false → target-only whatever the drafter
+  GenerationRequest engine;  // prompt ids, sampling, W, K, stop ids
+  bool speculate = true;     // false → target-only whatever the drafter
   std::vector<std::string> stop_strings;
   std::chrono::system_clock::time_point deadline =
       std::chrono::system_clock::time_point::max();
@@ -72,7 +72,7 @@ struct ServedModel {
 class GenerationLoop {
  public:
   struct Options {
-    std::string model_name;        // empty → the target's
+    std::string model_name;  // empty → the target's
     int max_tokens_limit = 4096;
     int max_passes = 8;
     int64_t target_info_retry_ms = 500;
@@ -81,7 +81,8 @@ class GenerationLoop {
   // `drafter` may be null (target-only router); `tokenizer` may be null
   // (token ids only, no text deltas).
   GenerationLoop(RemoteVerifier* verifier, RemoteDrafter* drafter,
-                 const Tokenizer* tokenizer, std::shared_ptr<prometheus::Registry> registry,
+                 const Tokenizer* tokenizer,
+                 std::shared_ptr<prometheus::Registry> registry,
                  Options options);
   ~GenerationLoop();
 
@@ -102,8 +103,8 @@ class GenerationLoop {
   struct Active {
     RouterRequest request;
     std::unique_ptr<StreamingDetokenizer> detokenizer;
-    std::string text;          // generated text so far (cut at a stop string)
-    size_t sent_bytes = 0;     // of `text`, already streamed
+    std::string text;       // generated text so far (cut at a stop string)
+    size_t sent_bytes = 0;  // of `text`, already streamed
     size_t max_stop_bytes = 0;
     int completion_tokens = 0;
     bool stopped_by_string = false;
@@ -135,11 +136,11 @@ class GenerationLoop {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  bool stopping_ = false;                          // GUARDED_BY(mu_)
-  std::vector<RouterRequest> submitted_;           // GUARDED_BY(mu_)
-  std::vector<const GenerationSink*> cancelled_;   // GUARDED_BY(mu_)
-  ServedModel served_;                             // GUARDED_BY(mu_)
-  RouterMetrics* shared_metrics_ = nullptr;        // GUARDED_BY(mu_)
+  bool stopping_ = false;                         // GUARDED_BY(mu_)
+  std::vector<RouterRequest> submitted_;          // GUARDED_BY(mu_)
+  std::vector<const GenerationSink*> cancelled_;  // GUARDED_BY(mu_)
+  ServedModel served_;                            // GUARDED_BY(mu_)
+  RouterMetrics* shared_metrics_ = nullptr;       // GUARDED_BY(mu_)
   std::atomic<int> running_{0};
   std::thread thread_;
 };

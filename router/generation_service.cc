@@ -33,12 +33,12 @@ class StreamSink : public GenerationSink {
   void FinishLocked(const grpc::Status& status);  // REQUIRES mu_
 
   std::mutex mu_;
-  GenerateReactor* reactor_;                 // GUARDED_BY(mu_); null once done
-  std::deque<v1::GenerateResponse> queue_;   // GUARDED_BY(mu_); front in flight
-  bool writing_ = false;                     // GUARDED_BY(mu_)
-  bool finish_requested_ = false;            // GUARDED_BY(mu_)
-  bool finished_ = false;                    // GUARDED_BY(mu_)
-  grpc::Status final_status_;                // GUARDED_BY(mu_)
+  GenerateReactor* reactor_;                // GUARDED_BY(mu_); null once done
+  std::deque<v1::GenerateResponse> queue_;  // GUARDED_BY(mu_); front in flight
+  bool writing_ = false;                    // GUARDED_BY(mu_)
+  bool finish_requested_ = false;           // GUARDED_BY(mu_)
+  bool finished_ = false;                   // GUARDED_BY(mu_)
+  grpc::Status final_status_;               // GUARDED_BY(mu_)
 };
 
 class GenerateReactor : public grpc::ServerWriteReactor<v1::GenerateResponse> {
@@ -119,13 +119,12 @@ RequestLimits GenerationServiceImpl::CurrentLimits() const {
   limits.max_passes = defaults_.max_passes;
   const int block = drafter_ != nullptr ? drafter_->block_size() : 0;
   limits.drafter_block_size = block;
-  limits.default_window =
-      defaults_.default_window > 0 ? defaults_.default_window
-                                   : (block > 0 ? block : 1);
+  limits.default_window = defaults_.default_window > 0
+                              ? defaults_.default_window
+                              : (block > 0 ? block : 1);
   const int k = drafter_ != nullptr ? drafter_->num_passes() : 0;
-  limits.default_passes = defaults_.default_passes > 0
-                              ? defaults_.default_passes
-                              : std::max(1, k);
+  limits.default_passes =
+      defaults_.default_passes > 0 ? defaults_.default_passes : std::max(1, k);
   return limits;
 }
 

@@ -25,15 +25,18 @@ class GenerationServiceImpl final : public v1::Generation::CallbackService {
   // `drafter` and `tokenizer` may be null.
   GenerationServiceImpl(GenerationLoop* loop, const RemoteDrafter* drafter,
                         const Tokenizer* tokenizer, Defaults defaults)
-      : loop_(loop), drafter_(drafter), tokenizer_(tokenizer),
+      : loop_(loop),
+        drafter_(drafter),
+        tokenizer_(tokenizer),
         defaults_(defaults) {}
 
   grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
       grpc::CallbackServerContext* context,
       const v1::GenerateRequest* request) override;
-  grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* context,
-                                       const v1::ListModelsRequest* request,
-                                       v1::ListModelsResponse* response) override;
+  grpc::ServerUnaryReactor* ListModels(
+      grpc::CallbackServerContext* context,
+      const v1::ListModelsRequest* request,
+      v1::ListModelsResponse* response) override;
   grpc::ServerUnaryReactor* Info(grpc::CallbackServerContext* context,
                                  const v1::RouterInfoRequest* request,
                                  v1::RouterInfoResponse* response) override;

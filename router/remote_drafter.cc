@@ -52,9 +52,9 @@ bool RemoteDrafter::Probe() {
   request.set_service(kReadinessService);
   grpc::health::v1::HealthCheckResponse response;
   grpc::Status status = health_stub_->Check(&context, request, &response);
-  bool ready = status.ok() &&
-               response.status() ==
-                   grpc::health::v1::HealthCheckResponse::SERVING;
+  bool ready =
+      status.ok() &&
+      response.status() == grpc::health::v1::HealthCheckResponse::SERVING;
   if (ready) {
     // Refresh the drafter's limits (a restarted drafter may differ).
     grpc::ClientContext info_context;

@@ -22,16 +22,16 @@
 #ifndef DEDIT_ROUTER_REMOTE_DRAFTER_H_
 #define DEDIT_ROUTER_REMOTE_DRAFTER_H_
 
+#include <grpcpp/grpcpp.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <thread>
 
-#include <grpcpp/grpcpp.h>
-
-#include "engine/round_interfaces.h"
 #include "dedit/v1/services.grpc.pb.h"
+#include "engine/round_interfaces.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 
 namespace dedit {
@@ -40,7 +40,7 @@ class RemoteDrafter : public Drafter {
  public:
   struct Options {
     int64_t draft_timeout_ms = 2000;
-    int64_t probe_interval_ms = 200;   // while unhealthy
+    int64_t probe_interval_ms = 200;  // while unhealthy
     int64_t healthy_probe_interval_ms = 1000;
   };
 

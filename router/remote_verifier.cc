@@ -58,7 +58,8 @@ RemoteVerifier::Clock::time_point RemoteVerifier::CallDeadline(
   Clock::time_point latest = Clock::time_point::min();
   for (SequenceId id : ids) {
     auto it = limits_.find(id);
-    if (it == limits_.end() || it->second.deadline == Clock::time_point::max()) {
+    if (it == limits_.end() ||
+        it->second.deadline == Clock::time_point::max()) {
       return cap;
     }
     latest = std::max(latest, it->second.deadline);
@@ -88,7 +89,8 @@ absl::StatusOr<TargetStepResult> RemoteVerifier::Step(
     s->set_has_seed(p.sampling.has_seed);
     s->set_seed(p.sampling.seed);
     auto it = limits_.find(p.sequence);
-    item->set_reserve_tokens(it == limits_.end() ? 0 : it->second.reserve_tokens);
+    item->set_reserve_tokens(it == limits_.end() ? 0
+                                                 : it->second.reserve_tokens);
     prefill_ids.push_back(p.sequence);
   }
   for (const VerifyWork& v : verifies) {
@@ -136,7 +138,8 @@ absl::StatusOr<TargetStepResult> RemoteVerifier::Step(
       const int window = static_cast<int>(verifies[i].block.size());
       if (r.accepted() < 0 || r.accepted() >= window ||
           r.target_tokens_size() != window) {
-        return absl::InternalError("target Verify returned a malformed outcome");
+        return absl::InternalError(
+            "target Verify returned a malformed outcome");
       }
       result.verified.push_back(
           {r.accepted(), std::vector<int32_t>(r.target_tokens().begin(),
@@ -144,12 +147,13 @@ absl::StatusOr<TargetStepResult> RemoteVerifier::Step(
     }
   }
   if (!prefills.empty()) {
-    const bool call_ok = prefill_status.ok() &&
-                         prefill_response.results_size() ==
-                             static_cast<int>(prefills.size());
+    const bool call_ok =
+        prefill_status.ok() &&
+        prefill_response.results_size() == static_cast<int>(prefills.size());
     const absl::Status call_error =
         prefill_status.ok()
-            ? absl::InternalError("target Prefill returned a wrong result count")
+            ? absl::InternalError(
+                  "target Prefill returned a wrong result count")
             : Annotate(FromGrpcStatus(prefill_status), "target Prefill");
     for (size_t i = 0; i < prefills.size(); ++i) {
       if (!call_ok) {
@@ -157,7 +161,8 @@ absl::StatusOr<TargetStepResult> RemoteVerifier::Step(
         result.prefill_status.push_back(call_error);
         continue;
       }
-      const v1::PrefillResult& r = prefill_response.results(static_cast<int>(i));
+      const v1::PrefillResult& r =
+          prefill_response.results(static_cast<int>(i));
       result.first_tokens.push_back(r.first_token());
       result.prefill_status.push_back(StatusFromCode(r.code(), r.message()));
     }

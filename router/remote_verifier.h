@@ -17,15 +17,15 @@
 #ifndef DEDIT_ROUTER_REMOTE_VERIFIER_H_
 #define DEDIT_ROUTER_REMOTE_VERIFIER_H_
 
+#include <grpcpp/grpcpp.h>
+
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <unordered_map>
 
-#include <grpcpp/grpcpp.h>
-
-#include "engine/round_interfaces.h"
 #include "dedit/v1/services.grpc.pb.h"
+#include "engine/round_interfaces.h"
 
 namespace dedit {
 

@@ -1,5 +1,5 @@
-// The router's Prometheus metrics (docs/ARCHITECTURE.md §4), all labelled with the
-// served model. Counters follow vLLM's spec-decode conventions: a draft is
+// The router's Prometheus metrics (docs/ARCHITECTURE.md §4), all labelled with
+// the served model. Counters follow vLLM's spec-decode conventions: a draft is
 // one drafted round, draft tokens are W-1 per round, position i is counted
 // accepted only if positions 0..i all were.
 //
@@ -7,16 +7,16 @@
 #ifndef DEDIT_ROUTER_ROUTER_METRICS_H_
 #define DEDIT_ROUTER_ROUTER_METRICS_H_
 
-#include <memory>
-#include <mutex>
-#include <string>
-#include <vector>
-
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "engine/speculative_engine.h"
