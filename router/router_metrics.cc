@@ -115,7 +115,7 @@ void RouterMetrics::OnRound(const RoundRecord& round, int block_size) {
   num_drafts_.Increment();
   num_draft_tokens_.Increment(round.window - 1);
   num_accepted_tokens_.Increment(round.accepted);
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (acceptance_length_ == nullptr) {
     const int w = std::max(block_size, round.window);
     Histogram::BucketBoundaries buckets;
