@@ -15,10 +15,14 @@ double SecondsBetween(std::chrono::steady_clock::time_point a,
 
 v1::FinishReason ToProto(FinishReason reason) {
   switch (reason) {
-    case FinishReason::kLength: return v1::FINISH_REASON_LENGTH;
-    case FinishReason::kStop: return v1::FINISH_REASON_STOP;
-    case FinishReason::kContextLimit: return v1::FINISH_REASON_CONTEXT_LIMIT;
-    default: return v1::FINISH_REASON_UNSPECIFIED;
+    case FinishReason::kLength:
+      return v1::FINISH_REASON_LENGTH;
+    case FinishReason::kStop:
+      return v1::FINISH_REASON_STOP;
+    case FinishReason::kContextLimit:
+      return v1::FINISH_REASON_CONTEXT_LIMIT;
+    default:
+      return v1::FINISH_REASON_UNSPECIFIED;
   }
 }
 
@@ -50,12 +54,11 @@ size_t CharBoundary(const std::string& text, size_t end) {
 
 }  // namespace
 
-GenerationLoop::GenerationLoop(RemoteVerifier* verifier, RemoteDrafter* drafter,
+GenerationLoop::GenerationLoop(RouterBackends backends,
                                const Tokenizer* tokenizer,
                                std::shared_ptr<prometheus::Registry> registry,
                                Options options)
-    : verifier_(verifier),
-      drafter_(drafter),
+    : backends_(backends),
       tokenizer_(tokenizer),
       registry_(std::move(registry)),
       options_(std::move(options)) {}
@@ -68,19 +71,19 @@ void GenerationLoop::Start() {
 
 void GenerationLoop::Stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     stopping_ = true;
   }
-  cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  // Requests queued before a Start() that never came.
+  FailQueued(absl::UnavailableError("router is shutting down"));
 }
 
 void GenerationLoop::Submit(RouterRequest request) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (!stopping_) {
       submitted_.push_back(std::move(request));
-      cv_.notify_all();
       return;
     }
   }
@@ -88,30 +91,34 @@ void GenerationLoop::Submit(RouterRequest request) {
 }
 
 void GenerationLoop::Cancel(const GenerationSink* sink) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    cancelled_.push_back(sink);
-  }
-  cv_.notify_all();
+  absl::MutexLock lock(&mu_);
+  cancelled_.push_back(sink);
 }
 
 void GenerationLoop::CountRejected(const absl::Status& status) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (shared_metrics_ != nullptr) {
-    shared_metrics_->OnRequestFinished(RouterMetrics::StatusLabel(status), 0,
-                                       false);
+  RouterMetrics* metrics = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    metrics = shared_metrics_;
+  }
+  if (metrics != nullptr) {
+    metrics->OnRequestFinished(RouterMetrics::StatusLabel(status), 0, false);
   }
 }
 
 ServedModel GenerationLoop::served_model() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return served_;
+}
+
+bool GenerationLoop::HasWork() const {
+  return stopping_ || !submitted_.empty() || !cancelled_.empty();
 }
 
 void GenerationLoop::FailQueued(const absl::Status& status) {
   std::vector<RouterRequest> queued;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     queued.swap(submitted_);
     cancelled_.clear();
   }
@@ -119,17 +126,16 @@ void GenerationLoop::FailQueued(const absl::Status& status) {
 }
 
 bool GenerationLoop::ConnectTarget() {
-  absl::StatusOr<v1::TargetInfoResponse> info =
-      verifier_->FetchInfo(options_.target_info_retry_ms);
+  absl::StatusOr<TargetInfo> info =
+      backends_.target->FetchInfo(options_.target_info_retry_ms);
   if (!info.ok()) return false;
   ServedModel served;
   served.ready = true;
-  served.name = options_.model_name.empty() ? info->model_name()
-                                            : options_.model_name;
-  served.vocab_size = info->vocab_size();
-  served.max_context = info->max_context();
-  served.eos_token_ids.assign(info->eos_token_ids().begin(),
-                              info->eos_token_ids().end());
+  served.name =
+      options_.model_name.empty() ? info->model_name : options_.model_name;
+  served.vocab_size = info->vocab_size;
+  served.max_context = info->max_context;
+  served.eos_token_ids = info->eos_token_ids;
   metrics_ = std::make_unique<RouterMetrics>(*registry_, served.name);
   SpeculativeEngine::Options o;
   o.eos_token_ids = served.eos_token_ids;
@@ -138,10 +144,13 @@ bool GenerationLoop::ConnectTarget() {
   o.max_new_tokens_limit = options_.max_tokens_limit;
   o.max_passes = options_.max_passes;
   o.on_round = [this](SequenceId, const RoundRecord& round) {
-    metrics_->OnRound(round, drafter_ != nullptr ? drafter_->block_size() : 1);
+    metrics_->OnRound(round, backends_.drafter_health != nullptr
+                                 ? backends_.drafter_health->block_size()
+                                 : 1);
   };
-  engine_ = std::make_unique<SpeculativeEngine>(verifier_, drafter_, o);
-  std::lock_guard<std::mutex> lock(mu_);
+  engine_ = std::make_unique<SpeculativeEngine>(backends_.verifier,
+                                                backends_.drafter, o);
+  absl::MutexLock lock(&mu_);
   served_ = served;
   shared_metrics_ = metrics_.get();
   return true;
@@ -152,11 +161,14 @@ void GenerationLoop::Run() {
   // (EOS ids, vocabulary, context limit): requests get UNAVAILABLE.
   while (!ConnectTarget()) {
     FailQueued(absl::UnavailableError("target service is not reachable"));
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, std::chrono::milliseconds(options_.target_info_retry_ms),
-                 [&] { return stopping_; });
-    if (stopping_) {
-      lock.unlock();
+    bool stopping = false;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.AwaitWithTimeout(absl::Condition(&stopping_),
+                           absl::Milliseconds(options_.target_info_retry_ms));
+      stopping = stopping_;
+    }
+    if (stopping) {
       FailQueued(absl::UnavailableError("router is shutting down"));
       return;
     }
@@ -166,11 +178,9 @@ void GenerationLoop::Run() {
     std::vector<const GenerationSink*> cancelled;
     bool stopping = false;
     {
-      std::unique_lock<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       if (engine_->idle()) {
-        cv_.wait(lock, [&] {
-          return stopping_ || !submitted_.empty() || !cancelled_.empty();
-        });
+        mu_.Await(absl::Condition(this, &GenerationLoop::HasWork));
       }
       stopping = stopping_;
       submitted.swap(submitted_);
@@ -185,11 +195,12 @@ void GenerationLoop::Run() {
     }
     const auto now_system = std::chrono::system_clock::now();
     for (auto& [id, a] : active_) {
-      const bool cancel =
-          std::find(cancelled.begin(), cancelled.end(), a.request.sink.get()) !=
-          cancelled.end();
+      const bool cancel = std::find(cancelled.begin(), cancelled.end(),
+                                    a.request.sink.get()) != cancelled.end();
       if (cancel) a.client_cancelled = true;
-      if (!cancel && now_system >= a.request.deadline) a.deadline_exceeded = true;
+      if (!cancel && now_system >= a.request.deadline) {
+        a.deadline_exceeded = true;
+      }
       if (cancel || a.deadline_exceeded || stopping) to_cancel_.push_back(id);
     }
     for (SequenceId id : to_cancel_) (void)engine_->Cancel(id);
@@ -212,10 +223,16 @@ void GenerationLoop::Run() {
 
 void GenerationLoop::Admit(RouterRequest request) {
   GenerationRequest engine_request = request.engine;
-  const bool drafter_ready = drafter_ != nullptr && drafter_->healthy();
-  if (!request.speculate || !drafter_ready) {
+  const DrafterHealth* drafter = backends_.drafter_health;
+  const int block_size =
+      drafter != nullptr && drafter->healthy() ? drafter->block_size() : 0;
+  if (!request.speculate || block_size < 2) {
     engine_request.passes = 0;  // target-only (W is then ignored)
     engine_request.window = 1;
+  } else {
+    // The request was validated against the block size known then; a
+    // restarted drafter may offer less.
+    engine_request.window = std::min(engine_request.window, block_size);
   }
   const int prompt_tokens = static_cast<int>(engine_request.prompt.size());
   const int64_t reserve = prompt_tokens + engine_request.max_new_tokens +
@@ -232,7 +249,7 @@ void GenerationLoop::Admit(RouterRequest request) {
     sink->Finish(id.status());
     return;
   }
-  verifier_->SetRequestLimits(*id, reserve, request.deadline);
+  backends_.target->SetRequestLimits(*id, reserve, request.deadline);
   Active& a = active_[*id];
   if (tokenizer_ != nullptr) {
     a.detokenizer = std::make_unique<StreamingDetokenizer>(tokenizer_);
@@ -246,7 +263,8 @@ void GenerationLoop::Admit(RouterRequest request) {
   metrics_->OnRequestStarted(prompt_tokens);
 }
 
-void GenerationLoop::OnTokens(SequenceId id, const std::vector<int32_t>& tokens) {
+void GenerationLoop::OnTokens(SequenceId id,
+                              const std::vector<int32_t>& tokens) {
   auto it = active_.find(id);
   if (it == active_.end()) return;
   Active& a = it->second;
@@ -329,7 +347,8 @@ void GenerationLoop::Complete(GenerationResult& result) {
       status = absl::UnavailableError("router is shutting down");
     }
   }
-  metrics_->OnRequestFinished(RouterMetrics::StatusLabel(status), duration, true);
+  metrics_->OnRequestFinished(RouterMetrics::StatusLabel(status), duration,
+                              true);
   if (!status.ok()) {
     a.request.sink->Finish(status);
     return;

@@ -1,38 +1,45 @@
-// The router's engine thread: one SpeculativeEngine over the remote target
-// and drafter, fed by Generate streams through a thread-safe queue.
+// The router's engine thread: one SpeculativeEngine over the target and
+// drafter (RouterBackends: the gRPC clients in the router, in-process
+// backends in tests), fed by Generate streams through a thread-safe queue.
 //
 // Each loop iteration admits queued requests (target-only when the drafter
 // is not healthy), applies cancellations and expired deadlines, runs one
 // round for every running request (Step), and completes finished requests.
 // Tokens reach a request's GenerationSink from the engine's token callback:
 // detokenized incrementally, cut at stop strings (text that could still
-// become a stop string is held back), with TTFT/ITL metrics.
+// become a stop string is held back), with TTFT/ITL metrics. The last
+// message of a successful request carries finished, the finish and stop
+// reasons, usage and the acceptance statistics; a failed, cancelled or
+// expired request ends with the status alone.
 //
-//   GenerationLoop loop(&verifier, &drafter, &metrics, tokenizer, options);
+//   RouterBackends backends{&verifier, &verifier, &drafter, &drafter};
+//   GenerationLoop loop(backends, tokenizer, registry, options);
 //   loop.Start();
 //   loop.Submit(std::move(request));   // from a reactor; never blocks
 //   loop.Cancel(sink);                 // client went away
 //
-// Thread-safe: Submit/Cancel/model_card/running from any thread.
+// Thread-safe: Submit/Cancel/CountRejected/served_model/running from any
+// thread. The backends are driven by the loop thread only; sinks are called
+// on it (and on the submitting thread when the loop is stopping), never
+// under the loop's lock.
 #ifndef DEDIT_ROUTER_GENERATION_LOOP_H_
 #define DEDIT_ROUTER_GENERATION_LOOP_H_
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
-#include "engine/speculative_engine.h"
+#include "absl/synchronization/mutex.h"
 #include "dedit/v1/generation.pb.h"
-#include "router/remote_drafter.h"
-#include "router/remote_verifier.h"
+#include "engine/speculative_engine.h"
+#include "router/router_backends.h"
 #include "router/router_metrics.h"
 #include "tokenizer/streaming_detokenizer.h"
 #include "tokenizer/tokenizer.h"
@@ -51,8 +58,8 @@ class GenerationSink {
 
 // A validated, tokenized request (see request_builder.h).
 struct RouterRequest {
-  GenerationRequest engine;     // prompt ids, sampling, W, K, stop ids
-  bool speculate = true;        // false → target-only whatever the drafter
+  GenerationRequest engine;  // prompt ids, sampling, W, K, stop ids
+  bool speculate = true;     // false → target-only whatever the drafter
   std::vector<std::string> stop_strings;
   std::chrono::system_clock::time_point deadline =
       std::chrono::system_clock::time_point::max();
@@ -72,24 +79,33 @@ struct ServedModel {
 class GenerationLoop {
  public:
   struct Options {
-    std::string model_name;        // empty → the target's
+    std::string model_name;  // empty → the target's
     int max_tokens_limit = 4096;
     int max_passes = 8;
     int64_t target_info_retry_ms = 500;
   };
 
-  // `drafter` may be null (target-only router); `tokenizer` may be null
-  // (token ids only, no text deltas).
-  GenerationLoop(RemoteVerifier* verifier, RemoteDrafter* drafter,
-                 const Tokenizer* tokenizer, std::shared_ptr<prometheus::Registry> registry,
+  // REQUIRES: backends.verifier and backends.target are set; drafter and
+  // drafter_health both set or both null (target-only router); all outlive
+  // the loop. `tokenizer` may be null (token ids only, no text deltas).
+  // Metrics are registered in `registry` once the target has answered.
+  GenerationLoop(RouterBackends backends, const Tokenizer* tokenizer,
+                 std::shared_ptr<prometheus::Registry> registry,
                  Options options);
-  ~GenerationLoop();
+  ~GenerationLoop();  // Stop()s
 
+  // Starts the loop thread. Until TargetControl::FetchInfo succeeds (retried
+  // every target_info_retry_ms) requests are finished with UNAVAILABLE.
   void Start();
-  // Finishes every request still queued or running with UNAVAILABLE.
+  // Finishes every request still queued or running with UNAVAILABLE, then
+  // joins the loop thread. Idempotent.
   void Stop();
 
+  // Queues a request; its sink hears from the loop thread from then on.
   void Submit(RouterRequest request);
+  // The client behind `sink` went away: its request ends CANCELLED and its
+  // sequence is released on both sides. Unknown or finished sinks are
+  // ignored.
   void Cancel(const GenerationSink* sink);
   // Counts a request refused before it reached the loop (validation).
   void CountRejected(const absl::Status& status);
@@ -102,8 +118,8 @@ class GenerationLoop {
   struct Active {
     RouterRequest request;
     std::unique_ptr<StreamingDetokenizer> detokenizer;
-    std::string text;          // generated text so far (cut at a stop string)
-    size_t sent_bytes = 0;     // of `text`, already streamed
+    std::string text;       // generated text so far (cut at a stop string)
+    size_t sent_bytes = 0;  // of `text`, already streamed
     size_t max_stop_bytes = 0;
     int completion_tokens = 0;
     bool stopped_by_string = false;
@@ -120,26 +136,27 @@ class GenerationLoop {
   void OnTokens(SequenceId id, const std::vector<int32_t>& tokens);
   void Complete(GenerationResult& result);
   void FailQueued(const absl::Status& status);
+  // The loop thread has something to do (or must stop).
+  bool HasWork() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  RemoteVerifier* verifier_;
-  RemoteDrafter* drafter_;
+  const RouterBackends backends_;
   const Tokenizer* tokenizer_;
   std::shared_ptr<prometheus::Registry> registry_;
   Options options_;
 
-  // Loop-thread state.
+  // Loop-thread state: only Run() and what it calls touch it.
   std::unique_ptr<SpeculativeEngine> engine_;
-  std::unique_ptr<RouterMetrics> metrics_;
+  std::unique_ptr<RouterMetrics> metrics_;  // published as shared_metrics_
   std::map<SequenceId, Active> active_;
   std::vector<SequenceId> to_cancel_;  // stop strings hit during a Step
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopping_ = false;                          // GUARDED_BY(mu_)
-  std::vector<RouterRequest> submitted_;           // GUARDED_BY(mu_)
-  std::vector<const GenerationSink*> cancelled_;   // GUARDED_BY(mu_)
-  ServedModel served_;                             // GUARDED_BY(mu_)
-  RouterMetrics* shared_metrics_ = nullptr;        // GUARDED_BY(mu_)
+  mutable absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<RouterRequest> submitted_ ABSL_GUARDED_BY(mu_);
+  std::vector<const GenerationSink*> cancelled_ ABSL_GUARDED_BY(mu_);
+  ServedModel served_ ABSL_GUARDED_BY(mu_);
+  // Set once by the loop thread; the metrics themselves are thread-safe.
+  RouterMetrics* shared_metrics_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::atomic<int> running_{0};
   std::thread thread_;
 };

@@ -2,10 +2,10 @@
 
 #include <deque>
 #include <memory>
-#include <mutex>
-#include <optional>
 #include <utility>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "proto/grpc_status.h"
 
 namespace dedit {
@@ -17,6 +17,10 @@ class GenerateReactor;
 // hold it after the client left); writes after that are dropped. One write
 // in flight at a time; messages queued meanwhile are merged, so a slow
 // client receives fewer, larger messages instead of stalling the loop.
+//
+// Decisions are made under mu_, the reactor is called after releasing it
+// (gRPC may run a reaction such as OnWriteDone on the calling thread). The
+// reactor stays alive until our own Finish: gRPC calls OnDone only after it.
 class StreamSink : public GenerationSink {
  public:
   explicit StreamSink(GenerateReactor* reactor) : reactor_(reactor) {}
@@ -25,25 +29,35 @@ class StreamSink : public GenerationSink {
   void Finish(const absl::Status& status) override;
   void OnWriteDone(bool ok);
   void Detach() {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     reactor_ = nullptr;
   }
 
  private:
-  void FinishLocked(const grpc::Status& status);  // REQUIRES mu_
+  // What to do with the reactor once mu_ is released.
+  struct NextCall {
+    GenerateReactor* reactor = nullptr;           // null → nothing
+    const v1::GenerateResponse* write = nullptr;  // StartWrite, else Finish
+    grpc::Status status;
+  };
+  // The Finish call if it is due now (nothing in flight, not yet finished).
+  NextCall TakeFinishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static void Perform(const NextCall& call);
 
-  std::mutex mu_;
-  GenerateReactor* reactor_;                 // GUARDED_BY(mu_); null once done
-  std::deque<v1::GenerateResponse> queue_;   // GUARDED_BY(mu_); front in flight
-  bool writing_ = false;                     // GUARDED_BY(mu_)
-  bool finish_requested_ = false;            // GUARDED_BY(mu_)
-  bool finished_ = false;                    // GUARDED_BY(mu_)
-  grpc::Status final_status_;                // GUARDED_BY(mu_)
+  absl::Mutex mu_;
+  GenerateReactor* reactor_ ABSL_GUARDED_BY(mu_);  // null once done
+  // Front is in flight while writing_; its address stays valid (only the
+  // back is merged into, and std::deque keeps references on push_back).
+  std::deque<v1::GenerateResponse> queue_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finish_requested_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status final_status_ ABSL_GUARDED_BY(mu_);
 };
 
 class GenerateReactor : public grpc::ServerWriteReactor<v1::GenerateResponse> {
  public:
-  GenerateReactor(GenerationLoop* loop) : loop_(loop) {
+  explicit GenerateReactor(GenerationLoop* loop) : loop_(loop) {
     sink_ = std::make_shared<StreamSink>(this);
   }
   std::shared_ptr<StreamSink> sink() { return sink_; }
@@ -60,54 +74,81 @@ class GenerateReactor : public grpc::ServerWriteReactor<v1::GenerateResponse> {
   std::shared_ptr<StreamSink> sink_;
 };
 
+void StreamSink::Perform(const NextCall& call) {
+  if (call.reactor == nullptr) return;
+  if (call.write != nullptr) {
+    call.reactor->StartWrite(call.write);
+  } else {
+    call.reactor->Finish(call.status);
+  }
+}
+
+StreamSink::NextCall StreamSink::TakeFinishLocked() {
+  NextCall call;
+  if (finished_ || !finish_requested_ || writing_ || reactor_ == nullptr) {
+    return call;
+  }
+  finished_ = true;
+  call.reactor = reactor_;
+  call.status = final_status_;
+  return call;
+}
+
 void StreamSink::Send(v1::GenerateResponse response) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (reactor_ == nullptr || finish_requested_) return;
-  if (queue_.size() >= 2) {
-    // Merge into the newest queued (not in flight) message.
-    v1::GenerateResponse& back = queue_.back();
-    back.mutable_token_ids()->MergeFrom(response.token_ids());
-    back.mutable_text()->append(response.text());
-    if (response.finished()) {
-      back.set_finished(true);
-      back.set_finish_reason(response.finish_reason());
-      *back.mutable_usage() = response.usage();
-      *back.mutable_acceptance() = response.acceptance();
-      back.set_stop_reason(response.stop_reason());
+  NextCall call;
+  {
+    absl::MutexLock lock(&mu_);
+    if (reactor_ == nullptr || finish_requested_) return;
+    if (queue_.size() >= 2) {
+      // Merge into the newest queued (not in flight) message.
+      v1::GenerateResponse& back = queue_.back();
+      back.mutable_token_ids()->MergeFrom(response.token_ids());
+      back.mutable_text()->append(response.text());
+      if (response.finished()) {
+        back.set_finished(true);
+        back.set_finish_reason(response.finish_reason());
+        *back.mutable_usage() = response.usage();
+        *back.mutable_acceptance() = response.acceptance();
+        back.set_stop_reason(response.stop_reason());
+      }
+      return;
     }
-    return;
-  }
-  queue_.push_back(std::move(response));
-  if (!writing_) {
+    queue_.push_back(std::move(response));
+    if (writing_) return;
     writing_ = true;
-    reactor_->StartWrite(&queue_.front());
+    call.reactor = reactor_;
+    call.write = &queue_.front();
   }
+  Perform(call);
 }
 
 void StreamSink::Finish(const absl::Status& status) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (finish_requested_) return;
-  finish_requested_ = true;
-  final_status_ = ToGrpcStatus(status);
-  if (!writing_) FinishLocked(final_status_);
+  NextCall call;
+  {
+    absl::MutexLock lock(&mu_);
+    if (finish_requested_) return;
+    finish_requested_ = true;
+    final_status_ = ToGrpcStatus(status);
+    call = TakeFinishLocked();
+  }
+  Perform(call);
 }
 
 void StreamSink::OnWriteDone(bool ok) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!queue_.empty()) queue_.pop_front();
-  if (!ok) queue_.clear();  // the client is gone; OnCancel follows
-  if (!queue_.empty() && reactor_ != nullptr) {
-    reactor_->StartWrite(&queue_.front());
-    return;
+  NextCall call;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!queue_.empty()) queue_.pop_front();
+    if (!ok) queue_.clear();  // the client is gone; OnCancel follows
+    if (!queue_.empty() && reactor_ != nullptr) {
+      call.reactor = reactor_;
+      call.write = &queue_.front();
+    } else {
+      writing_ = false;
+      call = TakeFinishLocked();
+    }
   }
-  writing_ = false;
-  if (finish_requested_) FinishLocked(final_status_);
-}
-
-void StreamSink::FinishLocked(const grpc::Status& status) {
-  if (finished_ || reactor_ == nullptr) return;
-  finished_ = true;
-  reactor_->Finish(status);
+  Perform(call);
 }
 
 }  // namespace
@@ -119,13 +160,12 @@ RequestLimits GenerationServiceImpl::CurrentLimits() const {
   limits.max_passes = defaults_.max_passes;
   const int block = drafter_ != nullptr ? drafter_->block_size() : 0;
   limits.drafter_block_size = block;
-  limits.default_window =
-      defaults_.default_window > 0 ? defaults_.default_window
-                                   : (block > 0 ? block : 1);
+  limits.default_window = defaults_.default_window > 0
+                              ? defaults_.default_window
+                              : (block > 0 ? block : 1);
   const int k = drafter_ != nullptr ? drafter_->num_passes() : 0;
-  limits.default_passes = defaults_.default_passes > 0
-                              ? defaults_.default_passes
-                              : std::max(1, k);
+  limits.default_passes =
+      defaults_.default_passes > 0 ? defaults_.default_passes : std::max(1, k);
   return limits;
 }
 

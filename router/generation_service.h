@@ -11,6 +11,7 @@
 #include "dedit/v1/services.grpc.pb.h"
 #include "router/generation_loop.h"
 #include "router/request_builder.h"
+#include "router/router_backends.h"
 
 namespace dedit {
 
@@ -22,18 +23,21 @@ class GenerationServiceImpl final : public v1::Generation::CallbackService {
     int default_window = 0;  // 0 → the drafter's block size
     int default_passes = 0;  // 0 → the drafter checkpoint's K
   };
-  // `drafter` and `tokenizer` may be null.
-  GenerationServiceImpl(GenerationLoop* loop, const RemoteDrafter* drafter,
+  // `drafter` (null → target-only router) and `tokenizer` may be null.
+  GenerationServiceImpl(GenerationLoop* loop, const DrafterHealth* drafter,
                         const Tokenizer* tokenizer, Defaults defaults)
-      : loop_(loop), drafter_(drafter), tokenizer_(tokenizer),
+      : loop_(loop),
+        drafter_(drafter),
+        tokenizer_(tokenizer),
         defaults_(defaults) {}
 
   grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
       grpc::CallbackServerContext* context,
       const v1::GenerateRequest* request) override;
-  grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* context,
-                                       const v1::ListModelsRequest* request,
-                                       v1::ListModelsResponse* response) override;
+  grpc::ServerUnaryReactor* ListModels(
+      grpc::CallbackServerContext* context,
+      const v1::ListModelsRequest* request,
+      v1::ListModelsResponse* response) override;
   grpc::ServerUnaryReactor* Info(grpc::CallbackServerContext* context,
                                  const v1::RouterInfoRequest* request,
                                  v1::RouterInfoResponse* response) override;
@@ -43,7 +47,7 @@ class GenerationServiceImpl final : public v1::Generation::CallbackService {
   void FillCard(v1::ModelCard* card) const;
 
   GenerationLoop* loop_;
-  const RemoteDrafter* drafter_;
+  const DrafterHealth* drafter_;
   const Tokenizer* tokenizer_;
   Defaults defaults_;
 };

@@ -34,15 +34,16 @@ void RemoteDrafter::Start() {
 
 void RemoteDrafter::Stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     stopping_ = true;
   }
-  cv_.notify_all();
   if (prober_.joinable()) prober_.join();
 }
 
-void RemoteDrafter::MarkUnhealthy() {
-  if (healthy_.exchange(false)) cv_.notify_all();
+void RemoteDrafter::SetHealthy(bool healthy) {
+  // Under mu_: releasing it wakes a prober waiting for a health change.
+  absl::MutexLock lock(&mu_);
+  healthy_.store(healthy);
 }
 
 bool RemoteDrafter::Probe() {
@@ -52,9 +53,9 @@ bool RemoteDrafter::Probe() {
   request.set_service(kReadinessService);
   grpc::health::v1::HealthCheckResponse response;
   grpc::Status status = health_stub_->Check(&context, request, &response);
-  bool ready = status.ok() &&
-               response.status() ==
-                   grpc::health::v1::HealthCheckResponse::SERVING;
+  bool ready =
+      status.ok() &&
+      response.status() == grpc::health::v1::HealthCheckResponse::SERVING;
   if (ready) {
     // Refresh the drafter's limits (a restarted drafter may differ).
     grpc::ClientContext info_context;
@@ -67,19 +68,28 @@ bool RemoteDrafter::Probe() {
       max_passes_.store(info.max_passes());
     }
   }
-  healthy_.store(ready);
+  SetHealthy(ready);
   return ready;
 }
 
 void RemoteDrafter::ProbeLoop() {
   while (true) {
-    const int64_t wait_ms = healthy_.load() ? options_.healthy_probe_interval_ms
-                                            : options_.probe_interval_ms;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait_for(lock, std::chrono::milliseconds(wait_ms),
-                   [&] { return stopping_; });
+      absl::MutexLock lock(&mu_);
+      const bool was_healthy = healthy_.load();
+      auto stop_or_change = [this,
+                             was_healthy]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopping_ || healthy_.load() != was_healthy;
+      };
+      const bool woken = mu_.AwaitWithTimeout(
+          absl::Condition(&stop_or_change),
+          absl::Milliseconds(was_healthy ? options_.healthy_probe_interval_ms
+                                         : options_.probe_interval_ms));
       if (stopping_) return;
+      // A failed Draft call made the drafter unhealthy: wait the shorter
+      // unhealthy interval from now, then probe (an immediate probe would
+      // readmit a drafter that is up but too slow).
+      if (woken) continue;
     }
     Probe();
   }
@@ -104,11 +114,11 @@ absl::StatusOr<std::vector<DraftResult>> RemoteDrafter::Draft(
   v1::DraftResponse response;
   const grpc::Status status = stub_->Draft(&context, request, &response);
   if (!status.ok()) {
-    MarkUnhealthy();
+    SetHealthy(false);
     return Annotate(FromGrpcStatus(status), "drafter Draft");
   }
   if (response.results_size() != static_cast<int>(requests.size())) {
-    MarkUnhealthy();
+    SetHealthy(false);
     return absl::InternalError("drafter returned a wrong result count");
   }
   std::vector<DraftResult> results(requests.size());

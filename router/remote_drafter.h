@@ -17,30 +17,31 @@
 //   drafter.Start();                  // health probes
 //   if (drafter.healthy()) request.passes = K; else request.passes = 0;
 //
-// Draft/Release run on the engine thread; healthy()/block_size() and the
-// info accessors are thread-safe.
+// Draft/Release run on the engine thread; the DrafterHealth accessors are
+// thread-safe.
 #ifndef DEDIT_ROUTER_REMOTE_DRAFTER_H_
 #define DEDIT_ROUTER_REMOTE_DRAFTER_H_
 
-#include <atomic>
-#include <condition_variable>
-#include <memory>
-#include <mutex>
-#include <thread>
-
 #include <grpcpp/grpcpp.h>
 
-#include "engine/round_interfaces.h"
+#include <atomic>
+#include <memory>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "dedit/v1/services.grpc.pb.h"
+#include "engine/round_interfaces.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "router/router_backends.h"
 
 namespace dedit {
 
-class RemoteDrafter : public Drafter {
+class RemoteDrafter : public Drafter, public DrafterHealth {
  public:
   struct Options {
     int64_t draft_timeout_ms = 2000;
-    int64_t probe_interval_ms = 200;   // while unhealthy
+    int64_t probe_interval_ms = 200;  // while unhealthy
     int64_t healthy_probe_interval_ms = 1000;
   };
 
@@ -48,36 +49,39 @@ class RemoteDrafter : public Drafter {
                 uint32_t nonce);
   ~RemoteDrafter() override;  // Stop()s
 
+  // Probes once (so healthy() is known on return), then keeps probing on
+  // a background thread until Stop().
   void Start();
   void Stop();
 
   absl::StatusOr<std::vector<DraftResult>> Draft(
       const std::vector<DraftRequest>& requests) override;
   absl::Status Release(SequenceId sequence) override;
-  // Largest W; 0 until the drafter has been reached once.
-  int block_size() const override { return block_size_.load(); }
 
-  bool healthy() const { return healthy_.load(); }
-  int num_passes() const { return num_passes_.load(); }  // checkpoint's K
-  int max_passes() const { return max_passes_.load(); }
+  // DrafterHealth (block_size() also serves the Drafter interface).
+  int block_size() const override { return block_size_.load(); }
+  bool healthy() const override { return healthy_.load(); }
+  int num_passes() const override { return num_passes_.load(); }
+  int max_passes() const override { return max_passes_.load(); }
 
  private:
   void ProbeLoop();
   bool Probe();  // one health check (+ Info when needed); true = ready
-  void MarkUnhealthy();
+  void SetHealthy(bool healthy);
 
   std::unique_ptr<v1::Drafter::Stub> stub_;
   std::unique_ptr<grpc::health::v1::Health::Stub> health_stub_;
   Options options_;
   uint32_t nonce_;
+  // Read lock-free by the accessors. healthy_ is written under mu_ so that
+  // the prober's wait sees a change.
   std::atomic<bool> healthy_{false};
   std::atomic<int> block_size_{0};
   std::atomic<int> num_passes_{0};
   std::atomic<int> max_passes_{0};
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopping_ = false;  // GUARDED_BY(mu_)
+  absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread prober_;
 };
 

@@ -1,48 +1,30 @@
 #include "router/remote_verifier.h"
 
 #include <algorithm>
-#include <condition_variable>
-#include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/blocking_counter.h"
 #include "base/status.h"
 #include "proto/grpc_status.h"
 
 namespace dedit {
-namespace {
-
-// Waits for a fixed number of callback completions.
-class CallLatch {
- public:
-  explicit CallLatch(int n) : remaining_(n) {}
-  void Done() {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (--remaining_ == 0) cv_.notify_all();
-  }
-  void Wait() {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return remaining_ == 0; });
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int remaining_;
-};
-
-}  // namespace
-
 RemoteVerifier::RemoteVerifier(std::shared_ptr<grpc::Channel> channel,
                                Options options, uint32_t nonce)
     : stub_(v1::Target::NewStub(channel)), options_(options), nonce_(nonce) {}
 
-absl::StatusOr<v1::TargetInfoResponse> RemoteVerifier::FetchInfo(
-    int64_t timeout_ms) {
+absl::StatusOr<TargetInfo> RemoteVerifier::FetchInfo(int64_t timeout_ms) {
   grpc::ClientContext context;
   context.set_deadline(Clock::now() + std::chrono::milliseconds(timeout_ms));
-  v1::TargetInfoResponse info;
-  grpc::Status status = stub_->Info(&context, v1::TargetInfoRequest(), &info);
-  if (!status.ok()) return FromGrpcStatus(status);
+  v1::TargetInfoResponse response;
+  grpc::Status status =
+      stub_->Info(&context, v1::TargetInfoRequest(), &response);
+  if (!status.ok()) return Annotate(FromGrpcStatus(status), "target Info");
+  TargetInfo info;
+  info.model_name = response.model_name();
+  info.vocab_size = response.vocab_size();
+  info.max_context = response.max_context();
+  info.eos_token_ids.assign(response.eos_token_ids().begin(),
+                            response.eos_token_ids().end());
   return info;
 }
 
@@ -58,7 +40,8 @@ RemoteVerifier::Clock::time_point RemoteVerifier::CallDeadline(
   Clock::time_point latest = Clock::time_point::min();
   for (SequenceId id : ids) {
     auto it = limits_.find(id);
-    if (it == limits_.end() || it->second.deadline == Clock::time_point::max()) {
+    if (it == limits_.end() ||
+        it->second.deadline == Clock::time_point::max()) {
       return cap;
     }
     latest = std::max(latest, it->second.deadline);
@@ -88,7 +71,8 @@ absl::StatusOr<TargetStepResult> RemoteVerifier::Step(
     s->set_has_seed(p.sampling.has_seed);
     s->set_seed(p.sampling.seed);
     auto it = limits_.find(p.sequence);
-    item->set_reserve_tokens(it == limits_.end() ? 0 : it->second.reserve_tokens);
+    item->set_reserve_tokens(it == limits_.end() ? 0
+                                                 : it->second.reserve_tokens);
     prefill_ids.push_back(p.sequence);
   }
   for (const VerifyWork& v : verifies) {
@@ -102,15 +86,15 @@ absl::StatusOr<TargetStepResult> RemoteVerifier::Step(
   const int calls = (prefills.empty() ? 0 : 1) + (verifies.empty() ? 0 : 1);
   prefill_request.set_round_calls(calls);
   verify_request.set_round_calls(calls);
-  CallLatch latch(calls);
   // Both calls are in flight together so that the target can put them in
-  // one forward.
+  // one forward; their callbacks run on gRPC threads.
+  absl::BlockingCounter latch(calls);
   if (!prefills.empty()) {
     prefill_context.set_deadline(CallDeadline(prefill_ids));
     stub_->async()->Prefill(&prefill_context, &prefill_request,
                             &prefill_response, [&](grpc::Status s) {
                               prefill_status = std::move(s);
-                              latch.Done();
+                              latch.DecrementCount();
                             });
   }
   if (!verifies.empty()) {
@@ -118,7 +102,7 @@ absl::StatusOr<TargetStepResult> RemoteVerifier::Step(
     stub_->async()->Verify(&verify_context, &verify_request, &verify_response,
                            [&](grpc::Status s) {
                              verify_status = std::move(s);
-                             latch.Done();
+                             latch.DecrementCount();
                            });
   }
   latch.Wait();
@@ -136,7 +120,8 @@ absl::StatusOr<TargetStepResult> RemoteVerifier::Step(
       const int window = static_cast<int>(verifies[i].block.size());
       if (r.accepted() < 0 || r.accepted() >= window ||
           r.target_tokens_size() != window) {
-        return absl::InternalError("target Verify returned a malformed outcome");
+        return absl::InternalError(
+            "target Verify returned a malformed outcome");
       }
       result.verified.push_back(
           {r.accepted(), std::vector<int32_t>(r.target_tokens().begin(),
@@ -144,12 +129,13 @@ absl::StatusOr<TargetStepResult> RemoteVerifier::Step(
     }
   }
   if (!prefills.empty()) {
-    const bool call_ok = prefill_status.ok() &&
-                         prefill_response.results_size() ==
-                             static_cast<int>(prefills.size());
+    const bool call_ok =
+        prefill_status.ok() &&
+        prefill_response.results_size() == static_cast<int>(prefills.size());
     const absl::Status call_error =
         prefill_status.ok()
-            ? absl::InternalError("target Prefill returned a wrong result count")
+            ? absl::InternalError(
+                  "target Prefill returned a wrong result count")
             : Annotate(FromGrpcStatus(prefill_status), "target Prefill");
     for (size_t i = 0; i < prefills.size(); ++i) {
       if (!call_ok) {
@@ -157,7 +143,8 @@ absl::StatusOr<TargetStepResult> RemoteVerifier::Step(
         result.prefill_status.push_back(call_error);
         continue;
       }
-      const v1::PrefillResult& r = prefill_response.results(static_cast<int>(i));
+      const v1::PrefillResult& r =
+          prefill_response.results(static_cast<int>(i));
       result.first_tokens.push_back(r.first_token());
       result.prefill_status.push_back(StatusFromCode(r.code(), r.message()));
     }

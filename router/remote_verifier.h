@@ -1,4 +1,5 @@
-// The Verifier side of the round logic over dedit-target (gRPC).
+// The Verifier side of the round logic over dedit-target (gRPC), and the
+// router's TargetControl (what the target serves, per-request limits).
 //
 // One Step() sends the round's prefills and verify blocks as two concurrent
 // RPCs (Prefill, Verify); the target's model thread packs them into one
@@ -9,23 +10,24 @@
 // several routers, or a restarted one, never collide in the target.
 //
 //   RemoteVerifier verifier(channel, {.rpc_timeout_ms = 60000}, nonce);
-//   ASSIGN_OR_RETURN(v1::TargetInfoResponse info, verifier.FetchInfo(500));
+//   ASSIGN_OR_RETURN(TargetInfo info, verifier.FetchInfo(500));
 //   SpeculativeEngine engine(&verifier, &drafter, options);
 //
-// Thread-compatible (the engine thread), except that Release() only starts
-// an asynchronous call.
+// Thread-compatible: one thread (the GenerationLoop's) calls everything.
+// Release() only starts an asynchronous call.
 #ifndef DEDIT_ROUTER_REMOTE_VERIFIER_H_
 #define DEDIT_ROUTER_REMOTE_VERIFIER_H_
+
+#include <grpcpp/grpcpp.h>
 
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <unordered_map>
 
-#include <grpcpp/grpcpp.h>
-
-#include "engine/round_interfaces.h"
 #include "dedit/v1/services.grpc.pb.h"
+#include "engine/round_interfaces.h"
+#include "router/router_backends.h"
 
 namespace dedit {
 
@@ -34,7 +36,7 @@ inline uint64_t WireSequenceId(uint32_t nonce, SequenceId id) {
   return (static_cast<uint64_t>(nonce) << 32) | (id & 0xffffffffu);
 }
 
-class RemoteVerifier : public Verifier {
+class RemoteVerifier : public Verifier, public TargetControl {
  public:
   struct Options {
     int64_t rpc_timeout_ms = 60000;  // Prefill / Verify
@@ -44,13 +46,12 @@ class RemoteVerifier : public Verifier {
   RemoteVerifier(std::shared_ptr<grpc::Channel> channel, Options options,
                  uint32_t nonce);
 
-  absl::StatusOr<v1::TargetInfoResponse> FetchInfo(int64_t timeout_ms);
-
-  // Per-request facts the Verifier interface does not carry: the KV tokens
-  // to reserve at prefill, and the client's deadline (internal calls never
-  // outlive every client they serve).
+  // TargetControl: Info on the target; limits sent with the Prefill item
+  // (reserve_tokens) and bounding the deadline of every call the sequence
+  // is part of.
+  absl::StatusOr<TargetInfo> FetchInfo(int64_t timeout_ms) override;
   void SetRequestLimits(SequenceId id, int64_t reserve_tokens,
-                        Clock::time_point deadline);
+                        Clock::time_point deadline) override;
 
   absl::StatusOr<TargetStepResult> Step(
       const std::vector<PrefillWork>& prefills,

@@ -48,9 +48,9 @@ absl::StatusOr<std::vector<int32_t>> PromptIds(const v1::GenerateRequest& r,
         const v1::ChatMessage& m = chat.messages(i);
         if (m.role() != "system" && m.role() != "user" &&
             m.role() != "assistant" && m.role() != "tool") {
-          return Invalid(absl::StrCat(
-              "chat.messages[", i, "].role '", m.role(),
-              "' is not one of system, user, assistant, tool"));
+          return Invalid(
+              absl::StrCat("chat.messages[", i, "].role '", m.role(),
+                           "' is not one of system, user, assistant, tool"));
         }
         messages.push_back({m.role(), m.content()});
       }
@@ -72,9 +72,9 @@ absl::StatusOr<std::vector<int32_t>> PromptIds(const v1::GenerateRequest& r,
 
 }  // namespace
 
-absl::StatusOr<RouterRequest> BuildRouterRequest(
-    const v1::GenerateRequest& r, const RequestLimits& limits,
-    const Tokenizer* tokenizer) {
+absl::StatusOr<RouterRequest> BuildRouterRequest(const v1::GenerateRequest& r,
+                                                 const RequestLimits& limits,
+                                                 const Tokenizer* tokenizer) {
   if (!r.model().empty() && r.model() != limits.model.name) {
     return Invalid(absl::StrCat("unknown model '", r.model(),
                                 "'; this router serves '", limits.model.name,
@@ -111,7 +111,8 @@ absl::StatusOr<RouterRequest> BuildRouterRequest(
   out.engine.sampling.seed = s.seed();
 
   for (int i = 0; i < r.stop_size(); ++i) {
-    if (r.stop(i).empty()) return Invalid(absl::StrCat("stop[", i, "] is empty"));
+    if (r.stop(i).empty())
+      return Invalid(absl::StrCat("stop[", i, "] is empty"));
     out.stop_strings.push_back(r.stop(i));
   }
   for (int i = 0; i < r.stop_token_ids_size(); ++i) {
@@ -132,8 +133,8 @@ absl::StatusOr<RouterRequest> BuildRouterRequest(
     return Invalid(absl::StrCat("passes (K) must be >= 1, got ", r.passes()));
   }
   if (r.passes() > limits.max_passes) {
-    return Invalid(absl::StrCat("passes (K) must be at most ", limits.max_passes,
-                                ", got ", r.passes()));
+    return Invalid(absl::StrCat("passes (K) must be at most ",
+                                limits.max_passes, ", got ", r.passes()));
   }
   if (limits.drafter_block_size > 0 && r.window() > limits.drafter_block_size) {
     return Invalid(absl::StrCat("window ", r.window(),

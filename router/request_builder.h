@@ -22,7 +22,7 @@ struct RequestLimits {
   int max_tokens_limit = 4096;
   int drafter_block_size = 0;  // 0 = drafter never reached (no W check)
   int max_passes = 8;
-  int default_window = 16;     // clamped to the block size when known
+  int default_window = 16;  // clamped to the block size when known
   int default_passes = 1;
 };
 

@@ -10,15 +10,15 @@ using prometheus::Histogram;
 
 // Sub-10 ms buckets for CPU-scale steps, then vLLM's ranges.
 Histogram::BucketBoundaries LatencyBuckets() {
-  return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5,
-          0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0,
-          2560.0};
+  return {0.001, 0.0025, 0.005, 0.01,  0.025, 0.05,  0.075, 0.1,
+          0.25,  0.5,    0.75,  1.0,   2.5,   5.0,   7.5,   10.0,
+          20.0,  40.0,   80.0,  160.0, 640.0, 2560.0};
 }
 
 Histogram::BucketBoundaries RequestBuckets() {
-  return {0.01, 0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0,
-          20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0,
-          7680.0};
+  return {0.01, 0.05, 0.1,   0.3,   0.5,   0.8,   1.0,    1.5,
+          2.0,  2.5,  5.0,   10.0,  15.0,  20.0,  30.0,   40.0,
+          50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
 }
 
 }  // namespace
@@ -35,30 +35,33 @@ RouterMetrics::RouterMetrics(prometheus::Registry& r, const std::string& model)
                             .Help("Proposed tokens (W-1 per drafted round)")
                             .Register(r)
                             .Add({{"model", model}})),
-      num_accepted_tokens_(prometheus::BuildCounter()
-                               .Name("dedit_spec_decode_num_accepted_tokens_total")
-                               .Help("Accepted draft tokens")
-                               .Register(r)
-                               .Add({{"model", model}})),
+      num_accepted_tokens_(
+          prometheus::BuildCounter()
+              .Name("dedit_spec_decode_num_accepted_tokens_total")
+              .Help("Accepted draft tokens")
+              .Register(r)
+              .Add({{"model", model}})),
       accepted_per_pos_(
           prometheus::BuildCounter()
               .Name("dedit_spec_decode_num_accepted_tokens_per_pos_total")
               .Help("Accepted draft tokens by block position (0 = slot 1)")
               .Register(r)),
-      acceptance_length_family_(
-          prometheus::BuildHistogram()
-              .Name("dedit_spec_decode_acceptance_length")
-              .Help("Tokens committed per drafted round (acc + 1, bonus included)")
+      acceptance_length_family_(prometheus::BuildHistogram()
+                                    .Name("dedit_spec_decode_acceptance_length")
+                                    .Help("Tokens committed per drafted round "
+                                          "(acc + 1, bonus included)")
+                                    .Register(r)),
+      edit_outcomes_(
+          prometheus::BuildCounter()
+              .Name("dedit_edit_outcomes_total")
+              .Help("Per edit pass k < K: did the final proposal "
+                    "extend, keep or shorten pass k's accepted prefix")
               .Register(r)),
-      edit_outcomes_(prometheus::BuildCounter()
-                         .Name("dedit_edit_outcomes_total")
-                         .Help("Per edit pass k < K: did the final proposal "
-                               "extend, keep or shorten pass k's accepted prefix")
-                         .Register(r)),
-      round_duration_(prometheus::BuildHistogram()
-                          .Name("dedit_round_duration_seconds")
-                          .Help("Round phases: batched draft, batched verify, whole round")
-                          .Register(r)),
+      round_duration_(
+          prometheus::BuildHistogram()
+              .Name("dedit_round_duration_seconds")
+              .Help("Round phases: batched draft, batched verify, whole round")
+              .Register(r)),
       ttft_(prometheus::BuildHistogram()
                 .Name("dedit_time_to_first_token_seconds")
                 .Help("Request arrival to first token")
@@ -66,7 +69,8 @@ RouterMetrics::RouterMetrics(prometheus::Registry& r, const std::string& model)
                 .Add({{"model", model}}, LatencyBuckets())),
       itl_(prometheus::BuildHistogram()
                .Name("dedit_inter_token_latency_seconds")
-               .Help("Per-token latency after the first (a round's tokens share its interval)")
+               .Help("Per-token latency after the first (a round's tokens "
+                     "share its interval)")
                .Register(r)
                .Add({{"model", model}}, LatencyBuckets())),
       request_duration_(prometheus::BuildHistogram()
@@ -93,11 +97,12 @@ RouterMetrics::RouterMetrics(prometheus::Registry& r, const std::string& model)
                              .Help("Generated tokens streamed to clients")
                              .Register(r)
                              .Add({{"model", model}})),
-      fallback_rounds_(prometheus::BuildCounter()
-                           .Name("dedit_fallback_rounds_total")
-                           .Help("Rounds where drafting was wanted but the drafter failed")
-                           .Register(r)
-                           .Add({{"model", model}})) {
+      fallback_rounds_(
+          prometheus::BuildCounter()
+              .Name("dedit_fallback_rounds_total")
+              .Help("Rounds where drafting was wanted but the drafter failed")
+              .Register(r)
+              .Add({{"model", model}})) {
   for (const char* phase : {"draft", "verify", "total"}) {
     round_duration_.Add({{"model", model}, {"phase", phase}}, LatencyBuckets());
   }
@@ -110,7 +115,7 @@ void RouterMetrics::OnRound(const RoundRecord& round, int block_size) {
   num_drafts_.Increment();
   num_draft_tokens_.Increment(round.window - 1);
   num_accepted_tokens_.Increment(round.accepted);
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (acceptance_length_ == nullptr) {
     const int w = std::max(block_size, round.window);
     Histogram::BucketBoundaries buckets;
@@ -136,11 +141,13 @@ void RouterMetrics::OnRound(const RoundRecord& round, int block_size) {
 void RouterMetrics::OnStep(const SpeculativeEngine::StepStats& step,
                            double total_seconds) {
   if (step.drafts > 0) {
-    round_duration_.Add({{"model", model_}, {"phase", "draft"}}, LatencyBuckets())
+    round_duration_
+        .Add({{"model", model_}, {"phase", "draft"}}, LatencyBuckets())
         .Observe(step.draft_seconds);
   }
   if (step.verifies + step.prefills > 0) {
-    round_duration_.Add({{"model", model_}, {"phase", "verify"}}, LatencyBuckets())
+    round_duration_
+        .Add({{"model", model_}, {"phase", "verify"}}, LatencyBuckets())
         .Observe(step.verify_seconds);
   }
   round_duration_.Add({{"model", model_}, {"phase", "total"}}, LatencyBuckets())

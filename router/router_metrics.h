@@ -1,5 +1,5 @@
-// The router's Prometheus metrics (docs/ARCHITECTURE.md §4), all labelled with the
-// served model. Counters follow vLLM's spec-decode conventions: a draft is
+// The router's Prometheus metrics (docs/ARCHITECTURE.md §4), all labelled with
+// the served model. Counters follow vLLM's spec-decode conventions: a draft is
 // one drafted round, draft tokens are W-1 per round, position i is counted
 // accepted only if positions 0..i all were.
 //
@@ -7,18 +7,19 @@
 #ifndef DEDIT_ROUTER_ROUTER_METRICS_H_
 #define DEDIT_ROUTER_ROUTER_METRICS_H_
 
-#include <memory>
-#include <mutex>
-#include <string>
-#include <vector>
-
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "engine/speculative_engine.h"
 
 namespace dedit {
@@ -59,9 +60,11 @@ class RouterMetrics {
   prometheus::Counter& generation_tokens_;
   prometheus::Counter& fallback_rounds_;
 
-  std::mutex mu_;
-  prometheus::Histogram* acceptance_length_ = nullptr;  // GUARDED_BY(mu_)
-  std::vector<prometheus::Counter*> per_pos_;           // GUARDED_BY(mu_)
+  // Created on first use: the bucket count and the number of positions
+  // come from the first drafted rounds.
+  absl::Mutex mu_;
+  prometheus::Histogram* acceptance_length_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::vector<prometheus::Counter*> per_pos_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace dedit

@@ -35,8 +35,8 @@ absl::Status RunRouterServer(const RouterServerOptions& options) {
     drafter->Start();
   }
   auto registry = std::make_shared<prometheus::Registry>();
-  GenerationLoop loop(&verifier, drafter.get(), tokenizer.get(), registry,
-                      options.loop);
+  GenerationLoop loop({&verifier, &verifier, drafter.get(), drafter.get()},
+                      tokenizer.get(), registry, options.loop);
   loop.Start();
   GenerationServiceImpl service(&loop, drafter.get(), tokenizer.get(),
                                 options.defaults);

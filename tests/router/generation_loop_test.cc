@@ -1,0 +1,1031 @@
+// The router's GenerationLoop without processes: rounds over the in-process
+// backends (LocalVerifier over a tiny random Qwen3 target whose vocabulary is
+// the bundled tokenizer's), scripted drafters or a LocalDrafter, a fake
+// TargetControl, and sinks that collect what a client would receive.
+//
+// Covers docs/ARCHITECTURE.md §1 (lossless whatever the drafter; stop
+// tokens and strings), §3 (router failure handling, deadlines,
+// cancellation) and the Generate response contract (token ids, text deltas,
+// the final message's usage and acceptance statistics).
+#include "router/generation_loop.h"
+
+#include <prometheus/registry.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "model/context_sink.h"
+#include "model/local_backends.h"
+#include "router/request_builder.h"
+#include "router/router_backends.h"
+#include "tests/model/test_util.h"
+#include "tokenizer/streaming_detokenizer.h"
+#include "tokenizer/tokenizer.h"
+
+namespace dedit {
+namespace {
+
+using ::testing::Contains;
+using ::testing::ElementsAreArray;
+using SystemClock = std::chrono::system_clock;
+
+constexpr int kVocab = 2048;  // checkpoints/tiny/target/tokenizer.json
+constexpr int kMaxTokens = 48;
+// Greedy tokens known per prompt: an oracle drafting the last round of a
+// kMaxTokens request with W = 32 looks this far ahead.
+constexpr int kReferenceTokens = kMaxTokens + 32;
+constexpr absl::Duration kRequestTimeout = absl::Seconds(120);
+
+// --- Test doubles -----------------------------------------------------------
+
+// What the target serves, and the per-request limits the loop set.
+class FakeTargetControl : public TargetControl {
+ public:
+  struct Limits {
+    SequenceId id = 0;
+    int64_t reserve_tokens = 0;
+    SystemClock::time_point deadline;
+  };
+
+  explicit FakeTargetControl(TargetInfo info) : info_(std::move(info)) {}
+
+  absl::StatusOr<TargetInfo> FetchInfo(int64_t timeout_ms) override {
+    if (!reachable.load()) return absl::UnavailableError("target is down");
+    return info_;
+  }
+  void SetRequestLimits(SequenceId id, int64_t reserve_tokens,
+                        SystemClock::time_point deadline) override {
+    absl::MutexLock lock(&mu_);
+    limits_.push_back({id, reserve_tokens, deadline});
+  }
+  std::vector<Limits> limits() const {
+    absl::MutexLock lock(&mu_);
+    return limits_;
+  }
+
+  std::atomic<bool> reachable{true};
+
+ private:
+  const TargetInfo info_;
+  mutable absl::Mutex mu_;
+  std::vector<Limits> limits_ ABSL_GUARDED_BY(mu_);
+};
+
+// Records which sequences the loop released on the target side.
+class RecordingVerifier : public Verifier {
+ public:
+  explicit RecordingVerifier(Verifier* inner) : inner_(inner) {}
+
+  absl::StatusOr<TargetStepResult> Step(
+      const std::vector<PrefillWork>& prefills,
+      const std::vector<VerifyWork>& verifies) override {
+    return inner_->Step(prefills, verifies);
+  }
+  absl::Status Release(SequenceId sequence) override {
+    {
+      absl::MutexLock lock(&mu_);
+      released_.push_back(sequence);
+    }
+    return inner_->Release(sequence);
+  }
+  std::vector<SequenceId> released() const {
+    absl::MutexLock lock(&mu_);
+    return released_;
+  }
+
+ private:
+  Verifier* inner_;
+  mutable absl::Mutex mu_;
+  std::vector<SequenceId> released_ ABSL_GUARDED_BY(mu_);
+};
+
+// The drafter side as the loop sees it: an inner Drafter (LocalDrafter or a
+// script) with RemoteDrafter's health rule (a failed Draft call makes it
+// unhealthy). Records calls and releases.
+class TestDrafter : public Drafter, public DrafterHealth {
+ public:
+  explicit TestDrafter(Drafter* inner) : inner_(inner) {}
+
+  absl::StatusOr<std::vector<DraftResult>> Draft(
+      const std::vector<DraftRequest>& requests) override {
+    calls_.fetch_add(1);
+    auto result = inner_->Draft(requests);
+    if (!result.ok()) healthy_.store(false);
+    return result;
+  }
+  absl::Status Release(SequenceId sequence) override {
+    {
+      absl::MutexLock lock(&mu_);
+      released_.push_back(sequence);
+    }
+    return inner_->Release(sequence);
+  }
+  int block_size() const override { return inner_->block_size(); }
+  bool healthy() const override { return healthy_.load(); }
+  int num_passes() const override { return 3; }
+  int max_passes() const override { return 8; }
+
+  void set_healthy(bool healthy) { healthy_.store(healthy); }
+  int calls() const { return calls_.load(); }
+  std::vector<SequenceId> released() const {
+    absl::MutexLock lock(&mu_);
+    return released_;
+  }
+
+ private:
+  Drafter* inner_;
+  std::atomic<bool> healthy_{true};
+  std::atomic<int> calls_{0};
+  mutable absl::Mutex mu_;
+  std::vector<SequenceId> released_ ABSL_GUARDED_BY(mu_);
+};
+
+// A drafter whose proposals come from a function of the request and the
+// 1-based call number: oracles, constant, malformed and failing drafters.
+class ScriptedDrafter : public Drafter {
+ public:
+  using Script = std::function<absl::StatusOr<DraftResult>(
+      const DraftRequest& request, int call)>;
+  ScriptedDrafter(int block_size, Script script)
+      : block_size_(block_size), script_(std::move(script)) {}
+
+  absl::StatusOr<std::vector<DraftResult>> Draft(
+      const std::vector<DraftRequest>& requests) override {
+    const int call = ++calls_;
+    std::vector<DraftResult> out;
+    for (const DraftRequest& r : requests) {
+      absl::StatusOr<DraftResult> d = script_(r, call);
+      if (!d.ok()) return d.status();
+      out.push_back(std::move(*d));
+    }
+    return out;
+  }
+  absl::Status Release(SequenceId) override { return absl::OkStatus(); }
+  int block_size() const override { return block_size_; }
+
+ private:
+  const int block_size_;
+  const Script script_;
+  int calls_ = 0;  // loop thread only
+};
+
+// K identical passes proposing `tokens`.
+DraftResult Proposal(const std::vector<int32_t>& tokens, int passes) {
+  DraftPass pass;
+  pass.tokens = tokens;
+  pass.confidences.assign(tokens.size(), 1.0f);
+  DraftResult d;
+  d.passes.assign(passes, pass);
+  return d;
+}
+
+// The target's greedy continuation for a block: slot j of a block at
+// `start` holds output index start + j - prompt_len (the bonus is output
+// index start - prompt_len). Every `corrupt_every`-th index is made wrong.
+std::vector<int32_t> OracleTokens(const DraftRequest& r,
+                                  const std::vector<int32_t>& reference,
+                                  int64_t prompt_len, int corrupt_every) {
+  std::vector<int32_t> tokens;
+  for (int j = 1; j < r.window; ++j) {
+    const int64_t index = r.start + j - prompt_len;
+    int32_t t = reference.at(index);
+    if (corrupt_every > 0 && index % corrupt_every == 0) t = (t + 1) % kVocab;
+    tokens.push_back(t);
+  }
+  return tokens;
+}
+
+// One Generate stream as the client sees it. Send/Finish run on the loop
+// thread; `on_send` (set before Submit) runs there after the message is
+// recorded, outside the sink's lock.
+class CollectingSink : public GenerationSink {
+ public:
+  void Send(v1::GenerateResponse response) override {
+    {
+      absl::MutexLock lock(&mu_);
+      EXPECT_FALSE(finished_) << "Send after Finish";
+      responses_.push_back(response);
+    }
+    if (on_send) on_send(response);
+  }
+  void Finish(const absl::Status& status) override {
+    absl::MutexLock lock(&mu_);
+    ++finish_calls_;
+    if (finished_) return;
+    finished_ = true;
+    status_ = status;
+  }
+
+  // Waits for Finish; false on timeout.
+  bool WaitFinished(absl::Duration timeout = kRequestTimeout) {
+    absl::MutexLock lock(&mu_);
+    return mu_.AwaitWithTimeout(absl::Condition(&finished_), timeout);
+  }
+  bool WaitForMessages(size_t n, absl::Duration timeout = kRequestTimeout) {
+    absl::MutexLock lock(&mu_);
+    auto enough = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return responses_.size() >= n || finished_;
+    };
+    return mu_.AwaitWithTimeout(absl::Condition(&enough), timeout) &&
+           responses_.size() >= n;
+  }
+
+  absl::Status status() const {
+    absl::MutexLock lock(&mu_);
+    return status_;
+  }
+  int finish_calls() const {
+    absl::MutexLock lock(&mu_);
+    return finish_calls_;
+  }
+  std::vector<v1::GenerateResponse> responses() const {
+    absl::MutexLock lock(&mu_);
+    return responses_;
+  }
+  std::vector<int32_t> tokens() const {
+    std::vector<int32_t> out;
+    for (const v1::GenerateResponse& r : responses()) {
+      out.insert(out.end(), r.token_ids().begin(), r.token_ids().end());
+    }
+    return out;
+  }
+  std::string text() const {
+    std::string out;
+    for (const v1::GenerateResponse& r : responses()) out += r.text();
+    return out;
+  }
+  // The final message (finished = true); fails the test if there is none.
+  v1::GenerateResponse last() const {
+    const std::vector<v1::GenerateResponse> all = responses();
+    EXPECT_FALSE(all.empty());
+    if (all.empty()) return {};
+    EXPECT_TRUE(all.back().finished());
+    return all.back();
+  }
+
+  std::function<void(const v1::GenerateResponse&)> on_send;
+
+ private:
+  mutable absl::Mutex mu_;
+  std::vector<v1::GenerateResponse> responses_ ABSL_GUARDED_BY(mu_);
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  int finish_calls_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+};
+
+RouterRequest MakeRequest(const std::vector<int32_t>& prompt, int max_tokens,
+                          int window, int passes,
+                          std::shared_ptr<CollectingSink> sink) {
+  RouterRequest r;
+  r.engine.prompt = prompt;
+  r.engine.max_new_tokens = max_tokens;
+  r.engine.window = window;
+  r.engine.passes = passes;
+  r.speculate = window >= 2 && passes >= 1;
+  r.arrival = std::chrono::steady_clock::now();
+  r.sink = std::move(sink);
+  return r;
+}
+
+// Sum of the samples of counter `name` that carry a label with `value`
+// (any label when empty).
+double CounterValue(const prometheus::Registry& registry,
+                    const std::string& name, const std::string& value = "") {
+  double sum = 0;
+  for (const prometheus::MetricFamily& family : registry.Collect()) {
+    if (family.name != name) continue;
+    for (const prometheus::ClientMetric& m : family.metric) {
+      const bool match =
+          value.empty() ||
+          std::any_of(m.label.begin(), m.label.end(),
+                      [&](const prometheus::ClientMetric::Label& l) {
+                        return l.value == value;
+                      });
+      if (match) sum += m.counter.value;
+    }
+  }
+  return sum;
+}
+
+// --- Fixture ----------------------------------------------------------------
+
+// One tiny random pair for the whole suite (the loop releases every
+// sequence, TearDown checks), the bundled tokenizer, and each prompt's
+// greedy target-only continuation: the output every configuration must
+// reproduce at T = 0.
+struct SharedModels {
+  TinyModelSpec spec;
+  std::unique_ptr<testing::TinyPair> pair;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::vector<int32_t>> reference;  // kReferenceTokens each
+};
+
+class GenerationLoopTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    shared_ = new SharedModels;
+    shared_->spec = DefaultTinySpec();
+    shared_->spec.target.vocab_size = kVocab;
+    shared_->spec.target.eos_token_ids = {};
+    // Tied random embeddings make greedy decoding repeat one token; an
+    // untied head gives varied text for stop strings.
+    shared_->spec.target.tie_word_embeddings = false;
+    shared_->spec.drafter.layers = shared_->spec.target;
+    shared_->spec.drafter.layers.num_hidden_layers = 2;
+    shared_->spec.drafter.mask_token_id = kVocab - 1;
+    shared_->pair = testing::MakeTinyPair(shared_->spec, 41);
+    auto tokenizer = Tokenizer::FromFile(std::string(DEDIT_SOURCE_DIR) +
+                                         "/checkpoints/tiny/target/"
+                                         "tokenizer.json");
+    ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+    shared_->tokenizer = std::move(*tokenizer);
+    ASSERT_EQ(shared_->tokenizer->vocab_size(), kVocab);
+    for (int i = 0; i < 3; ++i) {
+      shared_->prompts.push_back(
+          testing::RandomPrompt(5 + 9 * i, kVocab, 100 + i));
+      shared_->reference.push_back(
+          GreedyReference(shared_->prompts.back(), kReferenceTokens));
+    }
+  }
+  static void TearDownTestSuite() {
+    delete shared_;
+    shared_ = nullptr;
+  }
+
+  void TearDown() override {
+    if (loop_ != nullptr) loop_->Stop();
+    // Every request released its sequence on both sides.
+    EXPECT_EQ(shared_->pair->target->num_sequences(), 0u);
+    EXPECT_EQ(shared_->pair->drafter->num_sequences(), 0u);
+  }
+
+  static std::vector<int32_t> GreedyReference(
+      const std::vector<int32_t>& prompt, int n) {
+    return testing::GreedyReference(*shared_->pair->target, prompt, n);
+  }
+  static const std::vector<int32_t>& prompt(int i) {
+    return shared_->prompts[i];
+  }
+  static std::vector<int32_t> Reference(int i, int n = kMaxTokens) {
+    const std::vector<int32_t>& r = shared_->reference[i];
+    return std::vector<int32_t>(r.begin(), r.begin() + n);
+  }
+  static std::string Decode(const std::vector<int32_t>& ids) {
+    auto text = shared_->tokenizer->Decode(ids);
+    EXPECT_TRUE(text.ok()) << text.status();
+    return text.ok() ? *text : "";
+  }
+  static TargetInfo Info() {
+    TargetInfo info;
+    info.model_name = "tiny-random";
+    info.vocab_size = kVocab;
+    info.max_context = shared_->spec.target.max_position_embeddings;
+    return info;
+  }
+
+  // Builds and starts the loop over the shared target. `inner` drafts (null
+  // → target-only router); `context_sink` receives the target's features
+  // (the LocalDrafter) or is null.
+  void StartLoop(Drafter* inner, ContextSink* context_sink,
+                 TargetInfo info = Info(), bool target_reachable = true) {
+    local_verifier_ = std::make_unique<LocalVerifier>(
+        shared_->pair->target.get(), context_sink);
+    verifier_ = std::make_unique<RecordingVerifier>(local_verifier_.get());
+    target_ = std::make_unique<FakeTargetControl>(std::move(info));
+    target_->reachable.store(target_reachable);
+    RouterBackends backends;
+    backends.verifier = verifier_.get();
+    backends.target = target_.get();
+    if (inner != nullptr) {
+      drafter_ = std::make_unique<TestDrafter>(inner);
+      backends.drafter = drafter_.get();
+      backends.drafter_health = drafter_.get();
+    }
+    registry_ = std::make_shared<prometheus::Registry>();
+    GenerationLoop::Options options;
+    options.target_info_retry_ms = 20;
+    loop_ = std::make_unique<GenerationLoop>(backends, shared_->tokenizer.get(),
+                                             registry_, options);
+    loop_->Start();
+  }
+
+  std::shared_ptr<CollectingSink> Submit(RouterRequest request) {
+    if (request.sink == nullptr) {
+      request.sink = std::make_shared<CollectingSink>();
+    }
+    auto sink = std::static_pointer_cast<CollectingSink>(request.sink);
+    loop_->Submit(std::move(request));
+    return sink;
+  }
+
+  // An oracle over prompt `p`, corrupted every `corrupt_every` tokens.
+  static ScriptedDrafter::Script Oracle(int p, int corrupt_every = 0) {
+    return [p, corrupt_every](const DraftRequest& r,
+                              int) -> absl::StatusOr<DraftResult> {
+      return Proposal(
+          OracleTokens(r, shared_->reference[p],
+                       static_cast<int64_t>(shared_->prompts[p].size()),
+                       corrupt_every),
+          r.passes);
+    };
+  }
+
+  static inline SharedModels* shared_ = nullptr;
+  int block_size() const { return shared_->spec.drafter.block_size; }
+
+  std::unique_ptr<LocalVerifier> local_verifier_;
+  std::unique_ptr<RecordingVerifier> verifier_;
+  std::unique_ptr<FakeTargetControl> target_;
+  std::unique_ptr<TestDrafter> drafter_;
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<GenerationLoop> loop_;  // destroyed first
+};
+
+// --- Losslessness -----------------------------------------------------------
+
+enum class DraftSource { kOracle, kCorruptedOracle, kConstant, kLocalRandom };
+
+class LosslessTest : public GenerationLoopTest,
+                     public ::testing::WithParamInterface<DraftSource> {};
+
+// docs/ARCHITECTURE.md §1 invariant through the router's loop: every request
+// of a mixed batch (prompts × W × K) streams exactly the target's greedy
+// tokens, whatever the drafter proposes.
+TEST_P(LosslessTest, StreamsTheTargetsGreedyOutput) {
+  struct Planned {
+    int prompt;
+    int window;
+    int passes;
+  };
+  // Engine ids are 1, 2, ... in submission order: plan[id - 1].
+  std::vector<Planned> plan;
+  for (int w : {4, 16}) {
+    for (int k : {1, 3}) {
+      for (int p = 0; p < 3; ++p) plan.push_back({p, w, k});
+    }
+  }
+  auto prompt_of = [plan](SequenceId id) { return plan.at(id - 1).prompt; };
+  ScriptedDrafter::Script script;
+  switch (GetParam()) {
+    case DraftSource::kOracle:
+    case DraftSource::kCorruptedOracle: {
+      const int corrupt = GetParam() == DraftSource::kOracle ? 0 : 3;
+      script = [prompt_of, corrupt](const DraftRequest& r, int call) {
+        return Oracle(prompt_of(r.sequence), corrupt)(r, call);
+      };
+      break;
+    }
+    case DraftSource::kConstant:
+      script = [](const DraftRequest& r, int) -> absl::StatusOr<DraftResult> {
+        return Proposal(std::vector<int32_t>(r.window - 1, 7), r.passes);
+      };
+      break;
+    case DraftSource::kLocalRandom:
+      break;
+  }
+  std::unique_ptr<Drafter> inner;
+  ContextSink* context_sink = nullptr;
+  if (GetParam() == DraftSource::kLocalRandom) {
+    auto local = std::make_unique<LocalDrafter>(shared_->pair->drafter.get());
+    context_sink = local.get();
+    inner = std::move(local);
+  } else {
+    inner = std::make_unique<ScriptedDrafter>(block_size(), script);
+  }
+  StartLoop(inner.get(), context_sink);
+
+  std::vector<std::shared_ptr<CollectingSink>> sinks;
+  for (const Planned& pl : plan) {
+    sinks.push_back(Submit(
+        MakeRequest(prompt(pl.prompt), kMaxTokens, pl.window, pl.passes, {})));
+  }
+  for (size_t i = 0; i < plan.size(); ++i) {
+    SCOPED_TRACE(absl::StrCat("prompt ", plan[i].prompt, " W=", plan[i].window,
+                              " K=", plan[i].passes));
+    ASSERT_TRUE(sinks[i]->WaitFinished());
+    ASSERT_TRUE(sinks[i]->status().ok()) << sinks[i]->status();
+    EXPECT_THAT(sinks[i]->tokens(),
+                ElementsAreArray(Reference(plan[i].prompt)));
+    const v1::GenerateResponse last = sinks[i]->last();
+    EXPECT_EQ(last.finish_reason(), v1::FINISH_REASON_LENGTH);
+    const v1::AcceptanceStats& a = last.acceptance();
+    EXPECT_EQ(a.fallback_rounds(), 0);
+    EXPECT_GT(a.drafted_rounds(), 0);
+    // 1 token from the prefill, acc + 1 per round.
+    EXPECT_EQ(1 + a.accepted_tokens() + a.rounds(), kMaxTokens);
+    if (GetParam() == DraftSource::kOracle) {
+      EXPECT_EQ(a.accepted_tokens(), a.draft_tokens());
+    }
+  }
+  EXPECT_GT(drafter_->calls(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Drafters, LosslessTest,
+                         ::testing::Values(DraftSource::kOracle,
+                                           DraftSource::kCorruptedOracle,
+                                           DraftSource::kConstant,
+                                           DraftSource::kLocalRandom),
+                         [](const ::testing::TestParamInfo<DraftSource>& info) {
+                           switch (info.param) {
+                             case DraftSource::kOracle:
+                               return "Oracle";
+                             case DraftSource::kCorruptedOracle:
+                               return "CorruptedOracle";
+                             case DraftSource::kConstant:
+                               return "Constant";
+                             case DraftSource::kLocalRandom:
+                               return "LocalRandom";
+                           }
+                           return "Unknown";
+                         });
+
+// --- Response building ------------------------------------------------------
+
+TEST_F(GenerationLoopTest, ResponsesCarryTokensTextUsageAndAcceptance) {
+  ScriptedDrafter inner(block_size(), Oracle(1));
+  StartLoop(&inner, nullptr);
+  const int kTokens = 24, kWindow = 8, kPasses = 2;
+  RouterRequest request = MakeRequest(prompt(1), kTokens, kWindow, kPasses, {});
+  const SystemClock::time_point deadline =
+      SystemClock::now() + std::chrono::minutes(10);
+  request.deadline = deadline;
+  auto sink = Submit(std::move(request));
+  ASSERT_TRUE(sink->WaitFinished());
+  ASSERT_TRUE(sink->status().ok()) << sink->status();
+  EXPECT_EQ(sink->finish_calls(), 1);
+
+  const std::vector<int32_t> expected = Reference(1, kTokens);
+  EXPECT_THAT(sink->tokens(), ElementsAreArray(expected));
+  // Text deltas concatenate to the detokenized output.
+  EXPECT_EQ(sink->text(), Decode(expected));
+
+  const std::vector<v1::GenerateResponse> all = sink->responses();
+  ASSERT_GE(all.size(), 2u);
+  for (size_t i = 0; i + 1 < all.size(); ++i) {
+    EXPECT_FALSE(all[i].finished()) << "message " << i;
+    EXPECT_FALSE(all[i].has_usage()) << "message " << i;
+    EXPECT_GT(all[i].token_ids_size(), 0) << "message " << i;
+  }
+  const v1::GenerateResponse& last = all.back();
+  EXPECT_TRUE(last.finished());
+  EXPECT_EQ(last.finish_reason(), v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(last.stop_reason(), "");
+  EXPECT_EQ(last.usage().prompt_tokens(), static_cast<int>(prompt(1).size()));
+  EXPECT_EQ(last.usage().completion_tokens(), kTokens);
+  EXPECT_GT(last.usage().duration_seconds(), 0);
+  EXPECT_GT(last.usage().time_to_first_token_seconds(), 0);
+  EXPECT_LE(last.usage().time_to_first_token_seconds(),
+            last.usage().duration_seconds());
+
+  // The oracle is always right: rounds of W = 8 commit 8 tokens each
+  // (1 + 8 + 8 = 17), the last one is shrunk to the 7 tokens left.
+  const v1::AcceptanceStats& a = last.acceptance();
+  EXPECT_EQ(a.rounds(), 3);
+  EXPECT_EQ(a.drafted_rounds(), 3);
+  EXPECT_EQ(a.fallback_rounds(), 0);
+  EXPECT_EQ(a.draft_tokens(), 7 + 7 + 6);
+  EXPECT_EQ(a.accepted_tokens(), 7 + 7 + 6);
+  EXPECT_DOUBLE_EQ(a.mean_acceptance_length(), 1.0 + 20.0 / 3);
+  EXPECT_THAT(a.accepted_per_position(),
+              ElementsAreArray({3, 3, 3, 3, 3, 3, 2}));
+  // K = 2: P1 against P2; the passes are identical, so P2 changed nothing.
+  ASSERT_EQ(a.edit_outcomes_size(), kPasses - 1);
+  EXPECT_EQ(a.edit_outcomes(0).pass(), 1);
+  EXPECT_EQ(a.edit_outcomes(0).unchanged(), 3);
+  EXPECT_EQ(a.edit_outcomes(0).extended() + a.edit_outcomes(0).shortened(), 0);
+
+  // The target was told the KV to reserve and the client's deadline.
+  const std::vector<FakeTargetControl::Limits> limits = target_->limits();
+  ASSERT_EQ(limits.size(), 1u);
+  EXPECT_EQ(limits[0].reserve_tokens,
+            static_cast<int64_t>(prompt(1).size()) + kTokens + kWindow);
+  EXPECT_EQ(limits[0].deadline, deadline);
+  EXPECT_EQ(CounterValue(*registry_, "dedit_requests_total", "ok"), 1);
+  EXPECT_EQ(CounterValue(*registry_, "dedit_generation_tokens_total"), kTokens);
+}
+
+TEST_F(GenerationLoopTest, ServedModelComesFromTheTarget) {
+  StartLoop(nullptr, nullptr);
+  auto sink = Submit(MakeRequest(prompt(0), 4, 1, 0, {}));
+  ASSERT_TRUE(sink->WaitFinished());
+  const ServedModel served = loop_->served_model();
+  EXPECT_TRUE(served.ready);
+  EXPECT_EQ(served.name, "tiny-random");
+  EXPECT_EQ(served.vocab_size, kVocab);
+  EXPECT_EQ(served.max_context, shared_->spec.target.max_position_embeddings);
+  EXPECT_EQ(loop_->running(), 0);
+}
+
+// A text prompt through the request builder: tokenized with the router's
+// tokenizer, decoded by the target, streamed back as text.
+TEST_F(GenerationLoopTest, TextPromptThroughTheRequestBuilder) {
+  const std::string text = "def add(a, b):";
+  auto prompt_ids = shared_->tokenizer->Encode(text);
+  ASSERT_TRUE(prompt_ids.ok()) << prompt_ids.status();
+  const std::vector<int32_t> expected = GreedyReference(*prompt_ids, 16);
+  ScriptedDrafter inner(block_size(), [](const DraftRequest& r, int) {
+    return absl::StatusOr<DraftResult>(
+        Proposal(std::vector<int32_t>(r.window - 1, 11), r.passes));
+  });
+  StartLoop(&inner, nullptr);
+  // Wait for the model card, as the service does before building.
+  for (int i = 0; i < 1000 && !loop_->served_model().ready; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  RequestLimits limits;
+  limits.model = loop_->served_model();
+  ASSERT_TRUE(limits.model.ready);
+  limits.drafter_block_size = block_size();
+  limits.default_window = 8;
+  limits.default_passes = 2;
+  v1::GenerateRequest proto;
+  proto.set_text(text);
+  proto.set_max_tokens(16);
+  auto built = BuildRouterRequest(proto, limits, shared_->tokenizer.get());
+  ASSERT_TRUE(built.ok()) << built.status();
+  EXPECT_THAT(built->engine.prompt, ElementsAreArray(*prompt_ids));
+  built->arrival = std::chrono::steady_clock::now();
+  built->sink = std::make_shared<CollectingSink>();
+  auto sink = Submit(std::move(*built));
+  ASSERT_TRUE(sink->WaitFinished());
+  ASSERT_TRUE(sink->status().ok()) << sink->status();
+  EXPECT_THAT(sink->tokens(), ElementsAreArray(expected));
+  EXPECT_EQ(sink->text(), Decode(expected));
+  EXPECT_GT(sink->last().acceptance().drafted_rounds(), 0);
+}
+
+// --- Stops ------------------------------------------------------------------
+
+// Text after each token, as the streaming detokenizer builds it (a prefix
+// of the final text, unlike Decode of a prefix that ends mid-character).
+std::vector<std::string> TextAfterEachToken(const Tokenizer* tokenizer,
+                                            const std::vector<int32_t>& ids) {
+  StreamingDetokenizer detokenizer(tokenizer);
+  std::vector<std::string> out;
+  std::string text;
+  for (int32_t id : ids) {
+    auto piece = detokenizer.Push(id);
+    EXPECT_TRUE(piece.ok()) << piece.status();
+    if (piece.ok()) text += *piece;
+    out.push_back(text);
+  }
+  return out;
+}
+
+// docs/ARCHITECTURE.md §1 step 7: the output is cut before the first match
+// of a stop string, and text that could still become the stop string is
+// never streamed, so every message extends a prefix of the cut text.
+TEST_F(GenerationLoopTest, StopStringCutsTheOutputAndIsNeverStreamed) {
+  const std::vector<int32_t> ref = Reference(0);
+  const std::vector<std::string> after =
+      TextAfterEachToken(shared_->tokenizer.get(), ref);
+  const std::string full = after.back();
+  // The stop string: the text of tokens 20..22, which spans several tokens.
+  const size_t from = after[19].size();
+  const std::string stop = full.substr(from, after[22].size() - from);
+  ASSERT_GE(stop.size(), 2u) << "pick other tokens for the stop string";
+  const size_t cut = full.find(stop);
+  ASSERT_GT(cut, 0u) << "the stop string must not open the output";
+  const std::string expected_text = full.substr(0, cut);
+  // The loop stops at the token that completes the match.
+  size_t expected_tokens = 0;
+  while (after[expected_tokens].size() < cut + stop.size()) ++expected_tokens;
+  ++expected_tokens;
+
+  ScriptedDrafter inner(block_size(), Oracle(0, /*corrupt_every=*/4));
+  StartLoop(&inner, nullptr);
+  RouterRequest request = MakeRequest(prompt(0), kMaxTokens, 4, 1, {});
+  request.stop_strings = {"never in this output \x01", stop};
+  auto sink = std::make_shared<CollectingSink>();
+  std::vector<std::string> streamed;  // loop thread, then read after Finish
+  sink->on_send = [&streamed](const v1::GenerateResponse& r) {
+    streamed.push_back((streamed.empty() ? "" : streamed.back()) + r.text());
+  };
+  request.sink = sink;
+  Submit(std::move(request));
+  ASSERT_TRUE(sink->WaitFinished());
+  ASSERT_TRUE(sink->status().ok()) << sink->status();
+
+  for (size_t i = 0; i < streamed.size(); ++i) {
+    EXPECT_EQ(expected_text.compare(0, streamed[i].size(), streamed[i]), 0)
+        << "message " << i << " streamed text past the cut: '" << streamed[i]
+        << "'";
+  }
+  EXPECT_EQ(sink->text(), expected_text);
+  EXPECT_THAT(sink->tokens(), ElementsAreArray(std::vector<int32_t>(
+                                  ref.begin(), ref.begin() + expected_tokens)));
+  const v1::GenerateResponse last = sink->last();
+  EXPECT_EQ(last.finish_reason(), v1::FINISH_REASON_STOP);
+  EXPECT_EQ(last.stop_reason(), stop);
+  EXPECT_EQ(last.usage().completion_tokens(),
+            static_cast<int>(expected_tokens));
+}
+
+// While no stop string matches, the last (longest stop − 1) bytes stay
+// unsent; the final message releases them, and the deltas add up to the
+// whole text.
+TEST_F(GenerationLoopTest, TextThatCouldStillBecomeAStopStringIsHeldBack) {
+  const std::vector<int32_t> ref = Reference(2);
+  const std::string stop = "\x01 this stop string never occurs \x02";
+  const size_t hold = stop.size() - 1;
+  StartLoop(nullptr, nullptr);
+  RouterRequest request = MakeRequest(prompt(2), kMaxTokens, 1, 0, {});
+  request.stop_strings = {stop};
+  auto sink = Submit(std::move(request));
+  ASSERT_TRUE(sink->WaitFinished());
+  ASSERT_TRUE(sink->status().ok()) << sink->status();
+
+  const std::string full = Decode(ref);
+  ASSERT_GT(full.size(), hold) << "the output is too short to test hold-back";
+  const std::vector<v1::GenerateResponse> all = sink->responses();
+  ASSERT_GE(all.size(), 2u);
+  std::vector<int32_t> ids;
+  std::string streamed;
+  for (size_t i = 0; i + 1 < all.size(); ++i) {
+    ids.insert(ids.end(), all[i].token_ids().begin(), all[i].token_ids().end());
+    streamed += all[i].text();
+    const size_t known = Decode(ids).size();
+    EXPECT_LE(streamed.size(), known > hold ? known - hold : 0)
+        << "message " << i;
+  }
+  EXPECT_GE(all.back().text().size(), hold);
+  EXPECT_EQ(sink->text(), full);
+  EXPECT_THAT(sink->tokens(), ElementsAreArray(ref));
+  EXPECT_EQ(all.back().finish_reason(), v1::FINISH_REASON_LENGTH);
+}
+
+// First index i >= 5 whose token did not occur before: a stop there cuts
+// the output to ref[0, i).
+int FirstNewTokenIndex(const std::vector<int32_t>& ref) {
+  for (int i = 5; i < static_cast<int>(ref.size()); ++i) {
+    if (std::find(ref.begin(), ref.begin() + i, ref[i]) == ref.begin() + i) {
+      return i;
+    }
+  }
+  return -1;
+}
+
+TEST_F(GenerationLoopTest, StopTokenEndsTheRequestWithoutIt) {
+  const std::vector<int32_t> ref = Reference(1);
+  const int i = FirstNewTokenIndex(ref);
+  ASSERT_GT(i, 0);
+  ScriptedDrafter inner(block_size(), Oracle(1));
+  StartLoop(&inner, nullptr);
+  RouterRequest request = MakeRequest(prompt(1), kMaxTokens, 16, 1, {});
+  request.engine.stop_token_ids = {ref[i]};
+  auto sink = Submit(std::move(request));
+  ASSERT_TRUE(sink->WaitFinished());
+  ASSERT_TRUE(sink->status().ok()) << sink->status();
+  EXPECT_THAT(sink->tokens(), ElementsAreArray(std::vector<int32_t>(
+                                  ref.begin(), ref.begin() + i)));
+  const v1::GenerateResponse last = sink->last();
+  EXPECT_EQ(last.finish_reason(), v1::FINISH_REASON_STOP);
+  EXPECT_EQ(last.stop_reason(), absl::StrCat("token:", ref[i]));
+  EXPECT_EQ(last.usage().completion_tokens(), i);
+}
+
+// The target's EOS ids (from TargetControl::FetchInfo) end requests,
+// unless the request ignores EOS.
+TEST_F(GenerationLoopTest, TargetEosEndsTheRequestUnlessIgnored) {
+  const std::vector<int32_t> ref = Reference(2);
+  const int i = FirstNewTokenIndex(ref);
+  ASSERT_GT(i, 0);
+  TargetInfo info = Info();
+  info.eos_token_ids = {ref[i]};
+  StartLoop(nullptr, nullptr, info);
+  auto stopped = Submit(MakeRequest(prompt(2), kMaxTokens, 1, 0, {}));
+  RouterRequest ignoring = MakeRequest(prompt(2), kMaxTokens, 1, 0, {});
+  ignoring.engine.ignore_eos = true;
+  auto full = Submit(std::move(ignoring));
+  ASSERT_TRUE(stopped->WaitFinished());
+  ASSERT_TRUE(full->WaitFinished());
+  ASSERT_TRUE(stopped->status().ok()) << stopped->status();
+  ASSERT_TRUE(full->status().ok()) << full->status();
+  EXPECT_THAT(stopped->tokens(), ElementsAreArray(std::vector<int32_t>(
+                                     ref.begin(), ref.begin() + i)));
+  EXPECT_EQ(stopped->last().finish_reason(), v1::FINISH_REASON_STOP);
+  EXPECT_EQ(stopped->last().stop_reason(), absl::StrCat("token:", ref[i]));
+  EXPECT_THAT(full->tokens(), ElementsAreArray(ref));
+  EXPECT_EQ(full->last().finish_reason(), v1::FINISH_REASON_LENGTH);
+}
+
+// --- Drafter failures (docs/ARCHITECTURE.md §3 "Failure handling") ----------
+
+TEST_F(GenerationLoopTest, UnhealthyDrafterAtAdmissionDecodesTargetOnly) {
+  ScriptedDrafter inner(block_size(), Oracle(0));
+  StartLoop(&inner, nullptr);
+  drafter_->set_healthy(false);
+  auto sink = Submit(MakeRequest(prompt(0), kMaxTokens, 8, 2, {}));
+  ASSERT_TRUE(sink->WaitFinished());
+  ASSERT_TRUE(sink->status().ok()) << sink->status();
+  EXPECT_THAT(sink->tokens(), ElementsAreArray(Reference(0)));
+  EXPECT_EQ(drafter_->calls(), 0);
+  const v1::AcceptanceStats& a = sink->last().acceptance();
+  EXPECT_EQ(a.drafted_rounds(), 0);
+  EXPECT_EQ(a.fallback_rounds(), 0);  // never wanted to draft
+  EXPECT_EQ(a.rounds(), kMaxTokens - 1);
+  // Reserved for a one-token block.
+  const std::vector<FakeTargetControl::Limits> limits = target_->limits();
+  ASSERT_EQ(limits.size(), 1u);
+  EXPECT_EQ(limits[0].reserve_tokens,
+            static_cast<int64_t>(prompt(0).size()) + kMaxTokens + 1);
+}
+
+enum class DrafterFailure { kCallFails, kWrongLength, kIdOutsideVocabulary };
+
+class DrafterFailureTest
+    : public GenerationLoopTest,
+      public ::testing::WithParamInterface<DrafterFailure> {};
+
+// The drafter drafts two rounds, then fails: the request completes
+// target-only with the same tokens, and the failed round is counted as a
+// fallback round (in the response and in dedit_fallback_rounds_total).
+TEST_P(DrafterFailureTest, RequestCompletesTargetOnlyWithIdenticalOutput) {
+  const DrafterFailure failure = GetParam();
+  ScriptedDrafter inner(
+      block_size(),
+      [failure](const DraftRequest& r,
+                int call) -> absl::StatusOr<DraftResult> {
+        absl::StatusOr<DraftResult> good = Oracle(0, 5)(r, call);
+        if (call <= 2) return good;
+        switch (failure) {
+          case DrafterFailure::kCallFails:
+            return absl::UnavailableError("drafter went away");
+          case DrafterFailure::kWrongLength:
+            good->passes.back().tokens.pop_back();
+            return good;
+          case DrafterFailure::kIdOutsideVocabulary:
+            good->passes.back().tokens[0] = kVocab + 5;
+            return good;
+        }
+        return good;
+      });
+  StartLoop(&inner, nullptr);
+  auto sink = Submit(MakeRequest(prompt(0), kMaxTokens, 8, 2, {}));
+  ASSERT_TRUE(sink->WaitFinished());
+  ASSERT_TRUE(sink->status().ok()) << sink->status();
+  EXPECT_THAT(sink->tokens(), ElementsAreArray(Reference(0)));
+  const v1::GenerateResponse last = sink->last();
+  EXPECT_EQ(last.finish_reason(), v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(last.acceptance().drafted_rounds(), 2);
+  EXPECT_EQ(last.acceptance().fallback_rounds(), 1);
+  EXPECT_EQ(drafter_->calls(), 3);
+  EXPECT_EQ(CounterValue(*registry_, "dedit_fallback_rounds_total"), 1);
+
+  // A failed call makes the drafter unhealthy: the next request is admitted
+  // target-only. A malformed item only costs that request its drafts.
+  auto next = Submit(MakeRequest(prompt(1), kMaxTokens, 8, 2, {}));
+  ASSERT_TRUE(next->WaitFinished());
+  ASSERT_TRUE(next->status().ok()) << next->status();
+  EXPECT_THAT(next->tokens(), ElementsAreArray(Reference(1)));
+  if (failure == DrafterFailure::kCallFails) {
+    EXPECT_EQ(next->last().acceptance().drafted_rounds(), 0);
+    EXPECT_EQ(next->last().acceptance().fallback_rounds(), 0);
+    EXPECT_EQ(drafter_->calls(), 3);
+  } else {
+    // The script fails every later call the same way.
+    EXPECT_EQ(next->last().acceptance().fallback_rounds(), 1);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Failures, DrafterFailureTest,
+    ::testing::Values(DrafterFailure::kCallFails, DrafterFailure::kWrongLength,
+                      DrafterFailure::kIdOutsideVocabulary),
+    [](const ::testing::TestParamInfo<DrafterFailure>& info) {
+      switch (info.param) {
+        case DrafterFailure::kCallFails:
+          return "CallFails";
+        case DrafterFailure::kWrongLength:
+          return "WrongLength";
+        case DrafterFailure::kIdOutsideVocabulary:
+          return "IdOutsideVocabulary";
+      }
+      return "Unknown";
+    });
+
+// --- Cancellation, deadlines, shutdown --------------------------------------
+
+// A client that goes away mid-request: CANCELLED, no final message, and the
+// sequence released on the target and on the drafter (whose context cache
+// the LocalDrafter holds; TearDown checks both models are empty).
+TEST_F(GenerationLoopTest, ClientCancelReleasesBothSides) {
+  LocalDrafter inner(shared_->pair->drafter.get());
+  StartLoop(&inner, &inner);
+  auto sink = std::make_shared<CollectingSink>();
+  GenerationLoop* loop = loop_.get();
+  CollectingSink* raw = sink.get();
+  int sends = 0;  // loop thread
+  sink->on_send = [&sends, loop, raw](const v1::GenerateResponse&) {
+    if (++sends == 2) loop->Cancel(raw);
+  };
+  Submit(MakeRequest(prompt(1), kMaxTokens, 8, 2, sink));
+  ASSERT_TRUE(sink->WaitFinished());
+  EXPECT_EQ(sink->status().code(), absl::StatusCode::kCancelled)
+      << sink->status();
+  const std::vector<v1::GenerateResponse> all = sink->responses();
+  EXPECT_EQ(all.size(), 2u);
+  for (const v1::GenerateResponse& r : all) EXPECT_FALSE(r.finished());
+  EXPECT_LT(sink->tokens().size(), static_cast<size_t>(kMaxTokens));
+  EXPECT_THAT(verifier_->released(), Contains(SequenceId{1}));
+  EXPECT_THAT(drafter_->released(), Contains(SequenceId{1}));
+  EXPECT_EQ(shared_->pair->target->num_sequences(), 0u);
+  EXPECT_EQ(shared_->pair->drafter->num_sequences(), 0u);
+  EXPECT_EQ(CounterValue(*registry_, "dedit_requests_total", "cancelled"), 1);
+  EXPECT_EQ(loop_->running(), 0);
+}
+
+TEST_F(GenerationLoopTest, ExpiredDeadlineEndsTheRequestBeforePrefill) {
+  LocalDrafter inner(shared_->pair->drafter.get());
+  StartLoop(&inner, &inner);
+  RouterRequest request = MakeRequest(prompt(0), kMaxTokens, 8, 2, {});
+  request.deadline = SystemClock::now() - std::chrono::seconds(1);
+  auto sink = Submit(std::move(request));
+  ASSERT_TRUE(sink->WaitFinished());
+  EXPECT_EQ(sink->status().code(), absl::StatusCode::kDeadlineExceeded)
+      << sink->status();
+  EXPECT_TRUE(sink->responses().empty());
+  EXPECT_THAT(verifier_->released(), Contains(SequenceId{1}));
+  EXPECT_THAT(drafter_->released(), Contains(SequenceId{1}));
+}
+
+TEST_F(GenerationLoopTest, DeadlinePassingMidRequestEndsIt) {
+  LocalDrafter inner(shared_->pair->drafter.get());
+  StartLoop(&inner, &inner);
+  const SystemClock::time_point deadline =
+      SystemClock::now() + std::chrono::milliseconds(300);
+  RouterRequest request = MakeRequest(prompt(2), kMaxTokens, 8, 2, {});
+  request.deadline = deadline;
+  auto sink = std::make_shared<CollectingSink>();
+  // A slow first delivery holds the loop thread past the deadline.
+  sink->on_send = [deadline](const v1::GenerateResponse&) {
+    std::this_thread::sleep_until(deadline + std::chrono::milliseconds(20));
+  };
+  request.sink = sink;
+  Submit(std::move(request));
+  ASSERT_TRUE(sink->WaitFinished());
+  EXPECT_EQ(sink->status().code(), absl::StatusCode::kDeadlineExceeded)
+      << sink->status();
+  EXPECT_LT(sink->tokens().size(), static_cast<size_t>(kMaxTokens));
+  EXPECT_THAT(verifier_->released(), Contains(SequenceId{1}));
+  EXPECT_THAT(drafter_->released(), Contains(SequenceId{1}));
+  EXPECT_EQ(
+      CounterValue(*registry_, "dedit_requests_total", "deadline_exceeded"), 1);
+}
+
+// Stop() ends running requests with UNAVAILABLE (released on both sides)
+// and refuses later ones.
+TEST_F(GenerationLoopTest, StopEndsRunningAndLaterRequests) {
+  LocalDrafter inner(shared_->pair->drafter.get());
+  StartLoop(&inner, &inner);
+  auto sink = Submit(MakeRequest(prompt(0), 2000, 8, 2, {}));
+  ASSERT_TRUE(sink->WaitForMessages(1));
+  loop_->Stop();
+  ASSERT_TRUE(sink->WaitFinished(absl::ZeroDuration()));
+  EXPECT_EQ(sink->status().code(), absl::StatusCode::kUnavailable)
+      << sink->status();
+  EXPECT_THAT(verifier_->released(), Contains(SequenceId{1}));
+  EXPECT_THAT(drafter_->released(), Contains(SequenceId{1}));
+
+  auto late = Submit(MakeRequest(prompt(0), 4, 1, 0, {}));
+  ASSERT_TRUE(late->WaitFinished(absl::ZeroDuration()));
+  EXPECT_EQ(late->status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(late->responses().empty());
+}
+
+// Until the target answers Info, requests end UNAVAILABLE and the model is
+// not ready; once it answers, requests are served.
+TEST_F(GenerationLoopTest, UnreachableTargetRefusesRequestsUntilItAnswers) {
+  StartLoop(nullptr, nullptr, Info(), /*target_reachable=*/false);
+  auto refused = Submit(MakeRequest(prompt(0), 4, 1, 0, {}));
+  ASSERT_TRUE(refused->WaitFinished());
+  EXPECT_EQ(refused->status().code(), absl::StatusCode::kUnavailable)
+      << refused->status();
+  EXPECT_FALSE(loop_->served_model().ready);
+
+  target_->reachable.store(true);
+  for (int i = 0; i < 1000 && !loop_->served_model().ready; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(loop_->served_model().ready);
+  auto served = Submit(MakeRequest(prompt(0), 8, 1, 0, {}));
+  ASSERT_TRUE(served->WaitFinished());
+  ASSERT_TRUE(served->status().ok()) << served->status();
+  EXPECT_THAT(served->tokens(), ElementsAreArray(Reference(0, 8)));
+}
+
+}  // namespace
+}  // namespace dedit
