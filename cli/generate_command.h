@@ -3,7 +3,7 @@
 // acceptance length, rounds). Needs no libtorch: it is a gRPC client.
 //
 //   dedit-cli generate --router 127.0.0.1:50050 --prompt "Hello" --chat
-//       --max-tokens 64
+//       --max_tokens 64
 //
 // Text goes to stdout as it arrives (token ids when the router has no
 // tokenizer); the stats line goes to stderr so that stdout stays the text.
@@ -23,15 +23,15 @@ struct GenerateCommandOptions {
   std::string router = "127.0.0.1:50050";
   std::string model;
   std::string prompt;
-  bool chat = false;               // wrap --prompt as one user message
-  bool enable_thinking = false;    // with --chat
-  std::vector<int32_t> prompt_ids; // instead of --prompt
+  bool chat = false;                // wrap --prompt as one user message
+  bool enable_thinking = false;     // with --chat
+  std::vector<int32_t> prompt_ids;  // instead of --prompt
   int max_tokens = 128;
   float temperature = 0;
   int top_k = 0;
   float top_p = 1;
-  int64_t seed = -1;               // < 0 → unseeded
-  int window = 0;                  // 0 → the router's default
+  int64_t seed = -1;  // < 0 → unseeded
+  int window = 0;     // 0 → the router's default
   int passes = 0;
   bool no_speculation = false;
   std::vector<std::string> stop;
@@ -39,13 +39,12 @@ struct GenerateCommandOptions {
   int timeout_s = 600;
 };
 
+// Streams one generation: text to `text_out` as it arrives, then the
+// stats line to `stats_out`. The router's status passes through
+// (INVALID_ARGUMENT for a bad request, UNAVAILABLE when it is not reached,
+// DEADLINE_EXCEEDED after timeout_s).
 absl::Status RunGenerate(const GenerateCommandOptions& options,
                          std::ostream& text_out, std::ostream& stats_out);
-
-// Entry point for dedit-cli's subcommand table: parses `args` (the words
-// after "generate"), runs, returns the exit status (0 ok, 1 failure,
-// 2 usage error).
-int RunGenerateCommand(const std::vector<std::string>& args);
 
 }  // namespace dedit
 

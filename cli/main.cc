@@ -1,37 +1,76 @@
 // dedit-cli: command-line tools around the dedit libraries.
 //
-//   dedit-cli tokenize --tokenizer PATH [--decode] [--skip-special-tokens]
-//                      [--split-special-tokens]  < in.json > out.json
+//   dedit-cli tokenize --tokenizer PATH [--decode] [--skip_special_tokens]
+//                      [--split_special_tokens]  < in.json > out.json
 //   dedit-cli generate --router HOST:PORT --prompt TEXT [--chat] ...
+//   dedit-cli <command> --help
 //
-// Each subcommand parses its own flags and fills the Options struct of a
-// library function (cli/*_command.h),
-// so a new subcommand is one more entry in the command table. Exit status: 0 success,
-// 1 runtime error (bad input, unreadable tokenizer), 2 usage error.
+// Every command's flags are absl flags defined here; the command's entry
+// below lists the ones it accepts, ParseCommandFlags (command_flags.h)
+// sets them, and Run* fills the Options struct of the command's library
+// function (cli/*_command.h). Dashed names (--skip-special-tokens) work
+// too. Exit status: 0 success, 1 runtime error (bad input, unreadable
+// tokenizer, failed RPC), 2 usage error.
+#include <cstdint>
 #include <cstdio>
-#include <functional>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
-#include "absl/strings/match.h"
-#include "absl/strings/string_view.h"
+#include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
+#include "cli/command_flags.h"
 #include "cli/tokenize_command.h"
 #ifdef DEDIT_HAVE_ROUTER_CLIENT
 #include "cli/generate_command.h"
 #endif
 
+ABSL_FLAG(std::string, tokenizer, "",
+          "tokenizer.json (HF format, byte-level BPE); required");
+ABSL_FLAG(bool, decode, false, "decode id arrays instead of encoding text");
+ABSL_FLAG(bool, skip_special_tokens, false,
+          "with --decode: drop special tokens from the text");
+ABSL_FLAG(bool, split_special_tokens, false,
+          "when encoding: treat special-token text as plain text");
+
+#ifdef DEDIT_HAVE_ROUTER_CLIENT
+ABSL_FLAG(std::string, router, dedit::GenerateCommandOptions().router,
+          "dedit-router address host:port");
+ABSL_FLAG(std::string, model, "", "model name (empty: the router's model)");
+ABSL_FLAG(std::string, prompt, "", "prompt text");
+ABSL_FLAG(std::vector<std::string>, prompt_ids, {},
+          "prompt token ids, comma-separated, instead of --prompt");
+ABSL_FLAG(bool, chat, false,
+          "send --prompt as one user message (Qwen3 chat template)");
+ABSL_FLAG(bool, thinking, false, "with --chat: enable thinking");
+ABSL_FLAG(int, max_tokens, dedit::GenerateCommandOptions().max_tokens,
+          "tokens to generate at most");
+ABSL_FLAG(float, temperature, dedit::GenerateCommandOptions().temperature,
+          "sampling temperature (0 = greedy)");
+ABSL_FLAG(int, top_k, dedit::GenerateCommandOptions().top_k, "top-k (0 = off)");
+ABSL_FLAG(float, top_p, dedit::GenerateCommandOptions().top_p,
+          "top-p (1 = off)");
+ABSL_FLAG(int64_t, seed, dedit::GenerateCommandOptions().seed,
+          "sampling seed (< 0 = unseeded)");
+ABSL_FLAG(int, window, dedit::GenerateCommandOptions().window,
+          "W, the speculation window (0 = the router's default)");
+ABSL_FLAG(int, passes, dedit::GenerateCommandOptions().passes,
+          "K, drafter passes (0 = the router's default)");
+ABSL_FLAG(bool, no_speculation, false, "target-only decoding");
+ABSL_FLAG(std::vector<std::string>, stop, {}, "stop strings, comma-separated");
+ABSL_FLAG(bool, ignore_eos, false, "keep generating past EOS");
+ABSL_FLAG(int, timeout_s, dedit::GenerateCommandOptions().timeout_s,
+          "deadline of the whole generation, seconds");
+#endif
+
 namespace dedit {
 namespace {
-
-constexpr int kExitOk = 0;
-constexpr int kExitFailure = 1;
-constexpr int kExitUsage = 2;
 
 struct Command {
   const char* name;
   const char* summary;
-  std::function<int(const std::vector<std::string>& args)> run;
+  int (*run)(const char* argv0, const std::vector<std::string>& args);
 };
 
 void PrintUsage(const std::vector<Command>& commands, std::FILE* stream) {
@@ -43,87 +82,97 @@ void PrintUsage(const std::vector<Command>& commands, std::FILE* stream) {
                "\nRun 'dedit-cli <command> --help' for the command's flags.\n");
 }
 
-// Matches "--name VALUE" and "--name=VALUE"; advances *i past the value.
-// Returns false when `args[*i]` is not this flag; sets *missing when the
-// value is absent.
-bool TakeValueFlag(const std::vector<std::string>& args, size_t* i,
-                   absl::string_view name, std::string* value, bool* missing) {
-  const std::string& arg = args[*i];
-  if (arg == name) {
-    if (*i + 1 >= args.size()) {
-      *missing = true;
-      return true;
-    }
-    *value = args[++*i];
-    return true;
+int TokenizeMain(const char* argv0, const std::vector<std::string>& args) {
+  const CommandFlags command = {
+      "dedit-cli tokenize",
+      "--tokenizer PATH [--decode] [--skip_special_tokens]\n"
+      "                          [--split_special_tokens]\n"
+      "                          < in.json > out.json",
+      "Reads a JSON array from stdin and writes a JSON array to stdout.\n"
+      "  default   [\"text\", ...]      -> [[id, ...], ...]\n"
+      "  --decode  [[id, ...], ...]   -> [\"text\", ...]\n",
+      {"tokenizer", "decode", "skip_special_tokens", "split_special_tokens"}};
+  if (std::optional<int> exit = ParseCommandFlags(command, argv0, args)) {
+    return *exit;
   }
-  if (absl::StartsWith(arg, name) && arg.size() > name.size() &&
-      arg[name.size()] == '=') {
-    *value = arg.substr(name.size() + 1);
-    return true;
-  }
-  return false;
-}
-
-constexpr char kTokenizeUsage[] =
-    "usage: dedit-cli tokenize --tokenizer PATH [--decode]\n"
-    "                          [--skip-special-tokens] "
-    "[--split-special-tokens]\n"
-    "\n"
-    "Reads a JSON array from stdin and writes a JSON array to stdout.\n"
-    "  default   [\"text\", ...]      -> [[id, ...], ...]\n"
-    "  --decode  [[id, ...], ...]   -> [\"text\", ...]\n"
-    "\n"
-    "  --tokenizer PATH          tokenizer.json (HF format, byte-level BPE)\n"
-    "  --decode                  decode id arrays instead of encoding text\n"
-    "  --skip-special-tokens     (decode) drop special tokens from the text\n"
-    "  --split-special-tokens    (encode) treat special-token text as text\n";
-
-int RunTokenize(const std::vector<std::string>& args) {
   TokenizeCommandOptions options;
-  for (size_t i = 0; i < args.size(); ++i) {
-    bool missing = false;
-    if (args[i] == "--help" || args[i] == "-h") {
-      std::fputs(kTokenizeUsage, stdout);
-      return kExitOk;
-    }
-    if (TakeValueFlag(args, &i, "--tokenizer", &options.tokenizer_path,
-                      &missing)) {
-      if (missing) {
-        std::fprintf(stderr, "dedit-cli tokenize: --tokenizer needs a path\n");
-        return kExitUsage;
-      }
-    } else if (args[i] == "--decode") {
-      options.decode = true;
-    } else if (args[i] == "--skip-special-tokens") {
-      options.skip_special_tokens = true;
-    } else if (args[i] == "--split-special-tokens") {
-      options.split_special_tokens = true;
-    } else {
-      std::fprintf(stderr, "dedit-cli tokenize: unknown flag '%s'\n\n%s",
-                   args[i].c_str(), kTokenizeUsage);
-      return kExitUsage;
-    }
-  }
+  options.tokenizer_path = absl::GetFlag(FLAGS_tokenizer);
+  options.decode = absl::GetFlag(FLAGS_decode);
+  options.skip_special_tokens = absl::GetFlag(FLAGS_skip_special_tokens);
+  options.split_special_tokens = absl::GetFlag(FLAGS_split_special_tokens);
   if (options.tokenizer_path.empty()) {
-    std::fprintf(stderr, "dedit-cli tokenize: --tokenizer is required\n\n%s",
-                 kTokenizeUsage);
-    return kExitUsage;
+    return ReportUsageError(command, "--tokenizer is required");
   }
   const absl::Status status = RunTokenizeCommand(options, std::cin, std::cout);
   if (!status.ok()) {
-    std::fprintf(stderr, "dedit-cli tokenize: %s\n", status.ToString().c_str());
+    std::fprintf(stderr, "%s: %s\n", command.program.c_str(),
+                 status.ToString().c_str());
     return kExitFailure;
   }
   return kExitOk;
 }
 
+#ifdef DEDIT_HAVE_ROUTER_CLIENT
+int GenerateMain(const char* argv0, const std::vector<std::string>& args) {
+  const CommandFlags command = {
+      "dedit-cli generate",
+      "--router HOST:PORT (--prompt TEXT | --prompt_ids 1,2,3)\n"
+      "                          [--chat] [--max_tokens N] [--window W]\n"
+      "                          [--passes K] [--no_speculation] ...",
+      "Streams a generation from dedit-router: the text to stdout as it\n"
+      "arrives (token ids when the router has no tokenizer), then one line\n"
+      "of statistics to stderr.\n",
+      {"router", "model", "prompt", "prompt_ids", "chat", "thinking",
+       "max_tokens", "temperature", "top_k", "top_p", "seed", "window",
+       "passes", "no_speculation", "stop", "ignore_eos", "timeout_s"}};
+  if (std::optional<int> exit = ParseCommandFlags(command, argv0, args)) {
+    return *exit;
+  }
+  GenerateCommandOptions o;
+  o.router = absl::GetFlag(FLAGS_router);
+  o.model = absl::GetFlag(FLAGS_model);
+  o.prompt = absl::GetFlag(FLAGS_prompt);
+  for (const std::string& id : absl::GetFlag(FLAGS_prompt_ids)) {
+    if (id.empty()) continue;  // "1,,2" and a trailing comma are fine
+    int32_t value = 0;
+    if (!absl::SimpleAtoi(id, &value)) {
+      return ReportUsageError(
+          command, "bad --prompt_ids: '" + id + "' is not a token id");
+    }
+    o.prompt_ids.push_back(value);
+  }
+  o.chat = absl::GetFlag(FLAGS_chat);
+  o.enable_thinking = absl::GetFlag(FLAGS_thinking);
+  o.max_tokens = absl::GetFlag(FLAGS_max_tokens);
+  o.temperature = absl::GetFlag(FLAGS_temperature);
+  o.top_k = absl::GetFlag(FLAGS_top_k);
+  o.top_p = absl::GetFlag(FLAGS_top_p);
+  o.seed = absl::GetFlag(FLAGS_seed);
+  o.window = absl::GetFlag(FLAGS_window);
+  o.passes = absl::GetFlag(FLAGS_passes);
+  o.no_speculation = absl::GetFlag(FLAGS_no_speculation);
+  o.stop = absl::GetFlag(FLAGS_stop);
+  o.ignore_eos = absl::GetFlag(FLAGS_ignore_eos);
+  o.timeout_s = absl::GetFlag(FLAGS_timeout_s);
+  if (o.prompt.empty() && o.prompt_ids.empty()) {
+    return ReportUsageError(command, "--prompt or --prompt_ids is required");
+  }
+  const absl::Status status = RunGenerate(o, std::cout, std::cerr);
+  if (!status.ok()) {
+    std::fprintf(stderr, "%s: %s\n", command.program.c_str(),
+                 status.ToString().c_str());
+    return kExitFailure;
+  }
+  return kExitOk;
+}
+#endif
+
 int Main(int argc, char** argv) {
   const std::vector<Command> commands = {
       {"tokenize", "encode text to token ids, or decode ids (--decode)",
-       RunTokenize},
+       TokenizeMain},
 #ifdef DEDIT_HAVE_ROUTER_CLIENT
-      {"generate", "stream a generation from dedit-router", RunGenerateCommand},
+      {"generate", "stream a generation from dedit-router", GenerateMain},
 #endif
   };
   if (argc < 2) {
@@ -137,7 +186,7 @@ int Main(int argc, char** argv) {
   }
   const std::vector<std::string> args(argv + 2, argv + argc);
   for (const Command& c : commands) {
-    if (name == c.name) return c.run(args);
+    if (name == c.name) return c.run(argv[0], args);
   }
   std::fprintf(stderr, "dedit-cli: unknown command '%s'\n\n", name.c_str());
   PrintUsage(commands, stderr);

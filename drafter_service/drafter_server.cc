@@ -1,24 +1,23 @@
 #include "drafter_service/drafter_server.h"
 
-#include <atomic>
-#include <chrono>
-#include <cstdio>
-#include <filesystem>
-#include <memory>
-#include <string>
-
 #include <ATen/Parallel.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "base/model_config.h"
+#include "base/status.h"
+#include "drafter_service/drafter_service.h"
 #include "model/cpu_threads.h"
 #include "model/dedit_drafter.h"
-#include "base/model_config.h"
 #include "model/qwen3_model.h"
-#include "base/status.h"
 #include "model/tensor_io.h"
-#include "drafter_service/drafter_service.h"
-#include "serving/server_bootstrap.h"
+#include "serving/serve_until_signal.h"
+#include "serving/service_readiness.h"
 
 namespace dedit {
 namespace {
@@ -29,16 +28,18 @@ constexpr char kReadinessService[] = "dedit.v1.Drafter";
 class DrafterMetrics {
  public:
   DrafterMetrics(prometheus::Registry& r, int max_passes)
-      : pass_family_(prometheus::BuildHistogram()
-                         .Name("dedit_drafter_pass_duration_seconds")
-                         .Help("Wall time of one drafting pass (P1..PK) over a batch")
-                         .Register(r)),
+      : pass_family_(
+            prometheus::BuildHistogram()
+                .Name("dedit_drafter_pass_duration_seconds")
+                .Help("Wall time of one drafting pass (P1..PK) over a batch")
+                .Register(r)),
         batch_size_(prometheus::BuildHistogram()
                         .Name("dedit_drafter_batch_size")
                         .Help("Sequences per batched Draft call")
                         .Register(r)
-                        .Add({}, prometheus::Histogram::BucketBoundaries{
-                                     1, 2, 4, 8, 16, 32, 64, 128, 256})),
+                        .Add({},
+                             prometheus::Histogram::BucketBoundaries{
+                                 1, 2, 4, 8, 16, 32, 64, 128, 256})),
         context_tokens_(prometheus::BuildGauge()
                             .Name("dedit_drafter_context_tokens")
                             .Help("Context tokens cached over all sequences")
@@ -77,7 +78,8 @@ absl::Status RunDrafterServer(const DrafterServerOptions& options) {
   SetCpuThreads(options.cpu_threads);
   ASSIGN_OR_RETURN(c10::Device device, ParseDevice(options.device));
   ASSIGN_OR_RETURN(at::ScalarType dtype, ParseScalarType(options.dtype));
-  ASSIGN_OR_RETURN(Qwen3Config target_config, LoadQwen3Config(options.target_dir));
+  ASSIGN_OR_RETURN(Qwen3Config target_config,
+                   LoadQwen3Config(options.target_dir));
   ASSIGN_OR_RETURN(DrafterConfig drafter_config,
                    LoadDrafterConfig(options.drafter_dir));
   RETURN_IF_ERROR(CheckDrafterMatchesTarget(drafter_config, target_config));
@@ -107,42 +109,25 @@ absl::Status RunDrafterServer(const DrafterServerOptions& options) {
   worker.Start();
 
   // Readiness follows the attached context streams (drafter_service.h).
-  std::atomic<grpc::HealthCheckServiceInterface*> health{nullptr};
-  std::atomic<int> streams{0};
-  auto publish_readiness = [&] {
-    if (auto* h = health.load()) {
-      h->SetServingStatus(kReadinessService, streams.load() > 0);
-    }
-  };
+  ServiceReadiness readiness(kReadinessService);
   DrafterServiceImpl service(
       &worker, {model_name, options.device},
-      [&](int n) {
-        streams.store(n);
-        publish_readiness();
-      },
-      nullptr);
-  ASSIGN_OR_RETURN(StartedServer server,
-                   StartGrpcServer(options.listen_address, {&service}));
-  health.store(server.server->GetHealthCheckService());
-  publish_readiness();
-  ASSIGN_OR_RETURN(std::unique_ptr<MetricsEndpoint> metrics_endpoint,
-                   StartMetricsEndpoint(options.metrics_address, registry));
-  RETURN_IF_ERROR(WriteReadyFile(options.ready_file, server.port,
-                                 metrics_endpoint->port()));
-  std::fprintf(stderr,
-               "dedit-drafter: %s on %s, block %d, gRPC port %d, metrics port %d\n",
-               model_name.c_str(), options.device.c_str(),
-               drafter_config.block_size, server.port, metrics_endpoint->port());
-
-  const int sig = WaitForShutdownSignal();
-  std::fprintf(stderr, "dedit-drafter: signal %d, draining\n", sig);
-  server.server->GetHealthCheckService()->SetServingStatus(false);
-  service.FinishStreams();
-  server.server->Shutdown(std::chrono::system_clock::now() +
-                          std::chrono::milliseconds(options.drain_timeout_ms));
-  health.store(nullptr);
-  worker.Stop();
-  return absl::OkStatus();
+      [&readiness](int streams) { readiness.Set(streams > 0); }, nullptr);
+  ServeOptions serve;
+  serve.binary = "dedit-drafter";
+  serve.banner = absl::StrCat(model_name, " on ", options.device, ", block ",
+                              drafter_config.block_size);
+  serve.listen_address = options.listen_address;
+  serve.metrics_address = options.metrics_address;
+  serve.ready_file = options.ready_file;
+  serve.drain_timeout_ms = options.drain_timeout_ms;
+  serve.readiness = &readiness;
+  ServeHooks hooks;
+  // Context streams never end on their own: finish them so that they do
+  // not hold the drain to its deadline (the target reconnects).
+  hooks.before_drain = [&service] { service.FinishStreams(); };
+  hooks.after_drain = [&worker] { worker.Stop(); };
+  return ServeUntilSignal(serve, {&service}, registry, hooks);
 }
 
 }  // namespace dedit

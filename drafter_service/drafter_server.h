@@ -1,11 +1,12 @@
 // dedit-drafter as a library call: loads the drafter (and the target's
 // embedding/lm_head, which it shares), starts the model thread, the gRPC
-// server and /metrics, and serves until SIGTERM/SIGINT.
+// server and /metrics, and serves until SIGTERM/SIGINT, then drains
+// (ServeUntilSignal, serving/serve_until_signal.h).
 //
 //   DrafterServerOptions options;     // filled from flags in main.cc
 //   options.drafter_dir = "checkpoints/tiny/drafter";
 //   options.target_dir = "checkpoints/tiny/target";
-//   return RunDrafterServer(options).ok() ? 0 : 1;
+//   ExitAfterServing("dedit-drafter", RunDrafterServer(options));
 #ifndef DEDIT_DRAFTER_SERVICE_DRAFTER_SERVER_H_
 #define DEDIT_DRAFTER_SERVICE_DRAFTER_SERVER_H_
 
@@ -19,8 +20,8 @@ namespace dedit {
 
 struct DrafterServerOptions {
   std::string drafter_dir;
-  std::string target_dir;   // for embed_tokens / lm_head only
-  std::string model_name;   // empty → the drafter folder's name
+  std::string target_dir;  // for embed_tokens / lm_head only
+  std::string model_name;  // empty → the drafter folder's name
   std::string device = "cpu";
   std::string dtype = "float32";
   int cpu_threads = 0;
@@ -32,6 +33,9 @@ struct DrafterServerOptions {
   DrafterWorkerOptions worker;
 };
 
+// Blocks until a shutdown signal; returns OK once the context streams are
+// finished, in-flight RPCs have drained (up to drain_timeout_ms) and the
+// model thread is stopped. An error when loading or startup fails.
 // REQUIRES: BlockShutdownSignals() was called before any thread started.
 absl::Status RunDrafterServer(const DrafterServerOptions& options);
 

@@ -1,6 +1,7 @@
 // dedit-drafter: the DEdit drafter service (docs/ARCHITECTURE.md §3).
 //
-//   dedit-drafter --drafter_dir checkpoints/tiny/drafter --target_dir checkpoints/tiny/target
+//   dedit-drafter --drafter_dir checkpoints/tiny/drafter
+//       --target_dir checkpoints/tiny/target
 //       --port 50052 --metrics_port 9102 --device cpu
 #include <cstdio>
 #include <string>
@@ -9,7 +10,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "drafter_service/drafter_server.h"
-#include "serving/server_bootstrap.h"
+#include "serving/shutdown_signals.h"
 
 ABSL_FLAG(std::string, drafter_dir, "", "DEdit/DFlash drafter folder");
 ABSL_FLAG(std::string, target_dir, "",
@@ -22,7 +23,8 @@ ABSL_FLAG(bool, causal_editor, false, "force the causal editor (ablation)");
 ABSL_FLAG(std::string, host, "0.0.0.0", "listen host");
 ABSL_FLAG(int, port, 50052, "gRPC port (0 = ephemeral)");
 ABSL_FLAG(int, metrics_port, 9102, "Prometheus /metrics port (0 = ephemeral)");
-ABSL_FLAG(std::string, ready_file, "", "written with the bound ports once serving");
+ABSL_FLAG(std::string, ready_file, "",
+          "written with the bound ports once serving");
 ABSL_FLAG(int64_t, max_batch_wait_us, 0,
           "wait this long for more Draft RPCs before drafting (one router "
           "already batches its sequences into one call; raise it when "
@@ -39,8 +41,8 @@ int main(int argc, char** argv) {
   o.drafter_dir = absl::GetFlag(FLAGS_drafter_dir);
   o.target_dir = absl::GetFlag(FLAGS_target_dir);
   if (o.drafter_dir.empty() || o.target_dir.empty()) {
-    std::fprintf(stderr,
-                 "dedit-drafter: --drafter_dir and --target_dir are required\n");
+    std::fprintf(
+        stderr, "dedit-drafter: --drafter_dir and --target_dir are required\n");
     return 2;
   }
   o.model_name = absl::GetFlag(FLAGS_model_name);
@@ -50,16 +52,12 @@ int main(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_causal_editor)) o.causal_editor = true;
   const std::string host = absl::GetFlag(FLAGS_host);
   o.listen_address = absl::StrCat(host, ":", absl::GetFlag(FLAGS_port));
-  o.metrics_address = absl::StrCat(host, ":", absl::GetFlag(FLAGS_metrics_port));
+  o.metrics_address =
+      absl::StrCat(host, ":", absl::GetFlag(FLAGS_metrics_port));
   o.ready_file = absl::GetFlag(FLAGS_ready_file);
   o.drain_timeout_ms = absl::GetFlag(FLAGS_drain_timeout_ms);
   o.worker.max_batch_wait_us = absl::GetFlag(FLAGS_max_batch_wait_us);
   o.worker.context_wait_ms = absl::GetFlag(FLAGS_context_wait_ms);
   o.worker.max_passes = absl::GetFlag(FLAGS_max_passes);
-  const absl::Status status = dedit::RunDrafterServer(o);
-  if (!status.ok()) {
-    std::fprintf(stderr, "dedit-drafter: %s\n", status.ToString().c_str());
-    return 1;
-  }
-  dedit::ExitAfterDrain("dedit-drafter");
+  dedit::ExitAfterServing("dedit-drafter", dedit::RunDrafterServer(o));
 }

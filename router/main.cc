@@ -1,33 +1,37 @@
-// dedit-router: the public Generation service (docs/ARCHITECTURE.md §3). Runs the
-// speculative rounds between dedit-drafter and dedit-target.
+// dedit-router: the public Generation service (docs/ARCHITECTURE.md §3). Runs
+// the speculative rounds between dedit-drafter and dedit-target.
 //
 //   dedit-router --target 127.0.0.1:50051 --drafter 127.0.0.1:50052
-//       --tokenizer models/qwen3/tokenizer.json --port 50050 --metrics_port 9100
-#include <cstdio>
-#include <cstdlib>
+//       --tokenizer models/qwen3/tokenizer.json
+//       --port 50050 --metrics_port 9100
 #include <string>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
-#include "serving/server_bootstrap.h"
 #include "router/router_server.h"
+#include "serving/shutdown_signals.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:50051", "dedit-target address");
 ABSL_FLAG(std::string, drafter, "",
           "dedit-drafter address; empty → target-only decoding");
 ABSL_FLAG(std::string, tokenizer, "",
           "tokenizer.json for text/chat prompts and text deltas");
-ABSL_FLAG(std::string, model_name, "", "served model name (default: the target's)");
+ABSL_FLAG(std::string, model_name, "",
+          "served model name (default: the target's)");
 ABSL_FLAG(std::string, host, "0.0.0.0", "listen host");
 ABSL_FLAG(int, port, 50050, "gRPC port (0 = ephemeral)");
 ABSL_FLAG(int, metrics_port, 9100, "Prometheus /metrics port (0 = ephemeral)");
-ABSL_FLAG(std::string, ready_file, "", "written with the bound ports once serving");
+ABSL_FLAG(std::string, ready_file, "",
+          "written with the bound ports once serving");
 ABSL_FLAG(int, max_tokens_limit, 4096, "largest max_tokens a request may ask");
 ABSL_FLAG(int, max_passes, 8, "largest K a request may ask");
-ABSL_FLAG(int, default_window, 0, "W when a request gives none (0 = drafter block size)");
-ABSL_FLAG(int, default_passes, 0, "K when a request gives none (0 = checkpoint's K)");
-ABSL_FLAG(int64_t, target_timeout_ms, 60000, "deadline of Prefill/Verify calls");
+ABSL_FLAG(int, default_window, 0,
+          "W when a request gives none (0 = drafter block size)");
+ABSL_FLAG(int, default_passes, 0,
+          "K when a request gives none (0 = checkpoint's K)");
+ABSL_FLAG(int64_t, target_timeout_ms, 60000,
+          "deadline of Prefill/Verify calls");
 ABSL_FLAG(int64_t, draft_timeout_ms, 2000,
           "deadline of Draft calls; slower drafts fall back to target-only");
 ABSL_FLAG(int64_t, drafter_probe_ms, 200,
@@ -43,7 +47,8 @@ int main(int argc, char** argv) {
   o.tokenizer_path = absl::GetFlag(FLAGS_tokenizer);
   const std::string host = absl::GetFlag(FLAGS_host);
   o.listen_address = absl::StrCat(host, ":", absl::GetFlag(FLAGS_port));
-  o.metrics_address = absl::StrCat(host, ":", absl::GetFlag(FLAGS_metrics_port));
+  o.metrics_address =
+      absl::StrCat(host, ":", absl::GetFlag(FLAGS_metrics_port));
   o.ready_file = absl::GetFlag(FLAGS_ready_file);
   o.drain_timeout_ms = absl::GetFlag(FLAGS_drain_timeout_ms);
   o.loop.model_name = absl::GetFlag(FLAGS_model_name);
@@ -56,10 +61,5 @@ int main(int argc, char** argv) {
   o.verifier.rpc_timeout_ms = absl::GetFlag(FLAGS_target_timeout_ms);
   o.drafter.draft_timeout_ms = absl::GetFlag(FLAGS_draft_timeout_ms);
   o.drafter.probe_interval_ms = absl::GetFlag(FLAGS_drafter_probe_ms);
-  const absl::Status status = dedit::RunRouterServer(o);
-  if (!status.ok()) {
-    std::fprintf(stderr, "dedit-router: %s\n", status.ToString().c_str());
-    return 1;
-  }
-  dedit::ExitAfterDrain("dedit-router");
+  dedit::ExitAfterServing("dedit-router", dedit::RunRouterServer(o));
 }

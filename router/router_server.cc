@@ -1,11 +1,11 @@
 #include "router/router_server.h"
 
-#include <chrono>
-#include <cstdio>
 #include <memory>
 #include <random>
 
+#include "absl/strings/str_cat.h"
 #include "base/status.h"
+#include "serving/serve_until_signal.h"
 #include "serving/server_bootstrap.h"
 #include "tokenizer/tokenizer.h"
 
@@ -40,29 +40,23 @@ absl::Status RunRouterServer(const RouterServerOptions& options) {
   loop.Start();
   GenerationServiceImpl service(&loop, drafter.get(), tokenizer.get(),
                                 options.defaults);
-  ASSIGN_OR_RETURN(StartedServer server,
-                   StartGrpcServer(options.listen_address, {&service}));
-  ASSIGN_OR_RETURN(std::unique_ptr<MetricsEndpoint> metrics_endpoint,
-                   StartMetricsEndpoint(options.metrics_address, registry));
-  RETURN_IF_ERROR(WriteReadyFile(options.ready_file, server.port,
-                                 metrics_endpoint->port()));
-  std::fprintf(stderr,
-               "dedit-router: target %s, drafter %s, gRPC port %d, metrics port %d\n",
-               options.target_address.c_str(),
-               options.drafter_address.empty() ? "(none)"
-                                               : options.drafter_address.c_str(),
-               server.port, metrics_endpoint->port());
-
-  const int sig = WaitForShutdownSignal();
-  std::fprintf(stderr, "dedit-router: signal %d, draining\n", sig);
-  // New calls are refused; running streams finish (or are cancelled at
-  // the deadline, which the loop turns into CANCELLED + Release).
-  server.server->GetHealthCheckService()->SetServingStatus(false);
-  server.server->Shutdown(std::chrono::system_clock::now() +
-                          std::chrono::milliseconds(options.drain_timeout_ms));
-  loop.Stop();
-  if (drafter) drafter->Stop();
-  return absl::OkStatus();
+  ServeOptions serve;
+  serve.binary = "dedit-router";
+  serve.banner = absl::StrCat(
+      "target ", options.target_address, ", drafter ",
+      options.drafter_address.empty() ? "(none)" : options.drafter_address);
+  serve.listen_address = options.listen_address;
+  serve.metrics_address = options.metrics_address;
+  serve.ready_file = options.ready_file;
+  serve.drain_timeout_ms = options.drain_timeout_ms;
+  ServeHooks hooks;
+  // Running streams finish during the drain, or are cancelled at its
+  // deadline, which the loop turns into CANCELLED + Release.
+  hooks.after_drain = [&] {
+    loop.Stop();
+    if (drafter) drafter->Stop();
+  };
+  return ServeUntilSignal(serve, {&service}, registry, hooks);
 }
 
 }  // namespace dedit

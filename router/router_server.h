@@ -1,11 +1,12 @@
 // dedit-router as a library call: connects to dedit-target and (optionally)
 // dedit-drafter, runs the GenerationLoop and serves dedit.v1.Generation,
-// health, reflection and /metrics until SIGTERM/SIGINT, then drains.
+// health, reflection and /metrics until SIGTERM/SIGINT, then drains
+// (ServeUntilSignal, serving/serve_until_signal.h).
 //
 //   RouterServerOptions options;      // filled from flags in main.cc
 //   options.target_address = "127.0.0.1:50051";
 //   options.drafter_address = "127.0.0.1:50052";
-//   return RunRouterServer(options).ok() ? 0 : 1;
+//   ExitAfterServing("dedit-router", RunRouterServer(options));
 #ifndef DEDIT_ROUTER_ROUTER_SERVER_H_
 #define DEDIT_ROUTER_ROUTER_SERVER_H_
 
@@ -21,8 +22,8 @@ namespace dedit {
 
 struct RouterServerOptions {
   std::string target_address = "127.0.0.1:50051";
-  std::string drafter_address;   // empty → target-only router
-  std::string tokenizer_path;    // empty → token ids only
+  std::string drafter_address;  // empty → target-only router
+  std::string tokenizer_path;   // empty → token ids only
   std::string listen_address = "0.0.0.0:50050";
   std::string metrics_address = "0.0.0.0:9100";
   std::string ready_file;
@@ -33,6 +34,9 @@ struct RouterServerOptions {
   RemoteDrafter::Options drafter;
 };
 
+// Blocks until a shutdown signal; returns OK once running streams have
+// finished or were cancelled at drain_timeout_ms, and the generation loop
+// and the drafter prober are stopped. An error when startup fails.
 // REQUIRES: BlockShutdownSignals() was called before any thread started.
 absl::Status RunRouterServer(const RouterServerOptions& options);
 

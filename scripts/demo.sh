@@ -29,7 +29,7 @@ if [ -f "$ROOT/checkpoints/tiny/target/model.safetensors" ] &&
   PROMPT_ARGS=(--prompt "$PROMPT")
   echo "model: bundled checkpoints/tiny (see checkpoints/tiny/target/MODEL_CARD.md)"
 else
-  PROMPT_ARGS=(--prompt-ids 1,17,42,99,7,256,3)
+  PROMPT_ARGS=(--prompt_ids 1,17,42,99,7,256,3)
   echo "model: generated random pair (acceptance near 1 token per round)"
 fi
 
@@ -73,7 +73,7 @@ echo
 generate() {  # file, cli flags...
   local file=$1; shift
   if ! "$CLI" generate --router "127.0.0.1:$RP" "${PROMPT_ARGS[@]}" \
-      --max-tokens "$MAX_TOKENS" "$@" 2>"$file.stats" | tee "$file"; then
+      --max_tokens "$MAX_TOKENS" "$@" 2>"$file.stats" | tee "$file"; then
     echo
     echo "demo: dedit-cli generate failed:" >&2
     cat "$file.stats" >&2
@@ -86,8 +86,8 @@ generate() {  # file, cli flags...
 echo "== speculative (W=$WINDOW, K=$PASSES), streamed from the router =="
 generate "$RUN_DIR/speculative.txt" --window "$WINDOW" --passes "$PASSES"
 echo
-echo "== target-only (--no-speculation), same router =="
-generate "$RUN_DIR/target_only.txt" --no-speculation
+echo "== target-only (--no_speculation), same router =="
+generate "$RUN_DIR/target_only.txt" --no_speculation
 echo
 if cmp -s "$RUN_DIR/speculative.txt" "$RUN_DIR/target_only.txt"; then
   echo "lossless: the speculative text is identical to the target-only text"

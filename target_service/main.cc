@@ -1,7 +1,8 @@
 // dedit-target: the target model service (docs/ARCHITECTURE.md §3).
 //
-//   dedit-target --target_dir checkpoints/tiny/target --drafter_dir checkpoints/tiny/drafter
-//       --drafter 127.0.0.1:50052 --port 50051 --metrics_port 9101 --device cpu
+//   dedit-target --target_dir checkpoints/tiny/target
+//       --drafter_dir checkpoints/tiny/drafter --drafter 127.0.0.1:50052
+//       --port 50051 --metrics_port 9101 --device cpu
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -11,17 +12,19 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "serving/server_bootstrap.h"
+#include "serving/shutdown_signals.h"
 #include "target_service/target_server.h"
 
 ABSL_FLAG(std::string, target_dir, "", "target model folder (HF format)");
-ABSL_FLAG(std::string, model_name, "", "served model name (default: folder name)");
+ABSL_FLAG(std::string, model_name, "",
+          "served model name (default: folder name)");
 ABSL_FLAG(std::string, drafter_dir, "",
           "drafter folder, read for its target_layer_ids (context features)");
 ABSL_FLAG(std::string, feature_layer_ids, "",
           "comma-separated target layers for context features (overrides "
           "--drafter_dir)");
-ABSL_FLAG(std::string, drafter, "", "dedit-drafter address host:port; empty → none");
+ABSL_FLAG(std::string, drafter, "",
+          "dedit-drafter address host:port; empty → none");
 ABSL_FLAG(std::string, device, "cpu", "cpu, cuda, cuda:N");
 ABSL_FLAG(std::string, dtype, "float32", "compute dtype: float32 or bfloat16");
 ABSL_FLAG(int, threads, 0, "CPU threads for libtorch (0 = default)");
@@ -64,16 +67,12 @@ int main(int argc, char** argv) {
   o.cpu_threads = absl::GetFlag(FLAGS_threads);
   const std::string host = absl::GetFlag(FLAGS_host);
   o.listen_address = absl::StrCat(host, ":", absl::GetFlag(FLAGS_port));
-  o.metrics_address = absl::StrCat(host, ":", absl::GetFlag(FLAGS_metrics_port));
+  o.metrics_address =
+      absl::StrCat(host, ":", absl::GetFlag(FLAGS_metrics_port));
   o.ready_file = absl::GetFlag(FLAGS_ready_file);
   o.drain_timeout_ms = absl::GetFlag(FLAGS_drain_timeout_ms);
   o.worker.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
   o.worker.max_batch_wait_us = absl::GetFlag(FLAGS_max_batch_wait_us);
   o.worker.kv_capacity_tokens = absl::GetFlag(FLAGS_kv_capacity_tokens);
-  const absl::Status status = dedit::RunTargetServer(o);
-  if (!status.ok()) {
-    std::fprintf(stderr, "dedit-target: %s\n", status.ToString().c_str());
-    return 1;
-  }
-  dedit::ExitAfterDrain("dedit-target");
+  dedit::ExitAfterServing("dedit-target", dedit::RunTargetServer(o));
 }

@@ -1,20 +1,20 @@
 #include "target_service/target_server.h"
 
-#include <chrono>
-#include <cstdio>
-#include <filesystem>
-#include <memory>
-
 #include <ATen/Parallel.h>
 #include <prometheus/counter.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 
-#include "model/cpu_threads.h"
+#include <filesystem>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
 #include "base/model_config.h"
-#include "model/qwen3_model.h"
 #include "base/status.h"
+#include "model/cpu_threads.h"
+#include "model/qwen3_model.h"
 #include "model/tensor_io.h"
+#include "serving/serve_until_signal.h"
 #include "serving/server_bootstrap.h"
 #include "target_service/context_stream_client.h"
 #include "target_service/target_service.h"
@@ -27,18 +27,20 @@ struct TargetMetrics {
   explicit TargetMetrics(prometheus::Registry& r)
       : batch_size(prometheus::BuildHistogram()
                        .Name("dedit_target_batch_size")
-                       .Help("Sequences (prefill chunks + verify blocks) per target forward")
+                       .Help("Sequences (prefill chunks + verify blocks) per "
+                             "target forward")
                        .Register(r)
-                       .Add({}, prometheus::Histogram::BucketBoundaries{
-                                    1, 2, 4, 8, 16, 32, 64, 128, 256})),
-        forward_seconds(
-            prometheus::BuildHistogram()
-                .Name("dedit_target_forward_duration_seconds")
-                .Help("Wall time of one batched target forward")
-                .Register(r)
-                .Add({}, prometheus::Histogram::BucketBoundaries{
-                             0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
-                             0.1, 0.25, 0.5, 1, 2.5, 5, 10})),
+                       .Add({},
+                            prometheus::Histogram::BucketBoundaries{
+                                1, 2, 4, 8, 16, 32, 64, 128, 256})),
+        forward_seconds(prometheus::BuildHistogram()
+                            .Name("dedit_target_forward_duration_seconds")
+                            .Help("Wall time of one batched target forward")
+                            .Register(r)
+                            .Add({},
+                                 prometheus::Histogram::BucketBoundaries{
+                                     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                     0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10})),
         kv_usage(prometheus::BuildGauge()
                      .Name("dedit_kv_cache_usage_ratio")
                      .Help("Cached KV tokens / KV capacity in tokens")
@@ -66,7 +68,8 @@ absl::Status RunTargetServer(const TargetServerOptions& options) {
   model_options.dtype = dtype;
   model_options.feature_layer_ids = options.feature_layer_ids;
   if (model_options.feature_layer_ids.empty() && !options.drafter_dir.empty()) {
-    ASSIGN_OR_RETURN(DrafterConfig drafter, LoadDrafterConfig(options.drafter_dir));
+    ASSIGN_OR_RETURN(DrafterConfig drafter,
+                     LoadDrafterConfig(options.drafter_dir));
     model_options.feature_layer_ids = drafter.target_layer_ids;
   }
   if (!options.drafter_address.empty() &&
@@ -82,7 +85,9 @@ absl::Status RunTargetServer(const TargetServerOptions& options) {
     model_name = std::filesystem::path(options.target_dir).filename().string();
     if (model_name.empty()) {
       model_name = std::filesystem::path(options.target_dir)
-                       .parent_path().filename().string();
+                       .parent_path()
+                       .filename()
+                       .string();
     }
   }
 
@@ -95,8 +100,7 @@ absl::Status RunTargetServer(const TargetServerOptions& options) {
         grpc::CreateCustomChannel(options.drafter_address,
                                   grpc::InsecureChannelCredentials(),
                                   InternalChannelArguments()),
-        ContextStreamClient::Options(),
-        [&metrics](int64_t bytes) {
+        ContextStreamClient::Options(), [&metrics](int64_t bytes) {
           metrics.stream_bytes.Increment(static_cast<double>(bytes));
         });
     stream->Start();
@@ -118,24 +122,19 @@ absl::Status RunTargetServer(const TargetServerOptions& options) {
 
   TargetServiceImpl service(&worker, stream.get(),
                             {model_name, options.device, options.dtype});
-  ASSIGN_OR_RETURN(StartedServer server,
-                   StartGrpcServer(options.listen_address, {&service}));
-  ASSIGN_OR_RETURN(std::unique_ptr<MetricsEndpoint> metrics_endpoint,
-                   StartMetricsEndpoint(options.metrics_address, registry));
-  RETURN_IF_ERROR(WriteReadyFile(options.ready_file, server.port,
-                                 metrics_endpoint->port()));
-  std::fprintf(stderr, "dedit-target: model %s on %s, gRPC port %d, metrics port %d\n",
-               model_name.c_str(), options.device.c_str(), server.port,
-               metrics_endpoint->port());
-
-  const int sig = WaitForShutdownSignal();
-  std::fprintf(stderr, "dedit-target: signal %d, draining\n", sig);
-  server.server->GetHealthCheckService()->SetServingStatus(false);
-  server.server->Shutdown(std::chrono::system_clock::now() +
-                          std::chrono::milliseconds(options.drain_timeout_ms));
-  worker.Stop();
-  if (stream) stream->Stop(1000);
-  return absl::OkStatus();
+  ServeOptions serve;
+  serve.binary = "dedit-target";
+  serve.banner = absl::StrCat("model ", model_name, " on ", options.device);
+  serve.listen_address = options.listen_address;
+  serve.metrics_address = options.metrics_address;
+  serve.ready_file = options.ready_file;
+  serve.drain_timeout_ms = options.drain_timeout_ms;
+  ServeHooks hooks;
+  hooks.after_drain = [&] {
+    worker.Stop();
+    if (stream) stream->Stop(1000);
+  };
+  return ServeUntilSignal(serve, {&service}, registry, hooks);
 }
 
 }  // namespace dedit

@@ -1,10 +1,11 @@
 // dedit-target as a library call: loads the target, starts the model
 // thread, the context stream to the drafter, the gRPC server and /metrics,
-// and serves until SIGTERM/SIGINT, then drains.
+// and serves until SIGTERM/SIGINT, then drains (ServeUntilSignal,
+// serving/serve_until_signal.h).
 //
 //   TargetServerOptions options;       // filled from flags in main.cc
 //   options.target_dir = "checkpoints/tiny/target";
-//   return RunTargetServer(options).ok() ? 0 : 1;
+//   ExitAfterServing("dedit-target", RunTargetServer(options));
 #ifndef DEDIT_TARGET_SERVICE_TARGET_SERVER_H_
 #define DEDIT_TARGET_SERVICE_TARGET_SERVER_H_
 
@@ -18,7 +19,7 @@ namespace dedit {
 
 struct TargetServerOptions {
   std::string target_dir;
-  std::string model_name;       // empty → the target folder's name
+  std::string model_name;  // empty → the target folder's name
   // Context features: the drafter's target_layer_ids, read from
   // `drafter_dir`/config.json unless given explicitly.
   std::string drafter_dir;
@@ -26,7 +27,7 @@ struct TargetServerOptions {
   std::string drafter_address;  // host:port of dedit-drafter; empty → none
   std::string device = "cpu";
   std::string dtype = "float32";
-  int cpu_threads = 0;          // libtorch intra-op threads; 0 = default
+  int cpu_threads = 0;  // libtorch intra-op threads; 0 = default
   std::string listen_address = "0.0.0.0:50051";
   std::string metrics_address = "0.0.0.0:9101";
   std::string ready_file;
@@ -34,7 +35,9 @@ struct TargetServerOptions {
   TargetWorkerOptions worker;
 };
 
-// Blocks until a shutdown signal; error when startup fails.
+// Blocks until a shutdown signal; returns OK once in-flight RPCs have
+// drained (up to drain_timeout_ms) and the model thread and the context
+// stream are stopped. An error when loading or startup fails.
 // REQUIRES: BlockShutdownSignals() was called before any thread started.
 absl::Status RunTargetServer(const TargetServerOptions& options);
 

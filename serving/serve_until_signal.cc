@@ -1,0 +1,51 @@
+#include "serving/serve_until_signal.h"
+
+#include <chrono>
+#include <cstdio>
+#include <utility>
+
+#include "absl/cleanup/cleanup.h"
+#include "base/status.h"
+#include "serving/metrics_endpoint.h"
+#include "serving/server_bootstrap.h"
+#include "serving/service_readiness.h"
+#include "serving/shutdown_signals.h"
+
+namespace dedit {
+
+absl::Status ServeUntilSignal(const ServeOptions& options,
+                              const std::vector<grpc::Service*>& services,
+                              std::shared_ptr<prometheus::Registry> registry,
+                              const ServeHooks& hooks) {
+  ASSIGN_OR_RETURN(StartedServer server,
+                   StartGrpcServer(options.listen_address, services));
+  grpc::HealthCheckServiceInterface* health =
+      server.server->GetHealthCheckService();
+  if (options.readiness != nullptr) options.readiness->PublishTo(health);
+  // `health` dies with the server; detached first on every return.
+  absl::Cleanup detach_readiness = [&options] {
+    if (options.readiness != nullptr) options.readiness->PublishTo(nullptr);
+  };
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<MetricsEndpoint> metrics,
+      StartMetricsEndpoint(options.metrics_address, std::move(registry)));
+  RETURN_IF_ERROR(
+      WriteReadyFile(options.ready_file, server.port, metrics->port()));
+  std::fprintf(stderr, "%s: %s, gRPC port %d, metrics port %d\n",
+               options.binary.c_str(), options.banner.c_str(), server.port,
+               metrics->port());
+
+  const int sig = WaitForShutdownSignal();
+  std::fprintf(stderr, "%s: signal %d, draining\n", options.binary.c_str(),
+               sig);
+  // Detached first, so that no named status is published after this.
+  std::move(detach_readiness).Invoke();
+  health->SetServingStatus(false);
+  if (hooks.before_drain) hooks.before_drain();
+  server.server->Shutdown(std::chrono::system_clock::now() +
+                          std::chrono::milliseconds(options.drain_timeout_ms));
+  if (hooks.after_drain) hooks.after_drain();
+  return absl::OkStatus();
+}
+
+}  // namespace dedit

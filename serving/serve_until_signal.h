@@ -1,0 +1,85 @@
+// The serve sequence every dedit binary runs once its service is built:
+// gRPC with health and reflection, /metrics, the ready file, then SIGTERM
+// or SIGINT → NOT_SERVING → drain with a deadline → stop the workers.
+//
+//   ServeOptions serve;                  // from the binary's options
+//   serve.binary = "dedit-target";
+//   serve.banner = "model tiny on cpu";
+//   serve.listen_address = "0.0.0.0:50051";
+//   ServeHooks hooks;
+//   hooks.after_drain = [&] { worker.Stop(); };
+//   return ServeUntilSignal(serve, {&service}, registry, hooks);
+//
+// The binary's main() then ends with ExitAfterServing (shutdown_signals.h).
+#ifndef DEDIT_SERVING_SERVE_UNTIL_SIGNAL_H_
+#define DEDIT_SERVING_SERVE_UNTIL_SIGNAL_H_
+
+#include <grpcpp/grpcpp.h>
+#include <prometheus/registry.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace dedit {
+
+class ServiceReadiness;
+
+struct ServeOptions {
+  std::string binary;           // log prefix, e.g. "dedit-target"
+  std::string banner;           // what is served; logged with the ports
+  std::string listen_address;   // gRPC "host:port"; port 0 = ephemeral
+  std::string metrics_address;  // /metrics "host:port"; port 0 = ephemeral
+  std::string ready_file;       // empty → none
+  // How long in-flight RPCs may run after the signal before gRPC cancels
+  // them.
+  int drain_timeout_ms = 10000;
+  // A named health service whose status the binary sets from its own
+  // threads (service_readiness.h); published while serving, detached
+  // before the drain and on every early return. Not owned; may be null.
+  ServiceReadiness* readiness = nullptr;
+};
+
+// What a binary adds to the shutdown. Both hooks are optional and run on
+// the thread that called ServeUntilSignal.
+struct ServeHooks {
+  // After the signal, once every health service reports NOT_SERVING and
+  // before the drain starts: end what would otherwise hold the drain to
+  // its deadline (the drafter finishes its context streams here).
+  std::function<void()> before_drain;
+  // The drain is over (every RPC finished or was cancelled): stop the
+  // threads the RPCs fed — model workers, stream writers, probers.
+  std::function<void()> after_drain;
+};
+
+// Serves `services` on options.listen_address and `registry` on
+// options.metrics_address until SIGTERM or SIGINT, then drains:
+//   1. gRPC server with health (SERVING) and reflection; readiness
+//      published
+//   2. /metrics endpoint
+//   3. ready file with both bound ports; "<binary>: <banner>, gRPC port N,
+//      metrics port M" on stderr
+//   4. wait for SIGTERM/SIGINT; "<binary>: signal S, draining"
+//   5. readiness detached; health NOT_SERVING (every service name);
+//      before_drain
+//   6. Shutdown with deadline now + drain_timeout_ms: new calls are
+//      refused, running ones finish or are cancelled at the deadline
+//   7. after_drain; /metrics and the server are torn down
+// Returns OK after the drain. A failure in steps 1-3 is returned at once
+// (UNAVAILABLE when a port cannot be bound, INVALID_ARGUMENT for a bad
+// metrics address, INTERNAL when the ready file cannot be written), and
+// neither before_drain nor after_drain runs: the caller's own objects
+// stop their threads as they are destroyed.
+// REQUIRES: BlockShutdownSignals() ran before any thread started, and no
+// other thread waits for the shutdown signals.
+absl::Status ServeUntilSignal(const ServeOptions& options,
+                              const std::vector<grpc::Service*>& services,
+                              std::shared_ptr<prometheus::Registry> registry,
+                              const ServeHooks& hooks);
+
+}  // namespace dedit
+
+#endif  // DEDIT_SERVING_SERVE_UNTIL_SIGNAL_H_

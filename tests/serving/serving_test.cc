@@ -1,0 +1,389 @@
+// dedit::serving in one process: ServeUntilSignal's sequence (ready file,
+// health, /metrics, signal → NOT_SERVING → before_drain → drain of an
+// in-flight RPC → after_drain), its startup errors, ServiceReadiness and
+// the /metrics endpoint. The signals are sent to this process, so main()
+// blocks them before gtest or gRPC start a thread.
+#include <arpa/inet.h>
+#include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <prometheus/counter.h>
+#include <prometheus/registry.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "dedit/v1/services.grpc.pb.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "serving/metrics_endpoint.h"
+#include "serving/serve_until_signal.h"
+#include "serving/server_bootstrap.h"
+#include "serving/service_readiness.h"
+#include "serving/shutdown_signals.h"
+
+namespace dedit {
+namespace {
+
+using ::grpc::health::v1::HealthCheckRequest;
+using ::grpc::health::v1::HealthCheckResponse;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+constexpr char kNamedService[] = "dedit.test.Named";
+
+std::string MakeTempDir() {
+  std::string dir =
+      absl::StrCat(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp",
+                   "/dedit_serving_test.XXXXXX");
+  if (mkdtemp(dir.data()) == nullptr) std::abort();
+  return dir;
+}
+
+// The ports from a ready file, once it exists (up to 20 s).
+bool WaitForReadyFile(const std::string& path, int* grpc_port,
+                      int* metrics_port) {
+  for (int i = 0; i < 2000; ++i) {
+    std::ifstream in(path);
+    std::string text((std::istreambuf_iterator<char>(in)),
+                     std::istreambuf_iterator<char>());
+    if (std::sscanf(text.c_str(), "{\"grpc_port\": %d, \"metrics_port\": %d}",
+                    grpc_port, metrics_port) == 2) {
+      return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+// "GET <path>" on 127.0.0.1:port; the whole response.
+absl::StatusOr<std::string> HttpGet(int port, const std::string& path) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return absl::InternalError("socket");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return absl::UnavailableError("connect");
+  }
+  const std::string request =
+      absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+  if (write(fd, request.data(), request.size()) !=
+      static_cast<ssize_t>(request.size())) {
+    close(fd);
+    return absl::UnavailableError("write");
+  }
+  std::string response;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0) response.append(buf, n);
+  close(fd);
+  return response;
+}
+
+HealthCheckResponse::ServingStatus CheckHealth(
+    const std::shared_ptr<grpc::Channel>& channel, const std::string& name) {
+  auto stub = grpc::health::v1::Health::NewStub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(5));
+  HealthCheckRequest request;
+  request.set_service(name);
+  HealthCheckResponse response;
+  const grpc::Status status = stub->Check(&context, request, &response);
+  if (!status.ok()) return HealthCheckResponse::UNKNOWN;
+  return response.status();
+}
+
+// Target.Info answers `finish_after` after it arrives, from its own
+// thread: an RPC in flight when the signal comes.
+class SlowInfoService final : public v1::Target::CallbackService {
+ public:
+  explicit SlowInfoService(std::chrono::milliseconds finish_after)
+      : finish_after_(finish_after) {}
+  ~SlowInfoService() override {
+    absl::MutexLock lock(&mu_);
+    for (std::thread& t : threads_) t.join();
+  }
+
+  grpc::ServerUnaryReactor* Info(grpc::CallbackServerContext* context,
+                                 const v1::TargetInfoRequest*,
+                                 v1::TargetInfoResponse* response) override {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    response->set_model_name("slow");
+    absl::MutexLock lock(&mu_);
+    threads_.emplace_back([this, reactor] {
+      std::this_thread::sleep_for(finish_after_);
+      if (on_finish) on_finish();
+      reactor->Finish(grpc::Status::OK);
+    });
+    arrived.Notify();
+    return reactor;
+  }
+
+  absl::Notification arrived;
+  std::function<void()> on_finish;  // set before the server starts
+
+ private:
+  const std::chrono::milliseconds finish_after_;
+  absl::Mutex mu_;
+  std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);
+};
+
+// Events from the serve thread and the RPC thread, in order.
+class EventLog {
+ public:
+  void Add(std::string event) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    events_.push_back(std::move(event));
+  }
+  std::vector<std::string> events() const ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    return events_;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  std::vector<std::string> events_ ABSL_GUARDED_BY(mu_);
+};
+
+class ServeUntilSignalTest : public ::testing::Test {
+ protected:
+  ServeUntilSignalTest() : dir_(MakeTempDir()) {
+    options_.binary = "serving_test";
+    options_.banner = "a slow Info";
+    options_.listen_address = "127.0.0.1:0";
+    options_.metrics_address = "127.0.0.1:0";
+    options_.ready_file = dir_ + "/ready";
+    options_.drain_timeout_ms = 20000;
+    registry_ = std::make_shared<prometheus::Registry>();
+    prometheus::BuildCounter()
+        .Name("dedit_serving_test_total")
+        .Help("a counter for the scrape")
+        .Register(*registry_)
+        .Add({})
+        .Increment(3);
+  }
+  ~ServeUntilSignalTest() override { std::filesystem::remove_all(dir_); }
+
+  // Runs ServeUntilSignal on its own thread (as main() would).
+  void StartServing(grpc::Service* service) {
+    serve_thread_ = std::thread([this, service] {
+      served_ = ServeUntilSignal(options_, {service}, registry_, hooks_);
+    });
+  }
+  absl::Status StopServing(int sig) {
+    kill(getpid(), sig);
+    serve_thread_.join();
+    return served_;
+  }
+
+  const std::string dir_;
+  ServeOptions options_;
+  ServeHooks hooks_;
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::thread serve_thread_;
+  absl::Status served_;
+};
+
+TEST_F(ServeUntilSignalTest, ServesThenDrainsAnInFlightRpcOnSigterm) {
+  SlowInfoService service(std::chrono::milliseconds(500));
+  ServiceReadiness readiness(kNamedService);
+  readiness.Set(true);  // before the server exists
+  options_.readiness = &readiness;
+  EventLog log;
+  std::shared_ptr<grpc::Channel> channel;
+  hooks_.before_drain = [&] {
+    log.Add("before_drain");
+    // The server still answers: every name reports NOT_SERVING, and the
+    // readiness no longer publishes.
+    readiness.Set(true);
+    log.Add(absl::StrCat("health ", CheckHealth(channel, ""), " named ",
+                         CheckHealth(channel, kNamedService)));
+  };
+  hooks_.after_drain = [&] { log.Add("after_drain"); };
+  service.on_finish = [&] { log.Add("rpc_finished"); };
+  StartServing(&service);
+
+  int grpc_port = 0, metrics_port = 0;
+  ASSERT_TRUE(WaitForReadyFile(options_.ready_file, &grpc_port, &metrics_port));
+  channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", grpc_port),
+                                grpc::InsecureChannelCredentials());
+  EXPECT_EQ(CheckHealth(channel, ""), HealthCheckResponse::SERVING);
+  EXPECT_EQ(CheckHealth(channel, kNamedService), HealthCheckResponse::SERVING);
+  readiness.Set(false);
+  EXPECT_EQ(CheckHealth(channel, kNamedService),
+            HealthCheckResponse::NOT_SERVING);
+  readiness.Set(true);
+  EXPECT_EQ(CheckHealth(channel, kNamedService), HealthCheckResponse::SERVING);
+
+  absl::StatusOr<std::string> scrape = HttpGet(metrics_port, "/metrics");
+  ASSERT_TRUE(scrape.ok()) << scrape.status();
+  EXPECT_THAT(*scrape, HasSubstr("HTTP/1.1 200"));
+  EXPECT_THAT(*scrape, HasSubstr("dedit_serving_test_total 3"));
+
+  grpc::Status rpc_status;
+  v1::TargetInfoResponse rpc_response;
+  std::thread rpc([&] {
+    auto stub = v1::Target::NewStub(channel);
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(30));
+    rpc_status = stub->Info(&context, v1::TargetInfoRequest(), &rpc_response);
+  });
+  ASSERT_TRUE(
+      service.arrived.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  const auto t0 = std::chrono::steady_clock::now();
+  const absl::Status served = StopServing(SIGTERM);
+  const auto drain = std::chrono::steady_clock::now() - t0;
+  rpc.join();
+
+  EXPECT_TRUE(served.ok()) << served;
+  EXPECT_TRUE(rpc_status.ok()) << rpc_status.error_message();
+  EXPECT_EQ(rpc_response.model_name(), "slow");
+  const std::string not_serving =
+      absl::StrCat("health ", HealthCheckResponse::NOT_SERVING, " named ",
+                   HealthCheckResponse::NOT_SERVING);
+  EXPECT_THAT(log.events(), ElementsAre("before_drain", not_serving,
+                                        "rpc_finished", "after_drain"));
+  // The drain ended with the RPC, not at its 20 s deadline.
+  EXPECT_LT(drain, std::chrono::seconds(10));
+  // The endpoints are gone.
+  EXPECT_FALSE(HttpGet(metrics_port, "/metrics").ok());
+  readiness.Set(false);  // detached: must not touch the dead server
+}
+
+TEST_F(ServeUntilSignalTest, SigintAlsoDrainsAndMetricsServesOnlyMetrics) {
+  SlowInfoService service(std::chrono::milliseconds(0));
+  bool before_drain = false, after_drain = false;
+  hooks_.before_drain = [&] { before_drain = true; };
+  hooks_.after_drain = [&] { after_drain = true; };
+  StartServing(&service);
+  int grpc_port = 0, metrics_port = 0;
+  ASSERT_TRUE(WaitForReadyFile(options_.ready_file, &grpc_port, &metrics_port));
+  absl::StatusOr<std::string> other = HttpGet(metrics_port, "/other");
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_THAT(*other, HasSubstr("HTTP/1.1 404"));
+  absl::StatusOr<std::string> root = HttpGet(metrics_port, "/");
+  ASSERT_TRUE(root.ok()) << root.status();
+  EXPECT_THAT(*root, HasSubstr("dedit_serving_test_total"));
+
+  EXPECT_TRUE(StopServing(SIGINT).ok());
+  EXPECT_TRUE(before_drain);
+  EXPECT_TRUE(after_drain);
+}
+
+TEST_F(ServeUntilSignalTest, StartupErrorsReturnWithoutRunningTheHooks) {
+  SlowInfoService service(std::chrono::milliseconds(0));
+  ServiceReadiness readiness(kNamedService);
+  options_.readiness = &readiness;
+  int hooks_run = 0;
+  hooks_.before_drain = [&] { ++hooks_run; };
+  hooks_.after_drain = [&] { ++hooks_run; };
+
+  options_.metrics_address = "no-port";
+  EXPECT_EQ(ServeUntilSignal(options_, {&service}, registry_, hooks_).code(),
+            absl::StatusCode::kInvalidArgument);
+  options_.metrics_address = "127.0.0.1:0";
+  options_.ready_file = dir_ + "/no/such/dir/ready";
+  EXPECT_EQ(ServeUntilSignal(options_, {&service}, registry_, hooks_).code(),
+            absl::StatusCode::kInternal);
+  EXPECT_EQ(hooks_run, 0);
+  readiness.Set(true);  // detached on the early returns
+}
+
+// Records what a health service is told.
+class FakeHealth final : public grpc::HealthCheckServiceInterface {
+ public:
+  void SetServingStatus(const std::string& name, bool serving) override {
+    calls.push_back(absl::StrCat(name, "=", serving));
+  }
+  void SetServingStatus(bool serving) override {
+    calls.push_back(absl::StrCat("*=", serving));
+  }
+  std::vector<std::string> calls;
+};
+
+TEST(ServiceReadinessTest, PublishesTheLatestStatusOnlyWhileAttached) {
+  ServiceReadiness readiness("svc");
+  FakeHealth health;
+  EXPECT_FALSE(readiness.serving());
+  readiness.Set(true);  // recorded, nothing attached
+  readiness.PublishTo(&health);
+  readiness.Set(false);
+  readiness.Set(true);
+  readiness.PublishTo(nullptr);
+  readiness.Set(false);  // recorded only
+  EXPECT_FALSE(readiness.serving());
+  EXPECT_THAT(health.calls, ElementsAre("svc=1", "svc=0", "svc=1"));
+}
+
+TEST(ServiceReadinessTest, ConcurrentSetsEndPublishedAsTheLastOne) {
+  ServiceReadiness readiness("svc");
+  FakeHealth health;
+  readiness.PublishTo(&health);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&readiness, t] {
+      for (int i = 0; i < 1000; ++i) readiness.Set((i + t) % 2 == 0);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  readiness.Set(true);
+  readiness.PublishTo(nullptr);
+  ASSERT_EQ(health.calls.size(), 4002u);
+  EXPECT_EQ(health.calls.back(), "svc=1");
+}
+
+TEST(MetricsEndpointTest, RejectsBadAddresses) {
+  auto registry = std::make_shared<prometheus::Registry>();
+  EXPECT_EQ(StartMetricsEndpoint("9100", registry).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(StartMetricsEndpoint("127.0.0.1:70000", registry).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(StartMetricsEndpoint("example.com:0", registry).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(MetricsEndpointTest, StopsPromptlyWhenDestroyed) {
+  auto registry = std::make_shared<prometheus::Registry>();
+  absl::StatusOr<std::unique_ptr<MetricsEndpoint>> endpoint =
+      StartMetricsEndpoint("localhost:0", registry);
+  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+  const int port = (*endpoint)->port();
+  EXPECT_GT(port, 0);
+  EXPECT_TRUE(HttpGet(port, "/metrics").ok());
+  const auto t0 = std::chrono::steady_clock::now();
+  endpoint->reset();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1));
+  EXPECT_FALSE(HttpGet(port, "/metrics").ok());
+}
+
+}  // namespace
+}  // namespace dedit
+
+int main(int argc, char** argv) {
+  dedit::BlockShutdownSignals();  // before any thread starts
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
