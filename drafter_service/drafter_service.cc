@@ -1,8 +1,8 @@
 #include "drafter_service/drafter_service.h"
 
-#include <utility>
-
 #include <ATen/Functions.h>
+
+#include <utility>
 
 #include "model/torch_status.h"
 #include "proto/grpc_status.h"
@@ -18,9 +18,10 @@ absl::StatusOr<at::Tensor> ToTensor(const v1::Tensor& wire) {
   if (view->shape.size() != 2) {
     return absl::InvalidArgumentError("context features must be [n, width]");
   }
-  const at::ScalarType dtype = view->dtype == WireDtype::kBFloat16 ? at::kBFloat16
-                               : view->dtype == WireDtype::kFloat16 ? at::kHalf
-                                                                   : at::kFloat;
+  const at::ScalarType dtype =
+      view->dtype == WireDtype::kBFloat16  ? at::kBFloat16
+      : view->dtype == WireDtype::kFloat16 ? at::kHalf
+                                           : at::kFloat;
   return GuardTorch([&] {
     return at::from_blob(const_cast<void*>(view->data), view->shape,
                          at::TensorOptions().dtype(dtype))
@@ -72,10 +73,13 @@ class ContextStreamReader : public grpc::ServerReadReactor<v1::ContextChunk> {
     delete this;
   }
 
-  void FinishOnce(grpc::Status status) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (finished_) return;
-    finished_ = true;
+  // The first call finishes the stream; later ones do nothing.
+  void FinishOnce(grpc::Status status) ABSL_LOCKS_EXCLUDED(mu_) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (finished_) return;
+      finished_ = true;
+    }
     Finish(std::move(status));
   }
 
@@ -83,8 +87,8 @@ class ContextStreamReader : public grpc::ServerReadReactor<v1::ContextChunk> {
   DrafterServiceImpl* service_;
   v1::StreamContextSummary* summary_;
   v1::ContextChunk chunk_;
-  std::mutex mu_;
-  bool finished_ = false;  // GUARDED_BY(mu_)
+  absl::Mutex mu_;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 DrafterServiceImpl::DrafterServiceImpl(
@@ -99,19 +103,24 @@ DrafterServiceImpl::DrafterServiceImpl(
 DrafterServiceImpl::~DrafterServiceImpl() = default;
 
 void DrafterServiceImpl::Attach(ContextStreamReader* reader) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   readers_.insert(reader);
-  if (on_streams_changed_) on_streams_changed_(static_cast<int>(readers_.size()));
+  if (on_streams_changed_)
+    on_streams_changed_(static_cast<int>(readers_.size()));
 }
 
 void DrafterServiceImpl::Detach(ContextStreamReader* reader) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   readers_.erase(reader);
-  if (on_streams_changed_) on_streams_changed_(static_cast<int>(readers_.size()));
+  if (on_streams_changed_)
+    on_streams_changed_(static_cast<int>(readers_.size()));
 }
 
 void DrafterServiceImpl::FinishStreams() {
-  std::lock_guard<std::mutex> lock(mu_);
+  // Under the lock: a reader deletes itself after Detach, so only the lock
+  // keeps each one alive here. FinishOnce never blocks, and gRPC never runs
+  // a read reactor's OnDone (which takes the lock) inline in Finish.
+  absl::MutexLock lock(&mu_);
   for (ContextStreamReader* r : readers_) r->FinishOnce(grpc::Status::OK);
 }
 
@@ -183,7 +192,7 @@ grpc::ServerUnaryReactor* DrafterServiceImpl::Info(
   response->set_num_sequences(s.num_sequences);
   response->set_context_tokens(s.context_tokens);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     response->set_context_streams(static_cast<int>(readers_.size()));
   }
   reactor->Finish(grpc::Status::OK);

@@ -11,10 +11,11 @@
 #define DEDIT_DRAFTER_SERVICE_DRAFTER_SERVICE_H_
 
 #include <functional>
-#include <mutex>
 #include <set>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "dedit/v1/services.grpc.pb.h"
 #include "drafter_service/drafter_worker.h"
 
@@ -28,7 +29,10 @@ class DrafterServiceImpl final : public v1::Drafter::CallbackService {
     std::string model_name;
     std::string device;
   };
-  // `on_streams_changed` gets the number of attached context streams.
+  // `on_streams_changed` gets the number of attached context streams; it is
+  // called under the service's lock, so the counts arrive in order, and must
+  // not block or call back into the service. `on_context_bytes` may be
+  // empty.
   DrafterServiceImpl(DrafterWorker* worker, Identity identity,
                      std::function<void(int)> on_streams_changed,
                      std::function<void(int64_t)> on_context_bytes);
@@ -40,28 +44,30 @@ class DrafterServiceImpl final : public v1::Drafter::CallbackService {
   grpc::ServerUnaryReactor* Draft(grpc::CallbackServerContext* context,
                                   const v1::DraftRequest* request,
                                   v1::DraftResponse* response) override;
-  grpc::ServerUnaryReactor* Release(grpc::CallbackServerContext* context,
-                                    const v1::DrafterReleaseRequest* request,
-                                    v1::DrafterReleaseResponse* response) override;
+  grpc::ServerUnaryReactor* Release(
+      grpc::CallbackServerContext* context,
+      const v1::DrafterReleaseRequest* request,
+      v1::DrafterReleaseResponse* response) override;
   grpc::ServerUnaryReactor* Info(grpc::CallbackServerContext* context,
                                  const v1::DrafterInfoRequest* request,
                                  v1::DrafterInfoResponse* response) override;
 
   // Ends every context stream (graceful shutdown: the target reconnects
   // elsewhere or later).
-  void FinishStreams();
+  void FinishStreams() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   friend class ContextStreamReader;
-  void Attach(ContextStreamReader* reader);
-  void Detach(ContextStreamReader* reader);
+  void Attach(ContextStreamReader* reader) ABSL_LOCKS_EXCLUDED(mu_);
+  void Detach(ContextStreamReader* reader) ABSL_LOCKS_EXCLUDED(mu_);
 
   DrafterWorker* worker_;
   Identity identity_;
   std::function<void(int)> on_streams_changed_;
   std::function<void(int64_t)> on_context_bytes_;
-  std::mutex mu_;
-  std::set<ContextStreamReader*> readers_;  // GUARDED_BY(mu_)
+  absl::Mutex mu_;
+  // Attached streams; a reader leaves (Detach) before it is deleted.
+  std::set<ContextStreamReader*> readers_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace dedit

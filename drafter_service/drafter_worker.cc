@@ -1,16 +1,20 @@
 #include "drafter_service/drafter_worker.h"
 
+#include <c10/core/InferenceMode.h>
+
 #include <algorithm>
 #include <utility>
 
-#include <ATen/Parallel.h>
-#include <c10/core/InferenceMode.h>
-
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "model/cpu_threads.h"
 
 namespace dedit {
 namespace {
+
+absl::Status ShuttingDown() {
+  return absl::UnavailableError("drafter is shutting down");
+}
 
 double SecondsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
@@ -34,30 +38,23 @@ void DrafterWorker::Start() {
 
 void DrafterWorker::Stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     stopping_ = true;
   }
-  cv_.notify_all();
   if (thread_.joinable()) thread_.join();
 }
 
 void DrafterWorker::AddContext(SequenceId sequence, int64_t start,
                                at::Tensor features) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (stopping_) return;
-    new_context_.push_back({sequence, start, std::move(features), false});
-  }
-  cv_.notify_all();
+  absl::MutexLock lock(&mu_);
+  if (stopping_) return;
+  new_context_.push_back({sequence, start, std::move(features), false});
 }
 
 void DrafterWorker::ReleaseFromStream(SequenceId sequence) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (stopping_) return;
-    new_context_.push_back({sequence, 0, at::Tensor(), true});
-  }
-  cv_.notify_all();
+  absl::MutexLock lock(&mu_);
+  if (stopping_) return;
+  new_context_.push_back({sequence, 0, at::Tensor(), true});
 }
 
 void DrafterWorker::Draft(std::vector<DraftRequest> requests, DraftDone done) {
@@ -68,80 +65,84 @@ void DrafterWorker::Draft(std::vector<DraftRequest> requests, DraftDone done) {
   job.requests = std::move(requests);
   job.done = std::move(done);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (!stopping_) {
       new_drafts_.push_back(std::move(job));
-      cv_.notify_all();
       return;
     }
   }
-  job.done(std::vector<absl::StatusOr<DraftResult>>(
-      job.requests.size(), absl::UnavailableError("drafter is shutting down")));
+  job.done(std::vector<absl::StatusOr<DraftResult>>(job.requests.size(),
+                                                    ShuttingDown()));
 }
 
 void DrafterWorker::Release(std::vector<SequenceId> sequences,
                             ReleaseDone done) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (!stopping_) {
       new_releases_.push_back({std::move(sequences), std::move(done)});
-      cv_.notify_all();
       return;
     }
   }
-  done(0);
+  if (done) done(0);
 }
 
 DrafterWorker::Snapshot DrafterWorker::snapshot() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return snapshot_;
+}
+
+bool DrafterWorker::HasQueuedWork() const {
+  return !new_context_.empty() || !new_drafts_.empty() ||
+         !new_releases_.empty();
+}
+
+bool DrafterWorker::TakeWork(Inbox& inbox) {
+  // Computed before locking: waiting_ is model-thread state, and the
+  // conditions below may be evaluated on whichever thread unlocks mu_.
+  std::optional<std::chrono::steady_clock::time_point> next_deadline;
+  for (const DraftJob& j : waiting_) {
+    if (!next_deadline || j.context_deadline < *next_deadline) {
+      next_deadline = j.context_deadline;
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  auto has_work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return stopping_ || HasQueuedWork();
+  };
+  if (next_deadline) {
+    mu_.AwaitWithTimeout(
+        absl::Condition(&has_work),
+        absl::FromChrono(*next_deadline - std::chrono::steady_clock::now()));
+  } else {
+    mu_.Await(absl::Condition(&has_work));
+  }
+  if (!stopping_ && !new_drafts_.empty() && options_.max_batch_wait_us > 0) {
+    // Draft RPCs from several routers (or a round split in two) share one
+    // batched call if they arrive within the wait.
+    const size_t seen = new_drafts_.size();
+    auto more = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stopping_ || new_drafts_.size() > seen;
+    };
+    mu_.AwaitWithTimeout(absl::Condition(&more),
+                         absl::Microseconds(options_.max_batch_wait_us));
+  }
+  if (stopping_) return false;
+  inbox.context.swap(new_context_);
+  inbox.drafts.swap(new_drafts_);
+  inbox.releases.swap(new_releases_);
+  return true;
 }
 
 void DrafterWorker::Run() {
   SetCpuThreads(options_.cpu_threads);
   c10::InferenceMode inference_mode;
-  while (true) {
-    std::deque<ContextEvent> context;
-    std::vector<DraftJob> drafts;
-    std::vector<ReleaseJob> releases;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      auto has_work = [&] {
-        return stopping_ || !new_context_.empty() || !new_drafts_.empty() ||
-               !new_releases_.empty();
-      };
-      if (waiting_.empty()) {
-        cv_.wait(lock, has_work);
-      } else {
-        auto next = waiting_.front().context_deadline;
-        for (const DraftJob& j : waiting_) {
-          next = std::min(next, j.context_deadline);
-        }
-        cv_.wait_until(lock, next, has_work);
-      }
-      if (stopping_) break;
-      if (!new_drafts_.empty() && options_.max_batch_wait_us > 0) {
-        // Draft RPCs from several routers (or a round split in two) share
-        // one batched call if they arrive within the wait.
-        const size_t seen = new_drafts_.size();
-        cv_.wait_for(lock, std::chrono::microseconds(options_.max_batch_wait_us),
-                     [&] { return stopping_ || new_drafts_.size() > seen; });
-        if (stopping_) break;
-      }
-      context.swap(new_context_);
-      drafts.swap(new_drafts_);
-      releases.swap(new_releases_);
-    }
-    for (ContextEvent& e : context) ApplyContext(e);
-    for (ReleaseJob& job : releases) {
-      int released = 0;
-      for (SequenceId id : job.sequences) {
-        if (drafter_->HasSequence(id)) ++released;
-        RemoveSequence(id);
-      }
-      job.done(released);
-    }
-    for (DraftJob& job : drafts) waiting_.push_back(std::move(job));
+  Inbox inbox;
+  while (TakeWork(inbox)) {
+    for (ContextEvent& e : inbox.context) ApplyContext(e);
+    ApplyReleases(inbox.releases);
+    for (DraftJob& job : inbox.drafts) waiting_.push_back(std::move(job));
+    inbox = Inbox();
     const auto now = std::chrono::steady_clock::now();
     std::vector<DraftJob> ready;
     for (auto it = waiting_.begin(); it != waiting_.end();) {
@@ -155,18 +156,31 @@ void DrafterWorker::Run() {
     if (!ready.empty()) RunDrafts(ready);
     PublishSnapshot();
   }
-  std::vector<DraftJob> drafts;
+  // Shutting down: answer everything still waiting, outside the lock.
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    drafts.swap(new_drafts_);
-    for (ReleaseJob& job : new_releases_) job.done(0);
-    new_releases_.clear();
+    absl::MutexLock lock(&mu_);
+    inbox.drafts.swap(new_drafts_);
+    inbox.releases.swap(new_releases_);
   }
-  for (DraftJob& job : waiting_) drafts.push_back(std::move(job));
+  for (ReleaseJob& job : inbox.releases) {
+    if (job.done) job.done(0);
+  }
+  for (DraftJob& job : waiting_) inbox.drafts.push_back(std::move(job));
   waiting_.clear();
-  for (DraftJob& job : drafts) {
-    job.done(std::vector<absl::StatusOr<DraftResult>>(
-        job.requests.size(), absl::UnavailableError("drafter is shutting down")));
+  for (DraftJob& job : inbox.drafts) {
+    job.done(std::vector<absl::StatusOr<DraftResult>>(job.requests.size(),
+                                                      ShuttingDown()));
+  }
+}
+
+void DrafterWorker::ApplyReleases(std::vector<ReleaseJob>& jobs) {
+  for (ReleaseJob& job : jobs) {
+    int released = 0;
+    for (SequenceId id : job.sequences) {
+      if (drafter_->HasSequence(id)) ++released;
+      RemoveSequence(id);
+    }
+    if (job.done) job.done(released);
   }
 }
 
@@ -203,8 +217,8 @@ void DrafterWorker::ApplyContext(ContextEvent& e) {
 absl::Status DrafterWorker::CheckRequest(const DraftRequest& r) const {
   const DrafterConfig& c = drafter_->config();
   if (r.window < 2 || r.window > c.block_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "window ", r.window, " outside [2, ", c.block_size, "]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("window ", r.window, " outside [2, ", c.block_size, "]"));
   }
   if (r.passes < 1 || r.passes > options_.max_passes) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -239,9 +253,9 @@ bool DrafterWorker::Resolve(DraftJob& job,
     if (have == r.start) {
       job.state[i] = absl::OkStatus();
     } else if (have > r.start) {
-      job.state[i] = absl::FailedPreconditionError(absl::StrCat(
-          "sequence ", r.sequence, " has ", have,
-          " context tokens, the draft starts at ", r.start));
+      job.state[i] = absl::FailedPreconditionError(
+          absl::StrCat("sequence ", r.sequence, " has ", have,
+                       " context tokens, the draft starts at ", r.start));
     } else if (now >= job.context_deadline) {
       job.state[i] = absl::UnavailableError(absl::StrCat(
           "context of sequence ", r.sequence, " up to position ", r.start,
@@ -297,7 +311,7 @@ void DrafterWorker::PublishSnapshot() {
   Snapshot s;
   s.num_sequences = static_cast<int>(drafter_->num_sequences());
   s.context_tokens = drafter_->context_tokens();
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   snapshot_ = s;
 }
 

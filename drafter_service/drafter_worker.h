@@ -1,5 +1,5 @@
-// The drafter's model thread (docs/ARCHITECTURE.md §3): applies the context features
-// streamed by the target, and serves Draft requests batched across
+// The drafter's model thread (docs/ARCHITECTURE.md §3): applies the context
+// features streamed by the target, and serves Draft requests batched across
 // sequences and RPCs with one DEditDrafter::Draft call (P1..PK).
 //
 // A draft whose context has not arrived yet (DraftRequest.start beyond the
@@ -18,31 +18,32 @@
 //   worker.AddContext(seq, 0, features);       // from the context stream
 //   worker.Draft(requests, [](std::vector<absl::StatusOr<DraftResult>> r) {});
 //
-// Thread-safe; callbacks run on the model thread and must not block.
+// Thread-safe; callbacks run on the model thread, with no lock held, and
+// must not block.
 #ifndef DEDIT_DRAFTER_SERVICE_DRAFTER_WORKER_H_
 #define DEDIT_DRAFTER_SERVICE_DRAFTER_WORKER_H_
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <thread>
 #include <unordered_set>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "model/dedit_drafter.h"
 
 namespace dedit {
 
 struct DrafterWorkerOptions {
-  int64_t max_batch_wait_us = 0;     // gather more Draft RPCs (see main.cc)
-  int64_t context_wait_ms = 500;     // bounded wait for missing context
-  int max_passes = 8;                // largest K served
+  int64_t max_batch_wait_us = 0;  // gather more Draft RPCs (see main.cc)
+  int64_t context_wait_ms = 500;  // bounded wait for missing context
+  int max_passes = 8;             // largest K served
   // libtorch CPU threads of the model thread (0 = default; OpenMP's count
   // is per calling thread, so it is set there).
   int cpu_threads = 0;
@@ -76,16 +77,23 @@ class DrafterWorker {
   const DrafterWorkerOptions& options() const { return options_; }
 
   void Start();
-  void Stop();  // answers waiting drafts with UNAVAILABLE, joins
+  // Answers waiting drafts with UNAVAILABLE (queued releases with 0), joins.
+  void Stop() ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Context stream events, applied in arrival order.
-  void AddContext(SequenceId sequence, int64_t start, at::Tensor features);
-  void ReleaseFromStream(SequenceId sequence);
+  // Context stream events, applied in arrival order (dropped once stopping).
+  void AddContext(SequenceId sequence, int64_t start, at::Tensor features)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void ReleaseFromStream(SequenceId sequence) ABSL_LOCKS_EXCLUDED(mu_);
 
-  void Draft(std::vector<DraftRequest> requests, DraftDone done);
-  void Release(std::vector<SequenceId> sequences, ReleaseDone done);
+  // Per request: the K passes, or why not (see the file comment).
+  void Draft(std::vector<DraftRequest> requests, DraftDone done)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Answers how many of `sequences` had context.
+  void Release(std::vector<SequenceId> sequences, ReleaseDone done)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
-  Snapshot snapshot() const;
+  // As of the end of the model thread's last pass.
+  Snapshot snapshot() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct ContextEvent {
@@ -106,30 +114,41 @@ class DrafterWorker {
     ReleaseDone done;
   };
 
+  struct Inbox {
+    std::deque<ContextEvent> context;
+    std::vector<DraftJob> drafts;
+    std::vector<ReleaseJob> releases;
+  };
+
   void Run();
+  // Waits for work (or until the earliest waiting draft's context deadline;
+  // at most max_batch_wait_us more for further Draft calls) and swaps the
+  // queues into `inbox`; false when stopping.
+  bool TakeWork(Inbox& inbox) ABSL_LOCKS_EXCLUDED(mu_);
+  bool HasQueuedWork() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyContext(ContextEvent& event);
+  void ApplyReleases(std::vector<ReleaseJob>& jobs);
   void RemoveSequence(SequenceId id);
   // Resolves items whose context is there (or whose wait ran out);
   // returns whether the whole job is resolved.
   bool Resolve(DraftJob& job, std::chrono::steady_clock::time_point now);
   absl::Status CheckRequest(const DraftRequest& r) const;
   void RunDrafts(std::vector<DraftJob>& jobs);
-  void PublishSnapshot();
+  void PublishSnapshot() ABSL_LOCKS_EXCLUDED(mu_);
 
   std::unique_ptr<DEditDrafter> drafter_;  // model thread only
   BatchObserver observer_;
   DrafterWorkerOptions options_;
-  std::vector<DraftJob> waiting_;          // model thread only
+  std::vector<DraftJob> waiting_;  // model thread only
   // Sequences whose context has a gap; their drafts fail at once.
   std::unordered_set<SequenceId> broken_;  // model thread only
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopping_ = false;                   // GUARDED_BY(mu_)
-  std::deque<ContextEvent> new_context_;    // GUARDED_BY(mu_)
-  std::vector<DraftJob> new_drafts_;        // GUARDED_BY(mu_)
-  std::vector<ReleaseJob> new_releases_;    // GUARDED_BY(mu_)
-  Snapshot snapshot_;                       // GUARDED_BY(mu_)
+  mutable absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::deque<ContextEvent> new_context_ ABSL_GUARDED_BY(mu_);
+  std::vector<DraftJob> new_drafts_ ABSL_GUARDED_BY(mu_);
+  std::vector<ReleaseJob> new_releases_ ABSL_GUARDED_BY(mu_);
+  Snapshot snapshot_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
 };
 

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <utility>
 
+#include "absl/time/time.h"
 #include "model/torch_status.h"
 #include "proto/tensor_wire.h"
 
@@ -25,24 +26,20 @@ void ContextStreamClient::Stop(int drain_ms) {
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::milliseconds(drain_ms);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (!stopping_) {
       stopping_ = true;
       stop_deadline_ = deadline;
     }
-  }
-  cv_.notify_all();
-  // Give the writer the drain time, then cut a call that is stuck (a drafter
-  // that stopped reading blocks Write on flow control).
-  while (std::chrono::steady_clock::now() < deadline) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (queue_.empty()) break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
+    // Give the writer the drain time, then cut a call that is stuck (a
+    // drafter that stopped reading blocks Write on flow control).
+    auto drained = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return queue_.empty();
+    };
+    mu_.AwaitWithTimeout(absl::Condition(&drained),
+                         absl::Milliseconds(drain_ms));
+    // TryCancel never blocks; the lock keeps the writer from destroying the
+    // call's context meanwhile.
     if (current_call_ != nullptr) current_call_->TryCancel();
   }
   if (thread_.joinable()) thread_.join();
@@ -74,33 +71,27 @@ void ContextStreamClient::OnRelease(SequenceId sequence) {
 
 void ContextStreamClient::Enqueue(v1::ContextChunk chunk) {
   const int64_t bytes = static_cast<int64_t>(chunk.features().data().size());
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    // Without a drafter to read them, chunks would only pile up; the
-    // drafter drops sequences whose context has a gap anyway.
-    if (stopping_ || !connected_.load() ||
-        queued_bytes_ + bytes > options_.max_queued_bytes) {
-      dropped_chunks_.fetch_add(1);
-      return;
-    }
-    queued_bytes_ += bytes;
-    queue_.push_back(std::move(chunk));
+  absl::MutexLock lock(&mu_);
+  // Without a drafter to read them, chunks would only pile up; the drafter
+  // drops sequences whose context has a gap anyway.
+  if (stopping_ || !connected_.load() ||
+      queued_bytes_ + bytes > options_.max_queued_bytes) {
+    dropped_chunks_.fetch_add(1);
+    return;
   }
-  cv_.notify_all();
+  queued_bytes_ += bytes;
+  queue_.push_back(std::move(chunk));
 }
 
 void ContextStreamClient::Run() {
   while (true) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (stopping_) return;
-    }
     grpc::ClientContext context;
     // Fail fast while the drafter is down, instead of queueing the call.
     context.set_wait_for_ready(false);
     v1::StreamContextSummary summary;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return;
       current_call_ = &context;
     }
     std::unique_ptr<grpc::ClientWriter<v1::ContextChunk>> writer =
@@ -112,32 +103,35 @@ void ContextStreamClient::Run() {
     connected_.store(false);
     writer->WritesDone();
     (void)writer->Finish();
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      current_call_ = nullptr;
-      // Context queued for a broken call is lost with it.
-      dropped_chunks_.fetch_add(static_cast<int64_t>(queue_.size()));
-      queue_.clear();
-      queued_bytes_ = 0;
-    }
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, std::chrono::milliseconds(options_.reconnect_backoff_ms),
-                 [&] { return stopping_; });
+    absl::MutexLock lock(&mu_);
+    current_call_ = nullptr;
+    // Context queued for a broken call is lost with it.
+    dropped_chunks_.fetch_add(static_cast<int64_t>(queue_.size()));
+    queue_.clear();
+    queued_bytes_ = 0;
+    auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stopping_;
+    };
+    mu_.AwaitWithTimeout(absl::Condition(&stopping),
+                         absl::Milliseconds(options_.reconnect_backoff_ms));
     if (stopping_) return;
   }
 }
 
 void ContextStreamClient::WriteLoop(
     grpc::ClientWriter<v1::ContextChunk>* writer) {
-  // An empty first write tells whether the call is alive (WaitForInitialMetadata
-  // returns on failure too).
+  // An empty first write tells whether the call is alive
+  // (WaitForInitialMetadata returns on failure too).
   bool alive = writer->Write(v1::ContextChunk());
   connected_.store(alive);
   while (alive) {
     v1::ContextChunk chunk;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopping_ || !queue_.empty();
+      };
+      mu_.Await(absl::Condition(&ready));
       if (queue_.empty() ||
           (stopping_ && std::chrono::steady_clock::now() > stop_deadline_)) {
         return;

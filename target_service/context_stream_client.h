@@ -1,5 +1,5 @@
-// The target's end of the context stream (docs/ARCHITECTURE.md §3): committed tokens'
-// features, converted to bf16, written in order on one long-lived
+// The target's end of the context stream (docs/ARCHITECTURE.md §3): committed
+// tokens' features, converted to bf16, written in order on one long-lived
 // Drafter.StreamContext call.
 //
 // The model thread only enqueues (OnContext/OnRelease never block on the
@@ -10,22 +10,24 @@
 // queue (`max_queued_bytes`) keeps a stalled drafter from exhausting memory.
 //
 //   ContextStreamClient stream(channel, {.max_queued_bytes = 1 << 30},
-//                              [](int64_t bytes) { counter.Increment(bytes); });
+//                              [](int64_t bytes) { counter.Increment(bytes);
+//                              });
 //   stream.Start();
 //   TargetWorker worker(model, &stream, ...);
 #ifndef DEDIT_TARGET_SERVICE_CONTEXT_STREAM_CLIENT_H_
 #define DEDIT_TARGET_SERVICE_CONTEXT_STREAM_CLIENT_H_
 
+#include <grpcpp/grpcpp.h>
+
 #include <atomic>
-#include <condition_variable>
+#include <chrono>
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <thread>
 
-#include <grpcpp/grpcpp.h>
-
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "dedit/v1/services.grpc.pb.h"
 #include "target_service/target_worker.h"
 
@@ -45,20 +47,23 @@ class ContextStreamClient : public ContextPublisher {
 
   void Start();
   // Sends what is queued (bounded by `drain_ms`), ends the stream, joins.
-  void Stop(int drain_ms = 1000);
+  void Stop(int drain_ms = 1000) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Thread-safe; never block on the network.
   absl::Status OnContext(SequenceId sequence, int64_t start,
-                         const at::Tensor& features) override;
-  void OnRelease(SequenceId sequence) override;
+                         const at::Tensor& features) override
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void OnRelease(SequenceId sequence) override ABSL_LOCKS_EXCLUDED(mu_);
 
   bool connected() const { return connected_.load(); }
   int64_t dropped_chunks() const { return dropped_chunks_.load(); }
 
  private:
-  void Enqueue(v1::ContextChunk chunk);
-  void Run();
+  void Enqueue(v1::ContextChunk chunk) ABSL_LOCKS_EXCLUDED(mu_);
+  void Run() ABSL_LOCKS_EXCLUDED(mu_);
   // Writes until the queue is drained and stopping, or the call breaks.
-  void WriteLoop(grpc::ClientWriter<v1::ContextChunk>* writer);
+  void WriteLoop(grpc::ClientWriter<v1::ContextChunk>* writer)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   std::unique_ptr<v1::Drafter::Stub> stub_;
   Options options_;
@@ -66,13 +71,14 @@ class ContextStreamClient : public ContextPublisher {
   std::atomic<bool> connected_{false};
   std::atomic<int64_t> dropped_chunks_{0};
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<v1::ContextChunk> queue_;  // GUARDED_BY(mu_)
-  int64_t queued_bytes_ = 0;            // GUARDED_BY(mu_)
-  bool stopping_ = false;               // GUARDED_BY(mu_)
-  std::chrono::steady_clock::time_point stop_deadline_;  // GUARDED_BY(mu_)
-  grpc::ClientContext* current_call_ = nullptr;  // GUARDED_BY(mu_)
+  absl::Mutex mu_;
+  std::deque<v1::ContextChunk> queue_ ABSL_GUARDED_BY(mu_);
+  int64_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::chrono::steady_clock::time_point stop_deadline_ ABSL_GUARDED_BY(mu_);
+  // The writer thread's call while one is open; the lock keeps it alive for
+  // Stop()'s TryCancel.
+  grpc::ClientContext* current_call_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::thread thread_;
 };
 

@@ -1,18 +1,32 @@
 // The target's model thread: continuous batching of prefill chunks and
-// verify blocks from every RPC into packed Qwen3Model forwards (docs/ARCHITECTURE.md
-// §3), per-sequence sampling state, KV admission control, and the hand-off
-// of committed tokens' context features to the drafter.
+// verify blocks from every RPC into packed Qwen3Model forwards
+// (docs/ARCHITECTURE.md §3), per-sequence sampling state, KV admission
+// control, and the hand-off of committed tokens' context features to the
+// drafter.
 //
-// Scheduling, once per forward:
-//   1. releases are applied first (they free KV capacity);
-//   2. new prefills are admitted or refused (RESOURCE_EXHAUSTED, see below);
-//   3. every queued verify block goes in whole (decode latency first), then
-//      prefill chunks fill what is left of `max_batch_tokens`, oldest
-//      prompt first; a long prompt is prefilled over several forwards;
-//   4. after the forward, verify blocks are accepted/truncated, and the
-//      committed rows' features are published in sequence order before any
-//      RPC is answered, so the drafter receives context before the router
-//      can ask for a draft that needs it.
+// Two classes:
+//   - TargetBatcher owns the model and every sequence's state and runs one
+//     scheduling step as five named steps (below). It is thread-compatible:
+//     the model thread (or a test) drives it.
+//   - TargetWorker is the thread around it: RPC threads enqueue work, the
+//     model thread swaps the queues out under the lock and runs
+//     TargetBatcher::Step without it.
+//
+// One step (TargetBatcher::Step):
+//   1. ApplyReleases: releases first (they free KV capacity); a prompt
+//      still being prefilled is answered CANCELLED;
+//   2. AdmitPrefills: new prompts are admitted or refused
+//      (RESOURCE_EXHAUSTED, INVALID_ARGUMENT, ALREADY_EXISTS; see below);
+//   3. PlanForward: every verify call that checks out goes in whole (decode
+//      latency first), then prefill chunks fill what is left of
+//      `max_batch_tokens`, oldest prompt first; a long prompt is prefilled
+//      over several forwards;
+//   4. RunPlan: the packed forward, reported to the observer;
+//   5. CommitPlan: verify blocks are accepted and truncated, prefill chunks
+//      committed (model/verify_commit.h), and the committed rows' features
+//      published in segment order before any RPC of the forward is
+//      answered, so the drafter receives context before the router can ask
+//      for a draft that needs it.
 //
 // Admission control refuses instead of queueing: the router advances all
 // sequences in lock-step rounds, so a prefill parked in the target until KV
@@ -28,25 +42,27 @@
 //     ... answer the RPC ...
 //   });
 //
-// Thread-safe: Prefill/Verify/Release/snapshot may be called from any
-// thread; the callbacks run on the model thread and must not block.
+// TargetWorker is thread-safe: Prefill/Verify/Release/snapshot may be called
+// from any thread; the callbacks run on the model thread, with no lock
+// held, and must not block.
 #ifndef DEDIT_TARGET_SERVICE_TARGET_WORKER_H_
 #define DEDIT_TARGET_SERVICE_TARGET_WORKER_H_
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "model/qwen3_model.h"
+#include "absl/synchronization/mutex.h"
 #include "engine/round_interfaces.h"
 #include "model/context_sink.h"
+#include "model/qwen3_model.h"
 #include "model/sampling.h"
 
 namespace dedit {
@@ -59,7 +75,7 @@ class ContextPublisher : public ContextSink {
 };
 
 struct TargetWorkerOptions {
-  int max_batch_tokens = 2048;      // tokens per forward (>= the largest W)
+  int max_batch_tokens = 2048;  // tokens per forward (>= the largest W)
   // How long a forward may wait for the announced companion of a queued
   // call (a round's Prefill and Verify travel as two RPCs). Everything that
   // queues while a forward runs joins the next one anyway.
@@ -72,7 +88,7 @@ struct TargetWorkerOptions {
 
 // One forward, for metrics.
 struct TargetForwardStats {
-  int segments = 0;        // sequences in the forward
+  int segments = 0;  // sequences in the forward
   int tokens = 0;
   double seconds = 0;
   int64_t cached_tokens = 0;
@@ -84,103 +100,217 @@ struct TargetPrefillItem {
   int64_t reserve_tokens = 0;  // KV tokens reserved for the sequence's life
 };
 
-class TargetWorker {
- public:
-  using PrefillDone =
-      std::function<void(std::vector<absl::StatusOr<int32_t>> first_tokens)>;
-  using VerifyDone =
-      std::function<void(absl::StatusOr<std::vector<VerifyOutcome>>)>;
-  using ReleaseDone = std::function<void(int released)>;
-  using ForwardObserver = std::function<void(const TargetForwardStats&)>;
+// Per item: the first sampled token, or why the prompt was refused.
+using TargetPrefillDone =
+    std::function<void(std::vector<absl::StatusOr<int32_t>> first_tokens)>;
+using TargetVerifyDone =
+    std::function<void(absl::StatusOr<std::vector<VerifyOutcome>>)>;
+using TargetReleaseDone = std::function<void(int released)>;
+using TargetForwardObserver = std::function<void(const TargetForwardStats&)>;
 
-  struct Snapshot {
-    int num_sequences = 0;
-    int64_t cached_tokens = 0;
-    int64_t reserved_tokens = 0;
-    int64_t kv_capacity_tokens = 0;
+// Work handed from an RPC to the model thread; `done` is called exactly once.
+struct TargetPrefillJob {
+  std::vector<TargetPrefillItem> items;
+  TargetPrefillDone done;
+  // The client sent a Verify call together with this one (round_calls = 2).
+  bool with_verify = false;
+};
+// All-or-nothing: one bad item fails the call (it means a router bug or a
+// target restart, not a user error).
+struct TargetVerifyJob {
+  std::vector<VerifyWork> items;
+  TargetVerifyDone done;
+  bool with_prefill = false;  // the Prefill call of the same round follows
+};
+struct TargetReleaseJob {
+  std::vector<SequenceId> sequences;
+  TargetReleaseDone done;  // may be empty
+};
+
+struct TargetWorkerSnapshot {
+  int num_sequences = 0;
+  int64_t cached_tokens = 0;
+  int64_t reserved_tokens = 0;
+  int64_t kv_capacity_tokens = 0;
+};
+
+// One forward's work, chosen by TargetBatcher::PlanForward. `segments` holds
+// the blocks of `verifies` (items in call order) first, then one segment per
+// entry of `chunks`.
+struct TargetForwardPlan {
+  // `length` prompt tokens of `sequence` at positions start..; `last` when
+  // they end the prompt (the forward then asks for the logits of its final
+  // row, and committing it samples the first token).
+  struct Chunk {
+    SequenceId sequence = 0;
+    int64_t start = 0;
+    int64_t length = 0;
+    bool last = false;
   };
+  // Verify calls refused before the forward, with why; CommitPlan answers
+  // them.
+  std::vector<std::pair<TargetVerifyJob, absl::Status>> refused;
+  std::vector<TargetVerifyJob> verifies;
+  std::vector<Chunk> chunks;
+  std::vector<TargetSegment> segments;
+  int tokens = 0;
+};
 
-  // `publisher` and `observer` may be null/empty.
-  TargetWorker(std::unique_ptr<Qwen3Model> model, ContextPublisher* publisher,
-               ForwardObserver observer, TargetWorkerOptions options);
-  ~TargetWorker();  // Stop()s
+// The model thread's state and the steps of one scheduling round (see the
+// file comment). Thread-compatible. Every callback of a job runs inside the
+// step that answers it. `publisher` may be null and `observer` empty.
+class TargetBatcher {
+ public:
+  TargetBatcher(std::unique_ptr<Qwen3Model> model, ContextPublisher* publisher,
+                TargetForwardObserver observer, TargetWorkerOptions options);
 
-  const Qwen3Config& config() const { return model_->config(); }
+  // Its config() and options() are immutable and may be read from any
+  // thread; everything else about the model is the driving thread's.
   const Qwen3Model& model() const { return *model_; }
 
-  void Start();
-  // Answers queued work with UNAVAILABLE and joins the model thread.
-  void Stop();
+  // Steps 1-5 in order.
+  void Step(std::vector<TargetReleaseJob> releases,
+            std::vector<TargetPrefillJob> prefills,
+            std::vector<TargetVerifyJob> verifies);
 
-  // Per item: the first sampled token, or why the prompt was refused.
-  // `with_verify`: the client sent a Verify call together with this one;
-  // the next forward waits (bounded) for it so that both share it.
-  void Prefill(std::vector<TargetPrefillItem> items, PrefillDone done,
-               bool with_verify = false);
-  // All-or-nothing: one bad item fails the call (it means a router bug or
-  // a target restart, not a user error).
-  void Verify(std::vector<VerifyWork> items, VerifyDone done,
-              bool with_prefill = false);
-  void Release(std::vector<SequenceId> sequences, ReleaseDone done);
+  // Step 1. Drops the sequences (KV, sampler, reservation; the publisher is
+  // told OnRelease) and answers each job with how many existed.
+  void ApplyReleases(std::vector<TargetReleaseJob> jobs);
+  // Step 2. Admitted prompts wait in the prefill queue; a job whose items
+  // were all refused is answered at once.
+  void AdmitPrefills(std::vector<TargetPrefillJob> jobs);
+  // Step 3. Checks the verify calls (unknown sequence: NOT_FOUND; start not
+  // the cached length or still prefilling: FAILED_PRECONDITION; bad block or
+  // a sequence in two calls: INVALID_ARGUMENT) and packs the forward. An
+  // empty plan (no segments) is valid.
+  TargetForwardPlan PlanForward(std::vector<TargetVerifyJob> verifies);
+  // Step 4. Runs the plan's forward (nothing for an empty plan) and reports
+  // it to the observer.
+  absl::StatusOr<TargetForwardResult> RunPlan(const TargetForwardPlan& plan);
+  // Step 5. REQUIRES: `forward` is RunPlan(plan) and no step ran in between.
+  // Answers the refused calls; commits every verify block and prefill chunk
+  // (model/verify_commit.h), publishing their features in segment order;
+  // then answers the plan's verify calls and every prefill call it
+  // completed. A failed forward fails the plan's verify calls, and its
+  // chunks' prompts (those sequences are dropped). A verify call whose
+  // commit fails is answered with that error; its sequences stay, for the
+  // router to release.
+  void CommitPlan(TargetForwardPlan plan,
+                  const absl::StatusOr<TargetForwardResult>& forward);
 
-  Snapshot snapshot() const;
+  // Answers every prompt still being prefilled with `status` (shutdown).
+  void CancelPrefills(const absl::Status& status);
+
+  bool has_prefills() const { return !prefilling_.empty(); }
+  TargetWorkerSnapshot snapshot() const;
 
  private:
-  struct PrefillJob {
-    std::vector<TargetPrefillItem> items;
-    bool with_verify = false;
-    PrefillDone done;
+  // A prefill call: the per-item answers it collects.
+  struct PrefillCall {
+    TargetPrefillJob job;
     std::vector<absl::StatusOr<int32_t>> results;
     int remaining = 0;
   };
-  struct VerifyJob {
-    std::vector<VerifyWork> items;
-    VerifyDone done;
-    bool with_prefill = false;
-  };
-  struct ReleaseJob {
-    std::vector<SequenceId> sequences;
-    ReleaseDone done;
-  };
   // A prompt being prefilled, possibly over several forwards.
   struct PrefillProgress {
-    std::shared_ptr<PrefillJob> job;
+    std::shared_ptr<PrefillCall> call;
     size_t item = 0;
     int64_t done_tokens = 0;
+    const PrefillWork& work() const { return call->job.items[item].work; }
   };
   struct SequenceState {
     std::unique_ptr<TokenSampler> sampler;
     int64_t reserved_tokens = 0;
   };
 
-  void Run();
-  bool HasQueuedWork() const;  // REQUIRES mu_
-  bool CompanionMissing() const;  // REQUIRES mu_
-  void ApplyReleases(std::vector<ReleaseJob>& jobs);
-  void AdmitPrefills(std::vector<std::shared_ptr<PrefillJob>>& jobs);
-  absl::Status CheckVerify(const VerifyJob& job) const;
-  void RunForward(std::vector<VerifyJob>& verifies);
-  void FinishPrefill(PrefillProgress& p, absl::StatusOr<int32_t> result);
+  absl::Status CheckPrompt(const TargetPrefillItem& item) const;
+  absl::Status CheckVerify(const TargetVerifyJob& job) const;
+  // PlanForward's halves: the verify calls that check out go in whole (the
+  // rest into plan.refused); then prefill chunks, oldest prompt first, up
+  // to max_batch_tokens in all.
+  void PlanVerifyBlocks(std::vector<TargetVerifyJob> verifies,
+                        TargetForwardPlan& plan) const;
+  void PlanPrefillChunks(TargetForwardPlan& plan) const;
+  std::deque<PrefillProgress>::iterator FindPrefill(SequenceId id);
+  std::deque<PrefillProgress>::const_iterator FindPrefill(SequenceId id) const;
+  absl::StatusOr<std::vector<VerifyOutcome>> CommitVerifyCall(
+      const TargetVerifyJob& job, size_t first_segment,
+      const TargetForwardResult& out);
+  // Records `result` for `p`'s item (an error drops the sequence); returns
+  // the call when that was its last open item, for the caller to answer.
+  std::shared_ptr<PrefillCall> FinishPrefill(const PrefillProgress& p,
+                                             absl::StatusOr<int32_t> result);
+  static void Answer(PrefillCall& call);
   void DropSequence(SequenceId id);
-  void PublishSnapshot();
 
-  std::unique_ptr<Qwen3Model> model_;  // model thread only
+  std::unique_ptr<Qwen3Model> model_;
   ContextPublisher* publisher_;
-  ForwardObserver observer_;
+  TargetForwardObserver observer_;
   TargetWorkerOptions options_;
-
-  // Model-thread state.
   std::unordered_map<SequenceId, SequenceState> sequences_;
-  std::deque<PrefillProgress> prefilling_;
+  std::deque<PrefillProgress> prefilling_;  // oldest first
   int64_t reserved_tokens_ = 0;
+};
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopping_ = false;                                 // GUARDED_BY(mu_)
-  std::vector<std::shared_ptr<PrefillJob>> new_prefills_;  // GUARDED_BY(mu_)
-  std::vector<VerifyJob> new_verifies_;                   // GUARDED_BY(mu_)
-  std::vector<ReleaseJob> new_releases_;                  // GUARDED_BY(mu_)
-  Snapshot snapshot_;                                     // GUARDED_BY(mu_)
+// The model thread around a TargetBatcher (see the file comment).
+class TargetWorker {
+ public:
+  using PrefillDone = TargetPrefillDone;
+  using VerifyDone = TargetVerifyDone;
+  using ReleaseDone = TargetReleaseDone;
+  using ForwardObserver = TargetForwardObserver;
+  using Snapshot = TargetWorkerSnapshot;
+
+  // `publisher` may be null and `observer` empty.
+  TargetWorker(std::unique_ptr<Qwen3Model> model, ContextPublisher* publisher,
+               ForwardObserver observer, TargetWorkerOptions options);
+  ~TargetWorker();  // Stop()s
+
+  const Qwen3Config& config() const { return batcher_.model().config(); }
+  const Qwen3Model& model() const { return batcher_.model(); }
+
+  void Start();
+  // Answers queued calls and prompts still being prefilled with UNAVAILABLE
+  // (queued releases with 0) and joins the model thread.
+  void Stop() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // `with_verify`: the client sent a Verify call together with this one;
+  // the next forward waits (bounded) for it so that both share it.
+  void Prefill(std::vector<TargetPrefillItem> items, PrefillDone done,
+               bool with_verify = false) ABSL_LOCKS_EXCLUDED(mu_);
+  // All-or-nothing (TargetVerifyJob).
+  void Verify(std::vector<VerifyWork> items, VerifyDone done,
+              bool with_prefill = false) ABSL_LOCKS_EXCLUDED(mu_);
+  void Release(std::vector<SequenceId> sequences, ReleaseDone done)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // As of the end of the last step.
+  Snapshot snapshot() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  struct Inbox {
+    std::vector<TargetReleaseJob> releases;
+    std::vector<TargetPrefillJob> prefills;
+    std::vector<TargetVerifyJob> verifies;
+  };
+
+  void Run();
+  // Waits for work (at most max_batch_wait_us more for an announced
+  // companion call) and swaps the queues into `inbox`; false when stopping.
+  bool TakeWork(Inbox& inbox) ABSL_LOCKS_EXCLUDED(mu_);
+  bool HasQueuedWork() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool CompanionMissing() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PublishSnapshot() ABSL_LOCKS_EXCLUDED(mu_);
+
+  TargetBatcher batcher_;  // model thread only, but for model() (immutable)
+  const TargetWorkerOptions options_;
+
+  mutable absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<TargetPrefillJob> new_prefills_ ABSL_GUARDED_BY(mu_);
+  std::vector<TargetVerifyJob> new_verifies_ ABSL_GUARDED_BY(mu_);
+  std::vector<TargetReleaseJob> new_releases_ ABSL_GUARDED_BY(mu_);
+  Snapshot snapshot_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
 };
 

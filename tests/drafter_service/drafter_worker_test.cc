@@ -1,0 +1,300 @@
+// DrafterWorker through its API on a tiny random pair: context applied in
+// arrival order, drafts batched on the model thread, bounded waits for late
+// context, gaps, releases and shutdown. The in-process DEditDrafter over the
+// same weights is the reference for every draft.
+#include "drafter_service/drafter_worker.h"
+
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <future>
+#include <memory>
+#include <optional>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "gtest/gtest.h"
+#include "tests/model/test_util.h"
+
+namespace dedit {
+namespace {
+
+using testing::MakeTinyPair;
+using testing::RandomPrompt;
+using testing::TestDevice;
+using DraftResults = std::vector<absl::StatusOr<DraftResult>>;
+
+// A callback's value, handed across threads.
+template <typename T>
+class Pending {
+ public:
+  std::function<void(T)> callback() {
+    auto promise = promise_;
+    return [promise](T value) { promise->set_value(std::move(value)); };
+  }
+  std::optional<T> Get() {
+    if (future_.wait_for(std::chrono::seconds(60)) !=
+        std::future_status::ready) {
+      ADD_FAILURE() << "callback not called";
+      return std::nullopt;
+    }
+    return future_.get();
+  }
+  bool ready() {
+    return future_.wait_for(std::chrono::seconds(0)) ==
+           std::future_status::ready;
+  }
+
+ private:
+  std::shared_ptr<std::promise<T>> promise_ =
+      std::make_shared<std::promise<T>>();
+  std::future<T> future_ = promise_->get_future();
+};
+
+void ExpectSameDraft(const DraftResult& got, const DraftResult& want) {
+  ASSERT_EQ(got.passes.size(), want.passes.size());
+  for (size_t k = 0; k < got.passes.size(); ++k) {
+    EXPECT_EQ(got.passes[k].tokens, want.passes[k].tokens) << "pass " << k;
+    ASSERT_EQ(got.passes[k].confidences.size(),
+              want.passes[k].confidences.size());
+    for (size_t j = 0; j < got.passes[k].confidences.size(); ++j) {
+      EXPECT_NEAR(got.passes[k].confidences[j], want.passes[k].confidences[j],
+                  1e-5);
+    }
+  }
+}
+
+class DrafterWorkerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    spec_ = DefaultTinySpec();
+    pair_ = MakeTinyPair(spec_, 21);
+  }
+
+  // A worker over a second copy of the pair's drafter; the pair's copy is
+  // the in-process reference.
+  std::unique_ptr<DrafterWorker> MakeWorker(DrafterWorkerOptions options) {
+    DEditDrafter::Options opts;
+    opts.device = TestDevice();
+    auto drafter = DEditDrafter::Load(pair_->dir + "/drafter",
+                                      pair_->target->embed_tokens(),
+                                      pair_->target->lm_head(), opts);
+    EXPECT_TRUE(drafter.ok()) << drafter.status();
+    if (!drafter.ok()) return nullptr;
+    auto worker = std::make_unique<DrafterWorker>(
+        std::move(*drafter),
+        [this](const DrafterBatchStats& s) {
+          absl::MutexLock lock(&mu_);
+          batches_.push_back(s);
+        },
+        options);
+    worker->Start();
+    return worker;
+  }
+
+  // The target's context features of every prompt position.
+  at::Tensor Features(const std::vector<int32_t>& prompt) {
+    const SequenceId id = 900;
+    EXPECT_TRUE(pair_->target->AddSequence(id).ok());
+    auto out = pair_->target->Forward(
+        {{id, prompt, 0, {static_cast<int>(prompt.size()) - 1}}});
+    EXPECT_TRUE(out.ok()) << out.status();
+    EXPECT_TRUE(pair_->target->RemoveSequence(id).ok());
+    return out.ok() ? out->features : at::Tensor();
+  }
+
+  // The in-process drafter's answer for the same context and requests.
+  std::vector<DraftResult> Reference(
+      const std::vector<std::pair<SequenceId, at::Tensor>>& contexts,
+      const std::vector<DraftRequest>& requests) {
+    DEditDrafter& d = *pair_->drafter;
+    for (const auto& [id, features] : contexts) {
+      EXPECT_TRUE(d.AddSequence(id).ok());
+      EXPECT_TRUE(d.AppendContext(id, 0, features).ok());
+    }
+    auto drafted = d.Draft(requests);
+    EXPECT_TRUE(drafted.ok()) << drafted.status();
+    for (const auto& [id, features] : contexts) {
+      EXPECT_TRUE(d.RemoveSequence(id).ok());
+    }
+    return drafted.ok() ? *drafted : std::vector<DraftResult>();
+  }
+
+  // Returns once the worker has finished the pass that was running, so its
+  // snapshot is current: releases are answered on the next pass, after the
+  // previous pass published its snapshot.
+  static void Sync(DrafterWorker& worker) {
+    Pending<int> done;
+    worker.Release({}, done.callback());
+    done.Get();
+  }
+
+  std::vector<DrafterBatchStats> batches() {
+    absl::MutexLock lock(&mu_);
+    return batches_;
+  }
+
+  TinyModelSpec spec_;
+  std::unique_ptr<testing::TinyPair> pair_;
+  absl::Mutex mu_;
+  std::vector<DrafterBatchStats> batches_ ABSL_GUARDED_BY(mu_);
+};
+
+TEST_F(DrafterWorkerTest, DraftsMatchTheInProcessDrafter) {
+  auto worker = MakeWorker(DrafterWorkerOptions());
+  ASSERT_NE(worker, nullptr);
+  const at::Tensor a = Features(RandomPrompt(9, 128, 1));
+  const at::Tensor b = Features(RandomPrompt(17, 128, 2));
+  // Context arrives in chunks, as the target streams it.
+  worker->AddContext(1, 0, a.narrow(0, 0, 5));
+  worker->AddContext(1, 5, a.narrow(0, 5, 4));
+  worker->AddContext(2, 0, b);
+  const std::vector<DraftRequest> requests = {{1, 9, 17, 8, 3},
+                                              {2, 17, 40, 16, 2}};
+  Pending<DraftResults> pending;
+  worker->Draft(requests, pending.callback());
+  auto results = pending.Get();
+  ASSERT_TRUE(results.has_value());
+  const std::vector<DraftResult> want = Reference({{1, a}, {2, b}}, requests);
+  ASSERT_EQ(results->size(), 2u);
+  ASSERT_EQ(want.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    ASSERT_TRUE((*results)[i].ok()) << (*results)[i].status();
+    ExpectSameDraft(*(*results)[i], want[i]);
+  }
+  const auto stats = batches();
+  ASSERT_EQ(stats.size(), 1u);  // one batched call for both sequences
+  EXPECT_EQ(stats[0].sequences, 2);
+  EXPECT_EQ(stats[0].max_passes, 3);
+  EXPECT_EQ(stats[0].context_tokens, 26);
+  Sync(*worker);
+  EXPECT_EQ(worker->snapshot().num_sequences, 2);
+  EXPECT_EQ(worker->snapshot().context_tokens, 26);
+}
+
+TEST_F(DrafterWorkerTest, DraftWaitsForContextThatArrivesLater) {
+  DrafterWorkerOptions options;
+  options.context_wait_ms = 60'000;
+  auto worker = MakeWorker(options);
+  ASSERT_NE(worker, nullptr);
+  const at::Tensor a = Features(RandomPrompt(12, 128, 3));
+  worker->AddContext(1, 0, a.narrow(0, 0, 10));
+  const std::vector<DraftRequest> requests = {{1, 12, 5, 6, 2}};
+  Pending<DraftResults> pending;
+  worker->Draft(requests, pending.callback());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_FALSE(pending.ready());  // two committed rows are still on the wire
+  worker->AddContext(1, 10, a.narrow(0, 10, 2));
+  auto results = pending.Get();
+  ASSERT_TRUE(results.has_value());
+  ASSERT_TRUE((*results)[0].ok()) << (*results)[0].status();
+  ExpectSameDraft(*(*results)[0], Reference({{1, a}}, requests)[0]);
+}
+
+TEST_F(DrafterWorkerTest, BadOrUnservableRequestsFailAlone) {
+  DrafterWorkerOptions options;
+  options.context_wait_ms = 50;
+  options.max_passes = 4;
+  auto worker = MakeWorker(options);
+  ASSERT_NE(worker, nullptr);
+  worker->AddContext(1, 0, Features(RandomPrompt(6, 128, 4)));
+  Pending<DraftResults> pending;
+  worker->Draft({{1, 6, 3, 4, 1},
+                 {1, 6, 3, 1, 1},    // W < 2
+                 {1, 6, 3, 33, 1},   // W above the block size
+                 {1, 6, 3, 4, 5},    // K above max_passes
+                 {1, 6, 128, 4, 1},  // bonus outside the vocabulary
+                 {1, 4, 3, 4, 1},    // behind the context
+                 {7, 0, 3, 4, 1}},   // no context ever arrives
+                pending.callback());
+  auto results = pending.Get();
+  ASSERT_TRUE(results.has_value());
+  ASSERT_EQ(results->size(), 7u);
+  EXPECT_TRUE((*results)[0].ok()) << (*results)[0].status();
+  for (int i : {1, 2, 3, 4}) {
+    EXPECT_EQ((*results)[i].status().code(), absl::StatusCode::kInvalidArgument)
+        << i;
+  }
+  EXPECT_EQ((*results)[5].status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*results)[6].status().code(), absl::StatusCode::kUnavailable);
+}
+
+TEST_F(DrafterWorkerTest, ContextGapFailsDraftsWithDataLossUntilRestarted) {
+  DrafterWorkerOptions options;
+  options.context_wait_ms = 50;
+  auto worker = MakeWorker(options);
+  ASSERT_NE(worker, nullptr);
+  const at::Tensor a = Features(RandomPrompt(9, 128, 5));
+  worker->AddContext(1, 0, a.narrow(0, 0, 4));
+  worker->AddContext(1, 6, a.narrow(0, 6, 3));  // rows 4..5 were lost
+  worker->AddContext(2, 3, a.narrow(0, 3, 6));  // its start was lost
+  Pending<DraftResults> lost;
+  worker->Draft({{1, 9, 3, 4, 1}, {2, 9, 3, 4, 1}}, lost.callback());
+  auto results = lost.Get();
+  ASSERT_TRUE(results.has_value());
+  EXPECT_EQ((*results)[0].status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ((*results)[1].status().code(), absl::StatusCode::kDataLoss);
+
+  // A prompt's first chunk (start 0) recreates the sequence.
+  worker->AddContext(1, 0, a);
+  Pending<DraftResults> again;
+  worker->Draft({{1, 9, 3, 4, 1}}, again.callback());
+  results = again.Get();
+  ASSERT_TRUE(results.has_value());
+  EXPECT_TRUE((*results)[0].ok()) << (*results)[0].status();
+}
+
+TEST_F(DrafterWorkerTest, ReleaseDropsTheContext) {
+  DrafterWorkerOptions options;
+  options.context_wait_ms = 50;
+  auto worker = MakeWorker(options);
+  ASSERT_NE(worker, nullptr);
+  worker->AddContext(1, 0, Features(RandomPrompt(5, 128, 6)));
+  worker->AddContext(2, 0, Features(RandomPrompt(7, 128, 7)));
+  Pending<int> released;
+  worker->Release({1, 3}, released.callback());
+  EXPECT_EQ(released.Get(), 1);  // 3 never existed
+  Sync(*worker);
+  EXPECT_EQ(worker->snapshot().num_sequences, 1);
+  EXPECT_EQ(worker->snapshot().context_tokens, 7);
+
+  // The target's release marker, in stream order.
+  worker->ReleaseFromStream(2);
+  Pending<DraftResults> pending;
+  worker->Draft({{2, 7, 3, 4, 1}}, pending.callback());
+  auto results = pending.Get();
+  ASSERT_TRUE(results.has_value());
+  EXPECT_EQ((*results)[0].status().code(), absl::StatusCode::kUnavailable);
+  Sync(*worker);
+  EXPECT_EQ(worker->snapshot().num_sequences, 0);
+  EXPECT_EQ(worker->snapshot().context_tokens, 0);
+}
+
+TEST_F(DrafterWorkerTest, StopAnswersWaitingDraftsUnavailable) {
+  DrafterWorkerOptions options;
+  options.context_wait_ms = 60'000;
+  auto worker = MakeWorker(options);
+  ASSERT_NE(worker, nullptr);
+  Pending<DraftResults> waiting;
+  worker->Draft({{1, 4, 3, 4, 1}}, waiting.callback());
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  worker->Stop();
+  auto results = waiting.Get();
+  ASSERT_TRUE(results.has_value());
+  EXPECT_EQ((*results)[0].status().code(), absl::StatusCode::kUnavailable);
+  Pending<DraftResults> late;
+  worker->Draft({{1, 4, 3, 4, 1}}, late.callback());
+  results = late.Get();
+  ASSERT_TRUE(results.has_value());
+  EXPECT_EQ((*results)[0].status().code(), absl::StatusCode::kUnavailable);
+  Pending<int> released;
+  worker->Release({1}, released.callback());
+  EXPECT_EQ(released.Get(), 0);
+}
+
+}  // namespace
+}  // namespace dedit
