@@ -5,6 +5,7 @@
 #include <chrono>
 #include <memory>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "dedit/v1/services.grpc.pb.h"
 #include "proto/grpc_status.h"
@@ -57,6 +58,14 @@ absl::Status RunGenerate(const GenerateCommandOptions& o,
   request.set_window(o.window);
   request.set_passes(o.passes);
   request.set_disable_speculation(o.no_speculation);
+  if (o.method == "ngram") {
+    request.set_speculative_method(v1::SPECULATIVE_METHOD_NGRAM);
+  } else if (o.method == "model") {
+    request.set_speculative_method(v1::SPECULATIVE_METHOD_MODEL);
+  } else if (!o.method.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--method must be model or ngram, got '", o.method, "'"));
+  }
   request.set_ignore_eos(o.ignore_eos);
   for (const std::string& stop : o.stop) request.add_stop(stop);
 

@@ -34,6 +34,7 @@ struct GenerateCommandOptions {
   int window = 0;     // 0 → the router's default
   int passes = 0;
   bool no_speculation = false;
+  std::string method;  // "model", "ngram"; empty → the router's default
   std::vector<std::string> stop;
   bool ignore_eos = false;
   int timeout_s = 600;

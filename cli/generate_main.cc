@@ -1,7 +1,8 @@
 // dedit-generate: runs the in-process engine (target + DEdit drafter) and
 // prints the output with acceptance statistics.
 //
-//   dedit-generate --target checkpoints/tiny/target --drafter checkpoints/tiny/drafter \
+//   dedit-generate --target checkpoints/tiny/target --drafter
+//   checkpoints/tiny/drafter \
 //       --prompt_ids 1,2,3 --window 16 --passes 3 --max_tokens 64
 //   dedit-generate ... --ar                      # target-only baseline
 //   dedit-generate ... --json < prompts.jsonl    # one JSON object per line
@@ -11,21 +12,21 @@
 // (text and messages need the target's tokenizer.json); each output line is
 // one JSON object with tokens, text, rounds, mean_acceptance_length,
 // accepted_per_position, per-pass edit_outcomes and timings.
+#include <ATen/Parallel.h>
+
 #include <cstdio>
 #include <iostream>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include <ATen/Parallel.h>
-
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "base/status.h"
 #include "model/cpu_threads.h"
 #include "model/in_process.h"
-#include "base/status.h"
 #include "nlohmann/json.hpp"
 #ifdef DEDIT_HAVE_TOKENIZER
 #include "tokenizer/chat_template.h"
@@ -33,13 +34,19 @@
 #endif
 
 ABSL_FLAG(std::string, target, "", "target model folder (HF format)");
-ABSL_FLAG(std::string, drafter, "", "DEdit/DFlash drafter folder; empty → target-only");
-ABSL_FLAG(std::string, tokenizer, "", "tokenizer.json (default: <target>/tokenizer.json)");
+ABSL_FLAG(std::string, drafter, "",
+          "DEdit/DFlash drafter folder; empty → target-only");
+ABSL_FLAG(std::string, tokenizer, "",
+          "tokenizer.json (default: <target>/tokenizer.json)");
 ABSL_FLAG(std::string, prompt_ids, "", "comma-separated prompt token ids");
 ABSL_FLAG(std::string, prompt, "", "prompt text (needs a tokenizer)");
 ABSL_FLAG(bool, chat, false, "wrap --prompt in the Qwen3 chat template");
 ABSL_FLAG(int, window, 16, "W: block size (1 → target-only)");
-ABSL_FLAG(int, passes, 0, "K: drafter passes (0 → the checkpoint's num_passes)");
+ABSL_FLAG(int, passes, 0,
+          "K: drafter passes (0 → the checkpoint's num_passes)");
+ABSL_FLAG(std::string, method, "model",
+          "who drafts: model (--drafter) or ngram (prompt lookup, no model; "
+          "--drafter may be omitted)");
 ABSL_FLAG(int, max_tokens, 64, "new tokens per prompt");
 ABSL_FLAG(double, temperature, 0.0, "sampling temperature (0 = greedy)");
 ABSL_FLAG(int, top_k, 0, "top-k (0 = off)");
@@ -48,7 +55,8 @@ ABSL_FLAG(int64_t, seed, -1, "sampling seed (-1 = random)");
 ABSL_FLAG(bool, ar, false, "target-only autoregressive baseline (W = 1)");
 ABSL_FLAG(bool, ignore_eos, false, "keep generating past EOS");
 ABSL_FLAG(bool, causal_editor, false, "force the causal editor (ablation)");
-ABSL_FLAG(bool, json, false, "read prompts from stdin, one per line; print JSON lines");
+ABSL_FLAG(bool, json, false,
+          "read prompts from stdin, one per line; print JSON lines");
 ABSL_FLAG(int, batch, 1, "prompts decoded concurrently in --json mode");
 ABSL_FLAG(std::string, device, "cpu", "cpu, cuda, cuda:N");
 ABSL_FLAG(std::string, dtype, "float32", "compute dtype: float32 or bfloat16");
@@ -130,7 +138,8 @@ absl::StatusOr<std::vector<int32_t>> ParsePromptLine(const std::string& line) {
   Json j = Json::parse(line, nullptr, false);
   if (j.is_discarded()) return absl::InvalidArgumentError("line is not JSON");
   if (j.is_array()) return ParseIds(j);
-  if (!j.is_object()) return absl::InvalidArgumentError("expected array or object");
+  if (!j.is_object())
+    return absl::InvalidArgumentError("expected array or object");
   if (j.contains("ids")) return ParseIds(j["ids"]);
   if (j.contains("text") && j["text"].is_string()) {
     return EncodeText(j["text"].get<std::string>(), false);
@@ -144,9 +153,11 @@ absl::StatusOr<std::vector<int32_t>> ParsePromptLine(const std::string& line) {
     for (const Json& m : j["messages"]) {
       if (!m.is_object() || !m.contains("role") || !m.contains("content") ||
           !m["role"].is_string() || !m["content"].is_string()) {
-        return absl::InvalidArgumentError("message needs string role and content");
+        return absl::InvalidArgumentError(
+            "message needs string role and content");
       }
-      chat.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+      chat.push_back(
+          {m["role"].get<std::string>(), m["content"].get<std::string>()});
     }
     return EncodeQwen3Chat(*g_tokenizer, chat, ChatOptions());
   }
@@ -161,6 +172,10 @@ GenerationRequest MakeRequest(std::vector<int32_t> ids, int default_passes) {
   r.window = absl::GetFlag(FLAGS_ar) ? 1 : absl::GetFlag(FLAGS_window);
   r.passes = absl::GetFlag(FLAGS_passes) > 0 ? absl::GetFlag(FLAGS_passes)
                                              : default_passes;
+  if (absl::GetFlag(FLAGS_method) == "ngram") {
+    r.method = DraftMethod::kNgram;
+    r.passes = 1;
+  }
   if (absl::GetFlag(FLAGS_ar)) r.passes = 0;
   r.ignore_eos = absl::GetFlag(FLAGS_ignore_eos);
   r.sampling.temperature = static_cast<float>(absl::GetFlag(FLAGS_temperature));
@@ -217,18 +232,20 @@ void PrintHuman(const GenerationResult& r) {
   if (!r.status.ok()) std::printf("error: %s\n", r.status.ToString().c_str());
   const double decode_tokens = r.tokens.size() > 1 ? r.tokens.size() - 1 : 0;
   std::printf(
-      "finish=%s prompt=%d generated=%zu rounds=%lld mean_acceptance_length=%.3f "
+      "finish=%s prompt=%d generated=%zu rounds=%lld "
+      "mean_acceptance_length=%.3f "
       "fallback_rounds=%lld\n",
       FinishReasonName(r.finish), r.prompt_tokens, r.tokens.size(),
       static_cast<long long>(s.rounds), s.mean_acceptance_length(),
       static_cast<long long>(s.fallback_rounds));
-  std::printf("prefill=%.4fs decode=%.4fs (%.1f tok/s) draft=%.4fs verify=%.4fs\n",
-              r.prefill_seconds, r.decode_seconds,
-              r.decode_seconds > 0 ? decode_tokens / r.decode_seconds : 0.0,
-              s.draft_seconds, s.verify_seconds);
+  std::printf(
+      "prefill=%.4fs decode=%.4fs (%.1f tok/s) draft=%.4fs verify=%.4fs\n",
+      r.prefill_seconds, r.decode_seconds,
+      r.decode_seconds > 0 ? decode_tokens / r.decode_seconds : 0.0,
+      s.draft_seconds, s.verify_seconds);
   for (size_t k = 0; k < s.edit_outcomes.size(); ++k) {
-    std::printf("P%zu vs final: extended=%lld unchanged=%lld shortened=%lld\n", k + 1,
-                static_cast<long long>(s.edit_outcomes[k][0]),
+    std::printf("P%zu vs final: extended=%lld unchanged=%lld shortened=%lld\n",
+                k + 1, static_cast<long long>(s.edit_outcomes[k][0]),
                 static_cast<long long>(s.edit_outcomes[k][1]),
                 static_cast<long long>(s.edit_outcomes[k][2]));
   }
@@ -244,6 +261,12 @@ int Run() {
   if (absl::GetFlag(FLAGS_causal_editor)) o.causal_editor = true;
   if (o.target_dir.empty()) {
     std::fprintf(stderr, "--target is required\n");
+    return 2;
+  }
+  const std::string method = absl::GetFlag(FLAGS_method);
+  if (method != "model" && method != "ngram") {
+    std::fprintf(stderr, "--method must be model or ngram, got '%s'\n",
+                 method.c_str());
     return 2;
   }
   auto stack = InProcessStack::Load(o);
@@ -263,18 +286,20 @@ int Run() {
   if (!absl::GetFlag(FLAGS_json)) {
     std::vector<int32_t> ids;
     if (!absl::GetFlag(FLAGS_prompt).empty()) {
-      auto enc = EncodeText(absl::GetFlag(FLAGS_prompt), absl::GetFlag(FLAGS_chat));
+      auto enc =
+          EncodeText(absl::GetFlag(FLAGS_prompt), absl::GetFlag(FLAGS_chat));
       if (!enc.ok()) {
         std::fprintf(stderr, "error: %s\n", enc.status().ToString().c_str());
         return 1;
       }
       ids = *enc;
     } else {
-      for (absl::string_view part :
-           absl::StrSplit(absl::GetFlag(FLAGS_prompt_ids), ',', absl::SkipEmpty())) {
+      for (absl::string_view part : absl::StrSplit(
+               absl::GetFlag(FLAGS_prompt_ids), ',', absl::SkipEmpty())) {
         int32_t id;
         if (!absl::SimpleAtoi(part, &id)) {
-          std::fprintf(stderr, "error: bad token id '%s'\n", std::string(part).c_str());
+          std::fprintf(stderr, "error: bad token id '%s'\n",
+                       std::string(part).c_str());
           return 2;
         }
         ids.push_back(id);
@@ -297,12 +322,16 @@ int Run() {
   int failures = 0;
   auto flush = [&] {
     std::vector<GenerationRequest> reqs;
-    for (auto& p : pending) if (p) reqs.push_back(*p);
+    for (auto& p : pending)
+      if (p) reqs.push_back(*p);
     std::vector<GenerationResult> results;
     absl::Status status;
     if (!reqs.empty()) {
       auto r = engine.Generate(reqs);
-      if (r.ok()) results = std::move(*r); else status = r.status();
+      if (r.ok())
+        results = std::move(*r);
+      else
+        status = r.status();
     }
     size_t next = 0;
     for (size_t i = 0; i < pending.size(); ++i) {

@@ -58,6 +58,8 @@ ABSL_FLAG(int, window, dedit::GenerateCommandOptions().window,
 ABSL_FLAG(int, passes, dedit::GenerateCommandOptions().passes,
           "K, drafter passes (0 = the router's default)");
 ABSL_FLAG(bool, no_speculation, false, "target-only decoding");
+ABSL_FLAG(std::string, method, "",
+          "who drafts: model or ngram (empty = the router's default)");
 ABSL_FLAG(std::vector<std::string>, stop, {}, "stop strings, comma-separated");
 ABSL_FLAG(bool, ignore_eos, false, "keep generating past EOS");
 ABSL_FLAG(int, timeout_s, dedit::GenerateCommandOptions().timeout_s,
@@ -118,13 +120,15 @@ int GenerateMain(const char* argv0, const std::vector<std::string>& args) {
       "dedit-cli generate",
       "--router HOST:PORT (--prompt TEXT | --prompt_ids 1,2,3)\n"
       "                          [--chat] [--max_tokens N] [--window W]\n"
-      "                          [--passes K] [--no_speculation] ...",
+      "                          [--passes K] [--method model|ngram]\n"
+      "                          [--no_speculation] ...",
       "Streams a generation from dedit-router: the text to stdout as it\n"
       "arrives (token ids when the router has no tokenizer), then one line\n"
       "of statistics to stderr.\n",
       {"router", "model", "prompt", "prompt_ids", "chat", "thinking",
        "max_tokens", "temperature", "top_k", "top_p", "seed", "window",
-       "passes", "no_speculation", "stop", "ignore_eos", "timeout_s"}};
+       "passes", "method", "no_speculation", "stop", "ignore_eos",
+       "timeout_s"}};
   if (std::optional<int> exit = ParseCommandFlags(command, argv0, args)) {
     return *exit;
   }
@@ -151,6 +155,7 @@ int GenerateMain(const char* argv0, const std::vector<std::string>& args) {
   o.window = absl::GetFlag(FLAGS_window);
   o.passes = absl::GetFlag(FLAGS_passes);
   o.no_speculation = absl::GetFlag(FLAGS_no_speculation);
+  o.method = absl::GetFlag(FLAGS_method);
   o.stop = absl::GetFlag(FLAGS_stop);
   o.ignore_eos = absl::GetFlag(FLAGS_ignore_eos);
   o.timeout_s = absl::GetFlag(FLAGS_timeout_s);

@@ -54,8 +54,8 @@ int main(int argc, char** argv) {
   d.num_passes = absl::GetFlag(FLAGS_passes);
   d.mask_token_id = t.vocab_size - 1;
   d.num_target_layers = t.num_hidden_layers;
-  d.target_layer_ids =
-      dedit::DefaultTargetLayerIds(t.num_hidden_layers, std::min(3, t.num_hidden_layers));
+  d.target_layer_ids = dedit::DefaultTargetLayerIds(
+      t.num_hidden_layers, std::min(3, t.num_hidden_layers));
   const uint64_t seed = absl::GetFlag(FLAGS_seed);
   absl::Status s = dedit::WriteRandomQwen3(out + "/target", t, seed);
   if (s.ok()) s = dedit::WriteRandomDrafter(out + "/drafter", d, seed + 1);

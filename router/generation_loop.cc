@@ -143,10 +143,12 @@ bool GenerationLoop::ConnectTarget() {
   o.max_context = served.max_context;
   o.max_new_tokens_limit = options_.max_tokens_limit;
   o.max_passes = options_.max_passes;
+  o.ngram = options_.ngram;
   o.on_round = [this](SequenceId, const RoundRecord& round) {
-    metrics_->OnRound(round, backends_.drafter_health != nullptr
-                                 ? backends_.drafter_health->block_size()
-                                 : 1);
+    const int block = backends_.drafter_health != nullptr
+                          ? backends_.drafter_health->block_size()
+                          : 1;
+    metrics_->OnRound(round, std::max(block, options_.ngram.max_window));
   };
   engine_ = std::make_unique<SpeculativeEngine>(backends_.verifier,
                                                 backends_.drafter, o);
@@ -225,7 +227,10 @@ void GenerationLoop::Admit(RouterRequest request) {
   GenerationRequest engine_request = request.engine;
   const DrafterHealth* drafter = backends_.drafter_health;
   const int block_size =
-      drafter != nullptr && drafter->healthy() ? drafter->block_size() : 0;
+      engine_request.method == DraftMethod::kNgram
+          ? options_.ngram.max_window
+          : (drafter != nullptr && drafter->healthy() ? drafter->block_size()
+                                                      : 0);
   if (!request.speculate || block_size < 2) {
     engine_request.passes = 0;  // target-only (W is then ignored)
     engine_request.window = 1;

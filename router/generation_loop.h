@@ -83,6 +83,10 @@ class GenerationLoop {
     int max_tokens_limit = 4096;
     int max_passes = 8;
     int64_t target_info_retry_ms = 500;
+    // The n-gram method (engine/ngram_drafter.h), which needs no drafter
+    // service: requests that ask for it speculate whatever the drafter's
+    // health.
+    NgramDrafter::Options ngram;
   };
 
   // REQUIRES: backends.verifier and backends.target are set; drafter and

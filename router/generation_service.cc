@@ -166,6 +166,9 @@ RequestLimits GenerationServiceImpl::CurrentLimits() const {
   const int k = drafter_ != nullptr ? drafter_->num_passes() : 0;
   limits.default_passes =
       defaults_.default_passes > 0 ? defaults_.default_passes : std::max(1, k);
+  limits.default_method = defaults_.default_method;
+  limits.ngram_default_window = defaults_.ngram_default_window;
+  limits.ngram_max_window = defaults_.ngram_max_window;
   return limits;
 }
 
@@ -203,6 +206,10 @@ void GenerationServiceImpl::FillCard(v1::ModelCard* card) const {
   card->set_default_window(limits.default_window);
   card->set_default_passes(limits.default_passes);
   card->set_has_tokenizer(tokenizer_ != nullptr);
+  card->set_default_method(limits.default_method == DraftMethod::kNgram
+                               ? v1::SPECULATIVE_METHOD_NGRAM
+                               : v1::SPECULATIVE_METHOD_MODEL);
+  card->set_ngram_max_window(limits.ngram_max_window);
 }
 
 grpc::ServerUnaryReactor* GenerationServiceImpl::ListModels(

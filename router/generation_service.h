@@ -22,6 +22,9 @@ class GenerationServiceImpl final : public v1::Generation::CallbackService {
     int max_passes = 8;
     int default_window = 0;  // 0 → the drafter's block size
     int default_passes = 0;  // 0 → the drafter checkpoint's K
+    DraftMethod default_method = DraftMethod::kModel;
+    int ngram_default_window = 8;
+    int ngram_max_window = 64;  // = GenerationLoop::Options::ngram
   };
   // `drafter` (null → target-only router) and `tokenizer` may be null.
   GenerationServiceImpl(GenerationLoop* loop, const DrafterHealth* drafter,

@@ -30,6 +30,14 @@ ABSL_FLAG(int, default_window, 0,
           "W when a request gives none (0 = drafter block size)");
 ABSL_FLAG(int, default_passes, 0,
           "K when a request gives none (0 = checkpoint's K)");
+ABSL_FLAG(std::string, speculative_method, "model",
+          "who drafts when a request does not say: model (the drafter "
+          "service) or ngram (prompt lookup, no model)");
+ABSL_FLAG(int, ngram_window, 8, "n-gram method: W when a request gives none");
+ABSL_FLAG(int, ngram_max_window, 64,
+          "n-gram method: largest W a request may ask");
+ABSL_FLAG(int, ngram_min, 1, "n-gram method: shortest suffix looked up");
+ABSL_FLAG(int, ngram_max, 4, "n-gram method: longest suffix looked up");
 ABSL_FLAG(int64_t, target_timeout_ms, 60000,
           "deadline of Prefill/Verify calls");
 ABSL_FLAG(int64_t, draft_timeout_ms, 2000,
@@ -58,6 +66,33 @@ int main(int argc, char** argv) {
   o.defaults.max_passes = o.loop.max_passes;
   o.defaults.default_window = absl::GetFlag(FLAGS_default_window);
   o.defaults.default_passes = absl::GetFlag(FLAGS_default_passes);
+  const std::string method = absl::GetFlag(FLAGS_speculative_method);
+  if (method != "model" && method != "ngram") {
+    std::fprintf(stderr,
+                 "dedit-router: --speculative_method must be model or ngram, "
+                 "got '%s'\n",
+                 method.c_str());
+    return 2;
+  }
+  o.defaults.default_method = method == "ngram" ? dedit::DraftMethod::kNgram
+                                                : dedit::DraftMethod::kModel;
+  o.loop.ngram.min_ngram = absl::GetFlag(FLAGS_ngram_min);
+  o.loop.ngram.max_ngram = absl::GetFlag(FLAGS_ngram_max);
+  o.loop.ngram.max_window = absl::GetFlag(FLAGS_ngram_max_window);
+  o.defaults.ngram_max_window = o.loop.ngram.max_window;
+  o.defaults.ngram_default_window = absl::GetFlag(FLAGS_ngram_window);
+  if (absl::Status s = dedit::NgramDrafter::Validate(o.loop.ngram); !s.ok()) {
+    std::fprintf(stderr, "dedit-router: %s\n",
+                 std::string(s.message()).c_str());
+    return 2;
+  }
+  if (o.defaults.ngram_default_window < 1 ||
+      o.defaults.ngram_default_window > o.loop.ngram.max_window) {
+    std::fprintf(stderr,
+                 "dedit-router: --ngram_window must be in [1, "
+                 "--ngram_max_window]\n");
+    return 2;
+  }
   o.verifier.rpc_timeout_ms = absl::GetFlag(FLAGS_target_timeout_ms);
   o.drafter.draft_timeout_ms = absl::GetFlag(FLAGS_draft_timeout_ms);
   o.drafter.probe_interval_ms = absl::GetFlag(FLAGS_drafter_probe_ms);

@@ -125,7 +125,21 @@ absl::StatusOr<RouterRequest> BuildRouterRequest(const v1::GenerateRequest& r,
   }
   out.engine.ignore_eos = r.ignore_eos();
 
-  // Speculation: W and K within the drafter's limits.
+  // Speculation: who drafts, then W and K within that drafter's limits.
+  switch (r.speculative_method()) {
+    case v1::SPECULATIVE_METHOD_UNSPECIFIED:
+      out.engine.method = limits.default_method;
+      break;
+    case v1::SPECULATIVE_METHOD_MODEL:
+      out.engine.method = DraftMethod::kModel;
+      break;
+    case v1::SPECULATIVE_METHOD_NGRAM:
+      out.engine.method = DraftMethod::kNgram;
+      break;
+    default:
+      return Invalid(absl::StrCat("speculative_method ", r.speculative_method(),
+                                  " is unknown"));
+  }
   if (r.window() < 0) {
     return Invalid(absl::StrCat("window must be >= 1, got ", r.window()));
   }
@@ -135,6 +149,23 @@ absl::StatusOr<RouterRequest> BuildRouterRequest(const v1::GenerateRequest& r,
   if (r.passes() > limits.max_passes) {
     return Invalid(absl::StrCat("passes (K) must be at most ",
                                 limits.max_passes, ", got ", r.passes()));
+  }
+  if (out.engine.method == DraftMethod::kNgram) {
+    if (r.passes() > 1) {
+      return Invalid(absl::StrCat(
+          "passes (K) must be 1 with the n-gram method, got ", r.passes()));
+    }
+    if (r.window() > limits.ngram_max_window) {
+      return Invalid(absl::StrCat("window ", r.window(),
+                                  " exceeds the n-gram method's largest "
+                                  "window ",
+                                  limits.ngram_max_window));
+    }
+    out.engine.window =
+        std::max(1, r.window() > 0 ? r.window() : limits.ngram_default_window);
+    out.engine.passes = 1;
+    out.speculate = !r.disable_speculation() && out.engine.window >= 2;
+    return out;
   }
   if (limits.drafter_block_size > 0 && r.window() > limits.drafter_block_size) {
     return Invalid(absl::StrCat("window ", r.window(),

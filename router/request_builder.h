@@ -24,6 +24,11 @@ struct RequestLimits {
   int max_passes = 8;
   int default_window = 16;  // clamped to the block size when known
   int default_passes = 1;
+  // Who drafts when the request does not say, and the n-gram method's
+  // window: its default and the largest a request may ask.
+  DraftMethod default_method = DraftMethod::kModel;
+  int ngram_default_window = 8;
+  int ngram_max_window = 64;
 };
 
 // `tokenizer` may be null: then only token-id prompts are accepted.

@@ -39,6 +39,7 @@ namespace {
 
 using ::testing::Contains;
 using ::testing::ElementsAreArray;
+using ::testing::HasSubstr;
 using SystemClock = std::chrono::system_clock;
 
 constexpr int kVocab = 2048;  // checkpoints/tiny/target/tokenizer.json
@@ -842,6 +843,98 @@ TEST_F(GenerationLoopTest, UnhealthyDrafterAtAdmissionDecodesTargetOnly) {
   ASSERT_EQ(limits.size(), 1u);
   EXPECT_EQ(limits[0].reserve_tokens,
             static_cast<int64_t>(prompt(0).size()) + kMaxTokens + 1);
+}
+
+// The n-gram method needs no drafter service: a target-only router (and a
+// router whose drafter is down) still speculates with it when asked, and the
+// output is the target's greedy output.
+TEST_F(GenerationLoopTest, NgramMethodSpeculatesWithoutADrafter) {
+  StartLoop(nullptr, nullptr);
+  // The answer is in the prompt: prompt + reference + prompt again, so that
+  // lookups of the repeated prompt find what followed it.
+  std::vector<int32_t> repeated = prompt(1);
+  const std::vector<int32_t> answer = Reference(1, 24);
+  repeated.insert(repeated.end(), answer.begin(), answer.end());
+  repeated.insert(repeated.end(), prompt(1).begin(), prompt(1).end());
+  const std::vector<int32_t> expected = GreedyReference(repeated, 24);
+  RouterRequest request = MakeRequest(repeated, 24, 8, 1, {});
+  request.engine.method = DraftMethod::kNgram;
+  auto sink = Submit(std::move(request));
+  ASSERT_TRUE(sink->WaitFinished());
+  ASSERT_TRUE(sink->status().ok()) << sink->status();
+  EXPECT_THAT(sink->tokens(), ElementsAreArray(expected));
+  const v1::AcceptanceStats& a = sink->last().acceptance();
+  EXPECT_EQ(a.fallback_rounds(), 0);
+  EXPECT_GT(a.drafted_rounds(), 0);
+  // Reserved for the n-gram window.
+  const std::vector<FakeTargetControl::Limits> limits = target_->limits();
+  ASSERT_EQ(limits.size(), 1u);
+  EXPECT_EQ(limits[0].reserve_tokens,
+            static_cast<int64_t>(repeated.size()) + 24 + 8);
+}
+
+TEST_F(GenerationLoopTest, NgramMethodIgnoresAnUnhealthyDrafter) {
+  ScriptedDrafter inner(block_size(), Oracle(0));
+  StartLoop(&inner, nullptr);
+  drafter_->set_healthy(false);
+  RouterRequest request = MakeRequest(prompt(0), kMaxTokens, 4, 1, {});
+  request.engine.method = DraftMethod::kNgram;
+  auto sink = Submit(std::move(request));
+  ASSERT_TRUE(sink->WaitFinished());
+  ASSERT_TRUE(sink->status().ok()) << sink->status();
+  EXPECT_THAT(sink->tokens(), ElementsAreArray(Reference(0)));
+  EXPECT_EQ(drafter_->calls(), 0);
+  EXPECT_EQ(sink->last().acceptance().fallback_rounds(), 0);
+}
+
+TEST(RequestBuilderTest, SpeculativeMethodPicksTheDrafterAndItsLimits) {
+  RequestLimits limits;
+  limits.model.ready = true;
+  limits.model.vocab_size = 100;
+  limits.model.max_context = 1000;
+  limits.drafter_block_size = 16;
+  limits.default_window = 16;
+  limits.default_passes = 3;
+  limits.ngram_default_window = 6;
+  limits.ngram_max_window = 32;
+  v1::GenerateRequest proto;
+  proto.mutable_token_ids()->add_ids(5);
+  proto.set_max_tokens(4);
+
+  auto model = BuildRouterRequest(proto, limits, nullptr);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ(model->engine.method, DraftMethod::kModel);
+  EXPECT_EQ(model->engine.window, 16);
+  EXPECT_EQ(model->engine.passes, 3);
+
+  limits.default_method = DraftMethod::kNgram;  // --speculative_method=ngram
+  auto by_flag = BuildRouterRequest(proto, limits, nullptr);
+  ASSERT_TRUE(by_flag.ok()) << by_flag.status();
+  EXPECT_EQ(by_flag->engine.method, DraftMethod::kNgram);
+  EXPECT_EQ(by_flag->engine.window, 6);
+  EXPECT_EQ(by_flag->engine.passes, 1);
+  EXPECT_TRUE(by_flag->speculate);
+
+  limits.default_method = DraftMethod::kModel;
+  proto.set_speculative_method(v1::SPECULATIVE_METHOD_NGRAM);
+  proto.set_window(24);  // above the model drafter's 16, within n-gram's 32
+  auto ngram = BuildRouterRequest(proto, limits, nullptr);
+  ASSERT_TRUE(ngram.ok()) << ngram.status();
+  EXPECT_EQ(ngram->engine.method, DraftMethod::kNgram);
+  EXPECT_EQ(ngram->engine.window, 24);
+
+  proto.set_window(33);
+  EXPECT_THAT(BuildRouterRequest(proto, limits, nullptr).status().message(),
+              HasSubstr("n-gram method's largest window 32"));
+  proto.set_window(8);
+  proto.set_passes(2);
+  EXPECT_THAT(BuildRouterRequest(proto, limits, nullptr).status().message(),
+              HasSubstr("must be 1 with the n-gram method"));
+  proto.set_passes(0);
+  proto.set_speculative_method(static_cast<v1::SpeculativeMethod>(7));
+  auto unknown = BuildRouterRequest(proto, limits, nullptr);
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(unknown.status().message(), HasSubstr("speculative_method"));
 }
 
 enum class DrafterFailure { kCallFails, kWrongLength, kIdOutsideVocabulary };

@@ -53,7 +53,8 @@ absl::StatusOr<std::unique_ptr<ServiceProcess>> ServiceProcess::Start(
   if (pid == 0) {
     // Die with the test binary, even if it aborts.
     prctl(PR_SET_PDEATHSIG, SIGKILL);
-    const int fd = open(p->log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int fd =
+        open(p->log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd >= 0) {
       dup2(fd, 1);
       dup2(fd, 2);
@@ -134,15 +135,18 @@ absl::Status ServiceCluster::Start() {
   RETURN_IF_ERROR(WriteRandomQwen3(target_dir(), spec_.target, 7));
   RETURN_IF_ERROR(WriteRandomDrafter(drafter_dir(), spec_.drafter, 8));
   if (options_.with_tokenizer) {
-    std::filesystem::copy_file(
-        std::string(DEDIT_SOURCE_DIR) + "/tests/tokenizer/testdata/tiny_gpt2.json",
-        tokenizer_path());
+    std::filesystem::copy_file(std::string(DEDIT_SOURCE_DIR) +
+                                   "/tests/tokenizer/testdata/tiny_gpt2.json",
+                               tokenizer_path());
   }
   if (options_.with_drafter) RETURN_IF_ERROR(StartDrafter(0));
-  std::vector<std::string> targs = {
-      "--target_dir=" + target_dir(), "--drafter_dir=" + drafter_dir(),
-      "--host=127.0.0.1", "--port=0", "--metrics_port=0", "--threads=1",
-      "--drain_timeout_ms=1000"};
+  std::vector<std::string> targs = {"--target_dir=" + target_dir(),
+                                    "--drafter_dir=" + drafter_dir(),
+                                    "--host=127.0.0.1",
+                                    "--port=0",
+                                    "--metrics_port=0",
+                                    "--threads=1",
+                                    "--drain_timeout_ms=1000"};
   if (options_.with_drafter) {
     targs.push_back(absl::StrCat("--drafter=127.0.0.1:", drafter_port_));
   }
@@ -156,7 +160,8 @@ absl::Status ServiceCluster::Start() {
   if (options_.with_drafter) {
     rargs.push_back(absl::StrCat("--drafter=127.0.0.1:", drafter_port_));
   }
-  if (options_.with_tokenizer) rargs.push_back("--tokenizer=" + tokenizer_path());
+  if (options_.with_tokenizer)
+    rargs.push_back("--tokenizer=" + tokenizer_path());
   for (const std::string& f : options_.router_flags) rargs.push_back(f);
   ASSIGN_OR_RETURN(router_, ServiceProcess::Start(DEDIT_ROUTER_BINARY, rargs,
                                                   dir_, "router"));
@@ -164,10 +169,13 @@ absl::Status ServiceCluster::Start() {
 }
 
 absl::Status ServiceCluster::StartDrafter(int port) {
-  std::vector<std::string> dargs = {
-      "--drafter_dir=" + drafter_dir(), "--target_dir=" + target_dir(),
-      "--host=127.0.0.1", absl::StrCat("--port=", port), "--metrics_port=0",
-      "--threads=1", "--drain_timeout_ms=1000"};
+  std::vector<std::string> dargs = {"--drafter_dir=" + drafter_dir(),
+                                    "--target_dir=" + target_dir(),
+                                    "--host=127.0.0.1",
+                                    absl::StrCat("--port=", port),
+                                    "--metrics_port=0",
+                                    "--threads=1",
+                                    "--drain_timeout_ms=1000"};
   ASSIGN_OR_RETURN(drafter_, ServiceProcess::Start(DEDIT_DRAFTER_BINARY, dargs,
                                                    dir_, "drafter"));
   drafter_port_ = drafter_->grpc_port();
@@ -179,7 +187,8 @@ std::string ServiceCluster::router_address() const {
 }
 
 std::shared_ptr<grpc::Channel> ServiceCluster::RouterChannel() const {
-  return grpc::CreateChannel(router_address(), grpc::InsecureChannelCredentials());
+  return grpc::CreateChannel(router_address(),
+                             grpc::InsecureChannelCredentials());
 }
 
 std::shared_ptr<grpc::Channel> ServiceCluster::TargetChannel() const {

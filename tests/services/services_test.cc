@@ -1,5 +1,7 @@
 // The disaggregated system end to end: real dedit-target, dedit-drafter and
 // dedit-router processes on loopback (issue 4, "Tests that must exist").
+#include <grpcpp/grpcpp.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -10,15 +12,13 @@
 #include <thread>
 #include <vector>
 
-#include <grpcpp/grpcpp.h>
-
 #include "absl/strings/str_cat.h"
-#include "model/in_process.h"
+#include "cli/generate_command.h"
 #include "dedit/v1/services.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
-#include "cli/generate_command.h"
+#include "model/in_process.h"
 #include "tests/model/test_util.h"
 #include "tests/services/service_cluster.h"
 
@@ -37,8 +37,8 @@ struct Generated {
   int messages = 0;
 };
 
-v1::GenerateRequest IdsRequest(const std::vector<int32_t>& prompt, int max_tokens,
-                               int window = 0, int passes = 0) {
+v1::GenerateRequest IdsRequest(const std::vector<int32_t>& prompt,
+                               int max_tokens, int window = 0, int passes = 0) {
   v1::GenerateRequest r;
   r.mutable_token_ids()->mutable_ids()->Add(prompt.begin(), prompt.end());
   r.set_max_tokens(max_tokens);
@@ -49,9 +49,10 @@ v1::GenerateRequest IdsRequest(const std::vector<int32_t>& prompt, int max_token
 }
 
 // Streams one request to the end. `on_message` runs after every message.
-Generated Generate(v1::Generation::Stub* stub, const v1::GenerateRequest& request,
-                   int timeout_s = 60,
-                   const std::function<void(const Generated&)>& on_message = nullptr) {
+Generated Generate(
+    v1::Generation::Stub* stub, const v1::GenerateRequest& request,
+    int timeout_s = 60,
+    const std::function<void(const Generated&)>& on_message = nullptr) {
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() +
                        std::chrono::seconds(timeout_s));
@@ -169,8 +170,8 @@ TEST_F(ServicesTest, MatchesInProcessEngineAndGreedyDecoding) {
   ASSERT_TRUE(WaitFor([&] { return RouterSeesDrafter(); }, 10000));
   Reference ref(cluster_);
   const int kNew = 24;
-  const std::vector<std::pair<int, int>> configs = {
-      {1, 0}, {2, 1}, {4, 1}, {8, 2}, {16, 3}, {32, 3}};
+  const std::vector<std::pair<int, int>> configs = {{1, 0}, {2, 1},  {4, 1},
+                                                    {8, 2}, {16, 3}, {32, 3}};
   int c = 0;
   for (auto [w, k] : configs) {
     const std::vector<int32_t> prompt = RandomPrompt(5 + 7 * c, 300, 100 + c);
@@ -210,6 +211,39 @@ TEST_F(ServicesTest, MatchesInProcessEngineAndGreedyDecoding) {
 
 // 16 concurrent streams complete with the right tokens, and the target
 // batched them (forwards with more than one sequence).
+// The n-gram method runs in the router (no drafter service involved):
+// through the services its output is the target's greedy output for every
+// window, and text that repeats is accepted in multi-token blocks.
+TEST_F(ServicesTest, NgramMethodThroughTheRouterIsLossless) {
+  ASSERT_TRUE(WaitFor([&] { return RouterSeesDrafter(); }, 10000));
+  Reference ref(cluster_);
+  const int kNew = 24;
+  int64_t accepted = 0;
+  for (int w : {2, 8, 32}) {
+    std::vector<int32_t> prompt = RandomPrompt(8, 300, 300 + w);
+    const std::vector<int32_t> answer = ref.Greedy(prompt, kNew);
+    // prompt + its answer + prompt: the answer can be looked up.
+    std::vector<int32_t> repeated = prompt;
+    repeated.insert(repeated.end(), answer.begin(), answer.end());
+    repeated.insert(repeated.end(), prompt.begin(), prompt.end());
+    v1::GenerateRequest request = IdsRequest(repeated, kNew, w, 0);
+    request.set_speculative_method(v1::SPECULATIVE_METHOD_NGRAM);
+    Generated g = Generate(stub_.get(), request);
+    ASSERT_TRUE(g.status.ok()) << g.status.error_message();
+    EXPECT_EQ(g.tokens, ref.Greedy(repeated, kNew)) << "W=" << w;
+    const v1::AcceptanceStats& a = g.last.acceptance();
+    EXPECT_EQ(a.fallback_rounds(), 0);
+    EXPECT_EQ(a.edit_outcomes_size(), 0);
+    accepted += a.accepted_tokens();
+  }
+  EXPECT_GT(accepted, 0);
+  v1::GenerateRequest bad = IdsRequest({1, 2, 3}, 4, 8, 2);
+  bad.set_speculative_method(v1::SPECULATIVE_METHOD_NGRAM);
+  Generated g = Generate(stub_.get(), bad);
+  EXPECT_EQ(g.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(g.status.error_message(), HasSubstr("n-gram"));
+}
+
 TEST_F(ServicesTest, SixteenConcurrentStreams) {
   ASSERT_TRUE(WaitFor([&] { return RouterSeesDrafter(); }, 10000));
   Reference ref(cluster_);
@@ -228,22 +262,24 @@ TEST_F(ServicesTest, SixteenConcurrentStreams) {
   for (std::thread& t : threads) t.join();
   for (int i = 0; i < kStreams; ++i) {
     ASSERT_TRUE(results[i].status.ok()) << results[i].status.error_message();
-    EXPECT_EQ(results[i].tokens, ref.Greedy(prompts[i], kNew)) << "stream " << i;
+    EXPECT_EQ(results[i].tokens, ref.Greedy(prompts[i], kNew))
+        << "stream " << i;
   }
   auto text = ServiceCluster::Scrape(cluster_.target()->metrics_port());
   ASSERT_TRUE(text.ok()) << text.status();
   const double forwards =
       ServiceCluster::MetricValue(*text, "dedit_target_batch_size_count");
-  const double single =
-      ServiceCluster::MetricValue(*text, "dedit_target_batch_size_bucket", "le=\"1\"");
+  const double single = ServiceCluster::MetricValue(
+      *text, "dedit_target_batch_size_bucket", "le=\"1\"");
   EXPECT_GT(forwards, 0);
   EXPECT_GT(forwards - single, 0) << "no forward held more than one sequence";
   const std::string router = RouterMetrics();
   EXPECT_EQ(ServiceCluster::MetricValue(router, "dedit_requests_total",
                                         "status=\"ok\""),
             kStreams);
-  EXPECT_EQ(ServiceCluster::MetricValue(router, "dedit_generation_tokens_total"),
-            kStreams * kNew);
+  EXPECT_EQ(
+      ServiceCluster::MetricValue(router, "dedit_generation_tokens_total"),
+      kStreams * kNew);
 }
 
 // Killing the drafter mid-stream costs speed, never a request; a restarted
@@ -253,15 +289,16 @@ TEST_F(ServicesTest, DrafterKilledMidStreamThenRestarted) {
   Reference ref(cluster_);
   const int kStreams = 4, kNew = 160;
   std::vector<std::vector<int32_t>> prompts;
-  for (int i = 0; i < kStreams; ++i) prompts.push_back(RandomPrompt(6, 300, 50 + i));
+  for (int i = 0; i < kStreams; ++i)
+    prompts.push_back(RandomPrompt(6, 300, 50 + i));
   std::vector<Generated> results(kStreams);
   std::atomic<int> started{0};
   std::vector<std::thread> threads;
   for (int i = 0; i < kStreams; ++i) {
     threads.emplace_back([&, i] {
       bool counted = false;
-      results[i] = Generate(stub_.get(), IdsRequest(prompts[i], kNew, 8, 2), 120,
-                            [&](const Generated& g) {
+      results[i] = Generate(stub_.get(), IdsRequest(prompts[i], kNew, 8, 2),
+                            120, [&](const Generated& g) {
                               if (!counted && !g.tokens.empty()) {
                                 counted = true;
                                 ++started;
@@ -276,7 +313,8 @@ TEST_F(ServicesTest, DrafterKilledMidStreamThenRestarted) {
   ASSERT_TRUE(all_started) << "the streams did not start";
   for (int i = 0; i < kStreams; ++i) {
     ASSERT_TRUE(results[i].status.ok()) << results[i].status.error_message();
-    EXPECT_EQ(results[i].tokens, ref.Greedy(prompts[i], kNew)) << "stream " << i;
+    EXPECT_EQ(results[i].tokens, ref.Greedy(prompts[i], kNew))
+        << "stream " << i;
   }
   EXPECT_GT(ServiceCluster::MetricValue(RouterMetrics(),
                                         "dedit_fallback_rounds_total"),
@@ -301,10 +339,11 @@ TEST_F(ServicesTest, TargetKilledClientsGetUnavailable) {
   std::atomic<bool> got_tokens{false};
   Generated running;
   std::thread t([&] {
-    running = Generate(stub_.get(), IdsRequest(RandomPrompt(6, 300, 9), 3000, 8, 2),
-                       120, [&](const Generated& g) {
-                         if (!g.tokens.empty()) got_tokens = true;
-                       });
+    running =
+        Generate(stub_.get(), IdsRequest(RandomPrompt(6, 300, 9), 3000, 8, 2),
+                 120, [&](const Generated& g) {
+                   if (!g.tokens.empty()) got_tokens = true;
+                 });
   });
   if (!WaitFor([&] { return got_tokens.load(); }, 30000)) {
     cluster_.KillTarget();
@@ -339,7 +378,8 @@ TEST_F(ServicesTest, TargetKilledClientsGetUnavailable) {
 TEST_F(ServicesTest, ClientCancelReleasesBothServices) {
   ASSERT_TRUE(WaitFor([&] { return RouterSeesDrafter(); }, 10000));
   grpc::ClientContext context;
-  auto reader = stub_->Generate(&context, IdsRequest(RandomPrompt(8, 300, 3), 3000, 8, 2));
+  auto reader = stub_->Generate(
+      &context, IdsRequest(RandomPrompt(8, 300, 3), 3000, 8, 2));
   v1::GenerateResponse response;
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(reader->Read(&response));
   EXPECT_EQ(TargetInfo().num_sequences(), 1);
@@ -349,7 +389,8 @@ TEST_F(ServicesTest, ClientCancelReleasesBothServices) {
   }
   EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
   EXPECT_TRUE(WaitFor([&] { return TargetInfo().num_sequences() == 0; }, 5000));
-  EXPECT_TRUE(WaitFor([&] { return DrafterInfo().num_sequences() == 0; }, 5000));
+  EXPECT_TRUE(
+      WaitFor([&] { return DrafterInfo().num_sequences() == 0; }, 5000));
   EXPECT_EQ(TargetInfo().reserved_tokens(), 0);
   EXPECT_TRUE(WaitFor(
       [&] {
@@ -384,13 +425,15 @@ TEST_F(ServicesTest, BadRequestsAreInvalidArgument) {
   add("negative id", "outside the vocabulary",
       [](auto* r) { r->mutable_token_ids()->add_ids(-1); });
   add("max_tokens 0", "max_tokens", [](auto* r) { r->set_max_tokens(0); });
-  add("max_tokens negative", "max_tokens", [](auto* r) { r->set_max_tokens(-5); });
+  add("max_tokens negative", "max_tokens",
+      [](auto* r) { r->set_max_tokens(-5); });
   add("max_tokens over limit", "max_tokens",
       [](auto* r) { r->set_max_tokens(1000000); });
   add("W over block size", "block size", [](auto* r) { r->set_window(33); });
   add("K < 1", "passes", [](auto* r) { r->set_passes(-1); });
   add("K too large", "passes", [](auto* r) { r->set_passes(99); });
-  add("unknown model", "unknown model", [](auto* r) { r->set_model("gpt-17"); });
+  add("unknown model", "unknown model",
+      [](auto* r) { r->set_model("gpt-17"); });
   add("prompt over context", "context limit", [](auto* r) {
     r->mutable_token_ids()->clear_ids();
     for (int i = 0; i < 2048; ++i) r->mutable_token_ids()->add_ids(i % 300);
@@ -403,7 +446,8 @@ TEST_F(ServicesTest, BadRequestsAreInvalidArgument) {
   add("empty chat", "no messages", [](auto* r) { r->mutable_chat(); });
   add("negative temperature", "temperature",
       [](auto* r) { r->mutable_sampling()->set_temperature(-1); });
-  add("top_p above 1", "top_p", [](auto* r) { r->mutable_sampling()->set_top_p(2); });
+  add("top_p above 1", "top_p",
+      [](auto* r) { r->mutable_sampling()->set_top_p(2); });
   add("empty stop string", "stop[0]", [](auto* r) { r->add_stop(""); });
   for (const Case& c : cases) {
     Generated g = Generate(stub_.get(), c.request, 10);
@@ -443,8 +487,8 @@ TEST_F(ServicesTest, StopStringEndsTheRequest) {
 TEST_F(ServicesTest, PythonClientStreamsAGeneration) {
   const std::string command = absl::StrCat(
       "/usr/bin/python3 ", DEDIT_SOURCE_DIR,
-      "/tests/services/python_client_test.py --router ", cluster_.router_address(),
-      " --stubs ", DEDIT_PROTO_PYTHON_DIR, " 2>&1");
+      "/tests/services/python_client_test.py --router ",
+      cluster_.router_address(), " --stubs ", DEDIT_PROTO_PYTHON_DIR, " 2>&1");
   FILE* pipe = popen(command.c_str(), "r");
   ASSERT_NE(pipe, nullptr);
   std::string output;
@@ -479,7 +523,8 @@ TEST_F(ServicesTest, CliGenerateStreamsTextThenStats) {
 // the docs/ARCHITECTURE.md §4 names.
 TEST_F(ServicesTest, MetricsPassPromtool) {
   ASSERT_TRUE(WaitFor([&] { return RouterSeesDrafter(); }, 10000));
-  Generated g = Generate(stub_.get(), IdsRequest(RandomPrompt(9, 300, 4), 16, 8, 3));
+  Generated g =
+      Generate(stub_.get(), IdsRequest(RandomPrompt(9, 300, 4), 16, 8, 3));
   ASSERT_TRUE(g.status.ok()) << g.status.error_message();
   struct Service {
     std::string name;
@@ -487,7 +532,8 @@ TEST_F(ServicesTest, MetricsPassPromtool) {
     std::vector<std::string> required;
   };
   const std::vector<Service> services = {
-      {"router", cluster_.router()->metrics_port(),
+      {"router",
+       cluster_.router()->metrics_port(),
        {"dedit_spec_decode_num_drafts_total",
         "dedit_spec_decode_num_draft_tokens_total",
         "dedit_spec_decode_num_accepted_tokens_total",
@@ -498,15 +544,18 @@ TEST_F(ServicesTest, MetricsPassPromtool) {
         "dedit_request_duration_seconds_bucket", "dedit_requests_total",
         "dedit_requests_running", "dedit_prompt_tokens_total",
         "dedit_generation_tokens_total", "dedit_fallback_rounds_total"}},
-      {"target", cluster_.target()->metrics_port(),
+      {"target",
+       cluster_.target()->metrics_port(),
        {"dedit_target_batch_size_bucket",
         "dedit_target_forward_duration_seconds_bucket",
         "dedit_kv_cache_usage_ratio", "dedit_context_stream_bytes_total"}},
-      {"drafter", cluster_.drafter()->metrics_port(),
+      {"drafter",
+       cluster_.drafter()->metrics_port(),
        {"dedit_drafter_pass_duration_seconds_bucket",
         "dedit_drafter_batch_size_bucket", "dedit_drafter_context_tokens"}},
   };
-  const bool have_promtool = std::system("command -v promtool >/dev/null 2>&1") == 0;
+  const bool have_promtool =
+      std::system("command -v promtool >/dev/null 2>&1") == 0;
   for (const Service& s : services) {
     auto text = ServiceCluster::Scrape(s.port);
     ASSERT_TRUE(text.ok()) << s.name << ": " << text.status();
@@ -534,10 +583,11 @@ TEST_F(ServicesTest, SigtermDrainsRunningRequests) {
   std::atomic<bool> got_tokens{false};
   Generated running;
   std::thread t([&] {
-    running = Generate(stub_.get(), IdsRequest(RandomPrompt(5, 300, 11), 60, 8, 2),
-                       60, [&](const Generated& g) {
-                         if (!g.tokens.empty()) got_tokens = true;
-                       });
+    running =
+        Generate(stub_.get(), IdsRequest(RandomPrompt(5, 300, 11), 60, 8, 2),
+                 60, [&](const Generated& g) {
+                   if (!g.tokens.empty()) got_tokens = true;
+                 });
   });
   if (!WaitFor([&] { return got_tokens.load(); }, 30000)) {
     t.join();
