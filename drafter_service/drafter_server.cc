@@ -113,14 +113,10 @@ absl::Status RunDrafterServer(const DrafterServerOptions& options) {
   DrafterServiceImpl service(
       &worker, {model_name, options.device},
       [&readiness](int streams) { readiness.Set(streams > 0); }, nullptr);
-  ServeOptions serve;
+  ServeOptions serve = options.serve;
   serve.binary = "dedit-drafter";
   serve.banner = absl::StrCat(model_name, " on ", options.device, ", block ",
                               drafter_config.block_size);
-  serve.listen_address = options.listen_address;
-  serve.metrics_address = options.metrics_address;
-  serve.ready_file = options.ready_file;
-  serve.drain_timeout_ms = options.drain_timeout_ms;
   serve.readiness = &readiness;
   ServeHooks hooks;
   // Context streams never end on their own: finish them so that they do

@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "drafter_service/drafter_worker.h"
+#include "serving/serve_until_signal.h"
 
 namespace dedit {
 
@@ -26,10 +27,9 @@ struct DrafterServerOptions {
   std::string dtype = "float32";
   int cpu_threads = 0;
   std::optional<bool> causal_editor;
-  std::string listen_address = "0.0.0.0:50052";
-  std::string metrics_address = "0.0.0.0:9102";
-  std::string ready_file;
-  int drain_timeout_ms = 5000;
+  // Where to serve (binary and banner are the server's):
+  // serving/serve_until_signal.h.
+  ServeOptions serve = ServeOptionsFor("0.0.0.0", 50052, 9102, "", 5000);
   DrafterWorkerOptions worker;
 };
 

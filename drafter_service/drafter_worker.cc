@@ -87,11 +87,6 @@ void DrafterWorker::Release(std::vector<SequenceId> sequences,
   if (done) done(0);
 }
 
-DrafterWorker::Snapshot DrafterWorker::snapshot() const {
-  absl::MutexLock lock(&mu_);
-  return snapshot_;
-}
-
 bool DrafterWorker::HasQueuedWork() const {
   return !new_context_.empty() || !new_drafts_.empty() ||
          !new_releases_.empty();
@@ -311,8 +306,7 @@ void DrafterWorker::PublishSnapshot() {
   Snapshot s;
   s.num_sequences = static_cast<int>(drafter_->num_sequences());
   s.context_tokens = drafter_->context_tokens();
-  absl::MutexLock lock(&mu_);
-  snapshot_ = s;
+  snapshot_.Set(s);
 }
 
 }  // namespace dedit

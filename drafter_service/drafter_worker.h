@@ -36,6 +36,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "base/published.h"
 #include "model/dedit_drafter.h"
 
 namespace dedit {
@@ -93,7 +94,7 @@ class DrafterWorker {
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // As of the end of the model thread's last pass.
-  Snapshot snapshot() const ABSL_LOCKS_EXCLUDED(mu_);
+  Snapshot snapshot() const { return snapshot_.Get(); }
 
  private:
   struct ContextEvent {
@@ -148,7 +149,7 @@ class DrafterWorker {
   std::deque<ContextEvent> new_context_ ABSL_GUARDED_BY(mu_);
   std::vector<DraftJob> new_drafts_ ABSL_GUARDED_BY(mu_);
   std::vector<ReleaseJob> new_releases_ ABSL_GUARDED_BY(mu_);
-  Snapshot snapshot_ ABSL_GUARDED_BY(mu_);
+  Published<Snapshot> snapshot_;
   std::thread thread_;
 };
 

@@ -50,12 +50,10 @@ int main(int argc, char** argv) {
   o.dtype = absl::GetFlag(FLAGS_dtype);
   o.cpu_threads = absl::GetFlag(FLAGS_threads);
   if (absl::GetFlag(FLAGS_causal_editor)) o.causal_editor = true;
-  const std::string host = absl::GetFlag(FLAGS_host);
-  o.listen_address = absl::StrCat(host, ":", absl::GetFlag(FLAGS_port));
-  o.metrics_address =
-      absl::StrCat(host, ":", absl::GetFlag(FLAGS_metrics_port));
-  o.ready_file = absl::GetFlag(FLAGS_ready_file);
-  o.drain_timeout_ms = absl::GetFlag(FLAGS_drain_timeout_ms);
+  o.serve = dedit::ServeOptionsFor(
+      absl::GetFlag(FLAGS_host), absl::GetFlag(FLAGS_port),
+      absl::GetFlag(FLAGS_metrics_port), absl::GetFlag(FLAGS_ready_file),
+      absl::GetFlag(FLAGS_drain_timeout_ms));
   o.worker.max_batch_wait_us = absl::GetFlag(FLAGS_max_batch_wait_us);
   o.worker.context_wait_ms = absl::GetFlag(FLAGS_context_wait_ms);
   o.worker.max_passes = absl::GetFlag(FLAGS_max_passes);

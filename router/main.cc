@@ -53,12 +53,10 @@ int main(int argc, char** argv) {
   o.target_address = absl::GetFlag(FLAGS_target);
   o.drafter_address = absl::GetFlag(FLAGS_drafter);
   o.tokenizer_path = absl::GetFlag(FLAGS_tokenizer);
-  const std::string host = absl::GetFlag(FLAGS_host);
-  o.listen_address = absl::StrCat(host, ":", absl::GetFlag(FLAGS_port));
-  o.metrics_address =
-      absl::StrCat(host, ":", absl::GetFlag(FLAGS_metrics_port));
-  o.ready_file = absl::GetFlag(FLAGS_ready_file);
-  o.drain_timeout_ms = absl::GetFlag(FLAGS_drain_timeout_ms);
+  o.serve = dedit::ServeOptionsFor(
+      absl::GetFlag(FLAGS_host), absl::GetFlag(FLAGS_port),
+      absl::GetFlag(FLAGS_metrics_port), absl::GetFlag(FLAGS_ready_file),
+      absl::GetFlag(FLAGS_drain_timeout_ms));
   o.loop.model_name = absl::GetFlag(FLAGS_model_name);
   o.loop.max_tokens_limit = absl::GetFlag(FLAGS_max_tokens_limit);
   o.loop.max_passes = absl::GetFlag(FLAGS_max_passes);

@@ -40,15 +40,11 @@ absl::Status RunRouterServer(const RouterServerOptions& options) {
   loop.Start();
   GenerationServiceImpl service(&loop, drafter.get(), tokenizer.get(),
                                 options.defaults);
-  ServeOptions serve;
+  ServeOptions serve = options.serve;
   serve.binary = "dedit-router";
   serve.banner = absl::StrCat(
       "target ", options.target_address, ", drafter ",
       options.drafter_address.empty() ? "(none)" : options.drafter_address);
-  serve.listen_address = options.listen_address;
-  serve.metrics_address = options.metrics_address;
-  serve.ready_file = options.ready_file;
-  serve.drain_timeout_ms = options.drain_timeout_ms;
   ServeHooks hooks;
   // Running streams finish during the drain, or are cancelled at its
   // deadline, which the loop turns into CANCELLED + Release.

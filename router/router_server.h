@@ -17,6 +17,7 @@
 #include "router/generation_service.h"
 #include "router/remote_drafter.h"
 #include "router/remote_verifier.h"
+#include "serving/serve_until_signal.h"
 
 namespace dedit {
 
@@ -24,10 +25,9 @@ struct RouterServerOptions {
   std::string target_address = "127.0.0.1:50051";
   std::string drafter_address;  // empty → target-only router
   std::string tokenizer_path;   // empty → token ids only
-  std::string listen_address = "0.0.0.0:50050";
-  std::string metrics_address = "0.0.0.0:9100";
-  std::string ready_file;
-  int drain_timeout_ms = 30000;
+  // Where to serve (binary and banner are the server's):
+  // serving/serve_until_signal.h.
+  ServeOptions serve = ServeOptionsFor("0.0.0.0", 50050, 9100, "", 30000);
   GenerationLoop::Options loop;
   GenerationServiceImpl::Defaults defaults;
   RemoteVerifier::Options verifier;

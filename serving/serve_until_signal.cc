@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/str_cat.h"
 #include "base/status.h"
 #include "serving/metrics_endpoint.h"
 #include "serving/server_bootstrap.h"
@@ -46,6 +47,17 @@ absl::Status ServeUntilSignal(const ServeOptions& options,
                           std::chrono::milliseconds(options.drain_timeout_ms));
   if (hooks.after_drain) hooks.after_drain();
   return absl::OkStatus();
+}
+
+ServeOptions ServeOptionsFor(const std::string& host, int port,
+                             int metrics_port, std::string ready_file,
+                             int drain_timeout_ms) {
+  ServeOptions o;
+  o.listen_address = absl::StrCat(host, ":", port);
+  o.metrics_address = absl::StrCat(host, ":", metrics_port);
+  o.ready_file = std::move(ready_file);
+  o.drain_timeout_ms = drain_timeout_ms;
+  return o;
 }
 
 }  // namespace dedit

@@ -43,6 +43,13 @@ struct ServeOptions {
   ServiceReadiness* readiness = nullptr;
 };
 
+// The endpoints every binary takes from its --host, --port, --metrics_port,
+// --ready_file and --drain_timeout_ms flags; binary and banner are left to
+// the server.
+ServeOptions ServeOptionsFor(const std::string& host, int port,
+                             int metrics_port, std::string ready_file,
+                             int drain_timeout_ms);
+
 // What a binary adds to the shutdown. Both hooks are optional and run on
 // the thread that called ServeUntilSignal.
 struct ServeHooks {

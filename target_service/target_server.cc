@@ -122,13 +122,9 @@ absl::Status RunTargetServer(const TargetServerOptions& options) {
 
   TargetServiceImpl service(&worker, stream.get(),
                             {model_name, options.device, options.dtype});
-  ServeOptions serve;
+  ServeOptions serve = options.serve;
   serve.binary = "dedit-target";
   serve.banner = absl::StrCat("model ", model_name, " on ", options.device);
-  serve.listen_address = options.listen_address;
-  serve.metrics_address = options.metrics_address;
-  serve.ready_file = options.ready_file;
-  serve.drain_timeout_ms = options.drain_timeout_ms;
   ServeHooks hooks;
   hooks.after_drain = [&] {
     worker.Stop();

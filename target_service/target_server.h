@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "serving/serve_until_signal.h"
 #include "target_service/target_worker.h"
 
 namespace dedit {
@@ -28,10 +29,9 @@ struct TargetServerOptions {
   std::string device = "cpu";
   std::string dtype = "float32";
   int cpu_threads = 0;  // libtorch intra-op threads; 0 = default
-  std::string listen_address = "0.0.0.0:50051";
-  std::string metrics_address = "0.0.0.0:9101";
-  std::string ready_file;
-  int drain_timeout_ms = 10000;
+  // Where to serve (binary and banner are the server's):
+  // serving/serve_until_signal.h.
+  ServeOptions serve = ServeOptionsFor("0.0.0.0", 50051, 9101, "", 10000);
   TargetWorkerOptions worker;
 };
 

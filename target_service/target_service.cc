@@ -76,13 +76,12 @@ grpc::ServerUnaryReactor* TargetServiceImpl::Release(
     grpc::CallbackServerContext* context, const v1::ReleaseRequest* request,
     v1::ReleaseResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  worker_->Release(
-      std::vector<SequenceId>(request->sequences().begin(),
-                              request->sequences().end()),
-      [reactor, response](int released) {
-        response->set_released(released);
-        reactor->Finish(grpc::Status::OK);
-      });
+  worker_->Release(std::vector<SequenceId>(request->sequences().begin(),
+                                           request->sequences().end()),
+                   [reactor, response](int released) {
+                     response->set_released(released);
+                     reactor->Finish(grpc::Status::OK);
+                   });
   return reactor;
 }
 

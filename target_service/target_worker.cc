@@ -366,7 +366,7 @@ TargetWorker::TargetWorker(std::unique_ptr<Qwen3Model> model,
                            TargetWorkerOptions options)
     : batcher_(std::move(model), publisher, std::move(observer), options),
       options_(options) {
-  snapshot_ = batcher_.snapshot();
+  snapshot_.Set(batcher_.snapshot());
 }
 
 TargetWorker::~TargetWorker() { Stop(); }
@@ -420,11 +420,6 @@ void TargetWorker::Release(std::vector<SequenceId> sequences,
     }
   }
   if (done) done(0);
-}
-
-TargetWorker::Snapshot TargetWorker::snapshot() const {
-  absl::MutexLock lock(&mu_);
-  return snapshot_;
 }
 
 bool TargetWorker::CompanionMissing() const {
@@ -495,10 +490,6 @@ void TargetWorker::Run() {
   PublishSnapshot();
 }
 
-void TargetWorker::PublishSnapshot() {
-  const Snapshot s = batcher_.snapshot();
-  absl::MutexLock lock(&mu_);
-  snapshot_ = s;
-}
+void TargetWorker::PublishSnapshot() { snapshot_.Set(batcher_.snapshot()); }
 
 }  // namespace dedit

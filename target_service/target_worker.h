@@ -60,6 +60,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "base/published.h"
 #include "engine/round_interfaces.h"
 #include "model/context_sink.h"
 #include "model/qwen3_model.h"
@@ -285,7 +286,7 @@ class TargetWorker {
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // As of the end of the last step.
-  Snapshot snapshot() const ABSL_LOCKS_EXCLUDED(mu_);
+  Snapshot snapshot() const { return snapshot_.Get(); }
 
  private:
   struct Inbox {
@@ -310,7 +311,7 @@ class TargetWorker {
   std::vector<TargetPrefillJob> new_prefills_ ABSL_GUARDED_BY(mu_);
   std::vector<TargetVerifyJob> new_verifies_ ABSL_GUARDED_BY(mu_);
   std::vector<TargetReleaseJob> new_releases_ ABSL_GUARDED_BY(mu_);
-  Snapshot snapshot_ ABSL_GUARDED_BY(mu_);
+  Published<Snapshot> snapshot_;
   std::thread thread_;
 };
 

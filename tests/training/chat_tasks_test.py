@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""training/chat_tasks.py: instances follow the user formats of issue 11,
+their reference answers score 100%, wrong answers score 0, and the
+held-out functions never come from training files."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, "..", "..", "training", "chat_tasks.py")
+sys.path.insert(0, os.path.dirname(SCRIPT))
+import chat_tasks  # noqa: E402
+
+
+def run(*args):
+    return subprocess.run([sys.executable, SCRIPT, *args], check=True,
+                          capture_output=True, text=True).stdout
+
+
+def main():
+    if not os.path.isdir("/usr/lib/python3.11"):
+        print("SKIP: no /usr/lib/python3.11 corpus")
+        return 77
+    failures = []
+
+    def check(cond, what):
+        if not cond:
+            failures.append(what)
+
+    with tempfile.TemporaryDirectory() as d:
+        run("generate", "--out", d, "--train", "20", "--heldout", "10")
+        train = [json.loads(l) for l in open(os.path.join(d, "train.jsonl"))]
+        held = [json.loads(l) for l in open(os.path.join(d, "heldout.jsonl"))]
+        check(len(train) == 140 and len(held) == 70, "instance counts")
+        for fam in chat_tasks.FAMILIES:
+            check(sum(i["family"] == fam for i in held) == 10,
+                  f"{fam}: 10 held-out instances")
+        prefixes = {"add": "Add ", "multiply": "Multiply ", "sort": "Sort: ",
+                    "reverse": "Reverse: ", "json": "To JSON: ",
+                    "rename": "Rename ", "continue": "Continue:\n"}
+        for inst in train + held:
+            check(inst["user"].startswith(prefixes[inst["family"]]),
+                  f"format of {inst['user'][:30]!r}")
+            check(inst["text"].endswith(inst["answer"] + "<|im_end|>\n"),
+                  "rendered text ends with the answer")
+        # Reference answers are right; wrong ones are not.
+        ref = os.path.join(d, "ref.jsonl")
+        with open(ref, "w") as f:
+            for inst in held:
+                f.write(json.dumps({"answer": inst["answer"]}) + "\n")
+        report = json.loads(run("score", os.path.join(d, "heldout.jsonl"), ref))
+        check(report["overall"]["accuracy"] == 1.0, f"reference scores {report}")
+        check("continue" not in report, "continue is scored by loss only")
+        bad = os.path.join(d, "bad.jsonl")
+        with open(bad, "w") as f:
+            for inst in held:
+                f.write(json.dumps({"answer": inst["answer"] + " 1"}) + "\n")
+        report = json.loads(run("score", os.path.join(d, "heldout.jsonl"), bad))
+        for fam in ("add", "multiply", "sort", "reverse", "json", "rename"):
+            check(report[fam]["accuracy"] == 0.0, f"{fam}: a wrong answer scores 0")
+
+    # Arithmetic steps compute the right result; renames touch names only.
+    check(chat_tasks.answer_add(99999, 1).endswith("= 100000"), "add carry")
+    check(chat_tasks.answer_multiply(9999, 99).endswith("= 989901"), "multiply")
+    src = "def f(x):\n    y = x  # x stays in comments\n    return 'x' + y"
+    check(chat_tasks.rename(src, "x", "value") ==
+          "def f(value):\n    y = value  # x stays in comments\n    return 'x' + y",
+          "rename keeps strings and comments")
+    # The split is dedit-train's: a held-out file is never a training file.
+    train_files = set(chat_tasks.corpus_files("train", 20))
+    held_files = set(chat_tasks.corpus_files("heldout", 20))
+    check(held_files and not (train_files & held_files), "disjoint file split")
+    # Same hash as training/corpus.cc (its offset constant included, which
+    # is not FNV's standard one: the split follows the C++ code).
+    import re
+    cc = open(os.path.join(HERE, "..", "..", "training", "corpus.cc")).read()
+    m = re.search(r"uint64_t h = (\d+)ull;\s*for \(unsigned char c : text\) \{\s*"
+                  r"h \^= c;\s*h \*= (\d+)ull;", cc)
+    check(m is not None and int(m.group(1)) == chat_tasks.FNV_OFFSET
+          and int(m.group(2)) == chat_tasks.FNV_PRIME, "hash as in corpus.cc")
+
+    for f in failures:
+        print("FAIL:", f)
+    print("ok" if not failures else f"{len(failures)} failures")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

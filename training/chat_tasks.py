@@ -1,0 +1,335 @@
+#!/usr/bin/env python3
+"""The chat task suite: generated instances of seven task families, and the
+scorer of a model's answers to them.
+
+Every user message uses exactly these formats (docs/ARCHITECTURE.md §6), so
+any prompt written in them is in the suite's distribution:
+
+  add       Add A and B.                      A, B up to 5 digits
+  multiply  Multiply A by B.                  A up to 4 digits, B up to 2
+  sort      Sort: 5, 12, 3, 9                 3-12 numbers below 1000
+  reverse   Reverse: word word word           3-8 words
+  json      To JSON: key=value; key=value     2-5 pairs, numbers stay numbers
+  rename    Rename OLD to NEW:\\n<function>    a 4-16 line Python function
+  continue  Continue:\\n<first lines>          the first lines of a function
+
+Conversations use the Qwen3 chat template with enable_thinking off: the
+tiny tokenizer has no think tokens, so the empty think block is not
+rendered at all (`render_chat`, and the router/CLI's --chat paths with
+enable_thinking=false on a tokenizer without <think>). An answer is the
+assistant turn's content.
+
+Answers (the format is ours): arithmetic shows its column steps before the
+result, so that a small model computes rather than recalls; the other
+families answer with the result alone.
+
+Functions come from the same corpus files and the same train/held-out
+split as `dedit-train` (FNV-1a of the path, 1 file in `heldout_every` held
+out): training instances only from training files, held-out instances only
+from held-out files and with fresh values (another seed).
+
+  chat_tasks.py generate --out DIR [--train 20000] [--heldout 35] ...
+      -> DIR/train.jsonl, DIR/heldout.jsonl: one instance per line,
+         {"family", "user", "answer", "text"} where text is the rendered
+         conversation (prompt + answer + <|im_end|>), what the target
+         trains on.
+  chat_tasks.py score HELDOUT.jsonl ANSWERS.jsonl
+      -> per-family accuracy; ANSWERS has {"answer": "..."} per line in
+         the same order (the model's assistant content).
+"""
+import argparse
+import ast
+import io
+import json
+import os
+import random
+import re
+import sys
+import tokenize
+
+FAMILIES = ["add", "multiply", "sort", "reverse", "json", "rename", "continue"]
+CORPUS_ROOTS = ["/usr/lib/python3.11"]
+EXCLUDE_DIRS = {"__pycache__", "test", "tests", "idle_test", "pydoc_data",
+                "site-packages", "dist-packages"}
+MAX_FILE_BYTES = 512 * 1024
+
+
+# training/corpus.cc's Fnv1a, constants included (its offset is not FNV's
+# standard basis, but it defines the split of the shipped models).
+FNV_OFFSET = 1469598103934665603
+FNV_PRIME = 1099511628211
+
+
+def fnv1a(text):
+    h = FNV_OFFSET
+    for c in text.encode("utf-8"):
+        h ^= c
+        h = (h * FNV_PRIME) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def render_chat(user, answer=None):
+    """Qwen3 template, enable_thinking off, no think block (tiny tokenizer)."""
+    text = f"<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n"
+    if answer is not None:
+        text += f"{answer}<|im_end|>\n"
+    return text
+
+
+# --- arithmetic with column steps --------------------------------------------
+
+def add_steps(a, b):
+    """Column addition from the right: one clause per digit."""
+    da, db = str(a)[::-1], str(b)[::-1]
+    carry, steps, digits = 0, [], []
+    for i in range(max(len(da), len(db))):
+        x = int(da[i]) if i < len(da) else 0
+        y = int(db[i]) if i < len(db) else 0
+        s = x + y + carry
+        steps.append(f"{x}+{y}+{carry}={s}")
+        digits.append(str(s % 10))
+        carry = s // 10
+    if carry:
+        digits.append(str(carry))
+    result = int("".join(reversed(digits)))
+    assert result == a + b
+    return steps, result
+
+
+def answer_add(a, b):
+    steps, result = add_steps(a, b)
+    return f"{'; '.join(steps)}. {a} + {b} = {result}"
+
+
+def answer_multiply(a, b):
+    parts, lines = [], []
+    for place, digit in enumerate(reversed(str(b))):
+        d = int(digit)
+        partial = a * d * 10 ** place
+        parts.append(partial)
+        lines.append(f"{a}*{d}{'0' * place}={partial}")
+    total = parts[0]
+    for p in parts[1:]:
+        steps, s = add_steps(total, p)
+        lines.append(f"{total}+{p}: {'; '.join(steps)} = {s}")
+        total = s
+    assert total == a * b
+    return f"{'. '.join(lines)}. {a} * {b} = {total}"
+
+
+# --- Python functions from the corpus ----------------------------------------
+
+def corpus_files(split, heldout_every):
+    for root in CORPUS_ROOTS:
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames[:] = sorted(d for d in dirnames if d not in EXCLUDE_DIRS)
+            for name in sorted(filenames):
+                if not name.endswith(".py"):
+                    continue
+                path = os.path.join(dirpath, name)
+                try:
+                    size = os.path.getsize(path)
+                except OSError:
+                    continue
+                if size == 0 or size > MAX_FILE_BYTES:
+                    continue
+                held = heldout_every > 0 and fnv1a(path) % heldout_every == 0
+                if held == (split == "heldout"):
+                    yield path
+
+
+def functions(split, heldout_every, min_lines=4, max_lines=16):
+    """(source, identifiers) of top-level and method functions, ASCII only."""
+    out = []
+    for path in corpus_files(split, heldout_every):
+        try:
+            with open(path, encoding="utf-8") as f:
+                source = f.read()
+            tree = ast.parse(source)
+        except (SyntaxError, UnicodeDecodeError, ValueError):
+            continue
+        lines = source.splitlines()
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            start = node.lineno - 1
+            if node.decorator_list:
+                start = node.decorator_list[0].lineno - 1
+            body = lines[start:node.end_lineno]
+            if not min_lines <= len(body) <= max_lines:
+                continue
+            indent = len(body[0]) - len(body[0].lstrip())
+            body = [l[indent:] if l[:indent].strip() == "" else l for l in body]
+            text = "\n".join(body)
+            if not text.isascii() or "\t" in text:
+                continue
+            names = sorted({t.string for t in _tokens(text)
+                            if t.type == tokenize.NAME
+                            and t.string not in KEYWORDS and len(t.string) > 1})
+            if names:
+                out.append((text, names))
+    return out
+
+
+KEYWORDS = set(__import__("keyword").kwlist) | {"self", "cls", "True", "False",
+                                                 "None"}
+
+
+def _tokens(text):
+    try:
+        return list(tokenize.generate_tokens(io.StringIO(text + "\n").readline))
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return []
+
+
+def rename(text, old, new):
+    """`text` with every NAME token `old` replaced (strings, comments kept)."""
+    lines = text.split("\n")
+    for tok in sorted(_tokens(text), key=lambda t: t.start, reverse=True):
+        if tok.type == tokenize.NAME and tok.string == old:
+            (row, col), (_, end) = tok.start, tok.end
+            line = lines[row - 1]
+            lines[row - 1] = line[:col] + new + line[end:]
+    return "\n".join(lines)
+
+
+# --- instances ----------------------------------------------------------------
+
+WORDS = ("apple river stone cloud table green quick light window paper "
+         "garden silver orange music ocean forest yellow pencil candle "
+         "bridge winter summer rabbit castle little bottle market planet "
+         "number letter simple circle square dragon butter travel sister "
+         "mirror rocket jacket flower guitar animal circle doctor camera "
+         "island spring autumn school friend family button engine basket").split()
+KEYS = ("name id count size port host user mode level limit color width "
+        "height depth speed score price title owner path city year").split()
+
+
+def make_instance(family, rng, funcs):
+    if family == "add":
+        a, b = rng.randint(0, 99999), rng.randint(0, 99999)
+        return f"Add {a} and {b}.", answer_add(a, b)
+    if family == "multiply":
+        a, b = rng.randint(0, 9999), rng.randint(0, 99)
+        return f"Multiply {a} by {b}.", answer_multiply(a, b)
+    if family == "sort":
+        xs = [rng.randint(0, 999) for _ in range(rng.randint(3, 12))]
+        return ("Sort: " + ", ".join(map(str, xs)),
+                ", ".join(map(str, sorted(xs))))
+    if family == "reverse":
+        ws = [rng.choice(WORDS) for _ in range(rng.randint(3, 8))]
+        return "Reverse: " + " ".join(ws), " ".join(reversed(ws))
+    if family == "json":
+        keys = rng.sample(KEYS, rng.randint(2, 5))
+        pairs = {}
+        for k in keys:
+            pairs[k] = (rng.randint(0, 9999) if rng.random() < 0.5
+                        else rng.choice(WORDS))
+        user = "To JSON: " + "; ".join(f"{k}={v}" for k, v in pairs.items())
+        return user, json.dumps(pairs)
+    text, names = rng.choice(funcs)
+    if family == "rename":
+        old = rng.choice(names)
+        new = rng.choice(WORDS) + "_" + rng.choice(WORDS)
+        return f"Rename {old} to {new}:\n{text}", rename(text, old, new)
+    if family == "continue":
+        lines = text.split("\n")
+        cut = rng.randint(1, max(1, len(lines) // 2))
+        return ("Continue:\n" + "\n".join(lines[:cut]),
+                "\n".join(lines[cut:]))
+    raise ValueError(family)
+
+
+def generate(args):
+    os.makedirs(args.out, exist_ok=True)
+    for split, count, seed in (("train", args.train, args.seed),
+                               ("heldout", args.heldout, args.seed + 1000003)):
+        funcs = functions(split, args.heldout_every)
+        if not funcs:
+            sys.exit(f"chat_tasks.py: no {split} functions under {CORPUS_ROOTS}")
+        rng = random.Random(seed)
+        path = os.path.join(args.out, f"{split}.jsonl")
+        with open(path + ".tmp", "w") as f:
+            for i in range(count * len(FAMILIES)):
+                family = FAMILIES[i % len(FAMILIES)]
+                user, answer = make_instance(family, rng, funcs)
+                f.write(json.dumps({"family": family, "user": user,
+                                    "answer": answer,
+                                    "text": render_chat(user, answer)}) + "\n")
+        os.replace(path + ".tmp", path)
+        print(f"{path}: {count} x {len(FAMILIES)} families "
+              f"({len(funcs)} {split} functions)")
+
+
+# --- scoring ------------------------------------------------------------------
+
+def last_number(text):
+    m = re.findall(r"-?\d+", text)
+    return int(m[-1]) if m else None
+
+
+def numbers(text):
+    return [int(x) for x in re.findall(r"-?\d+", text)]
+
+
+def correct(instance, answer):
+    family, ref = instance["family"], instance["answer"]
+    answer = answer.strip()
+    if family in ("add", "multiply"):
+        return last_number(answer) == last_number(ref)
+    if family == "sort":
+        return numbers(answer) == numbers(ref)
+    if family == "reverse":
+        return answer.split() == ref.split()
+    if family == "json":
+        try:
+            return json.loads(answer) == json.loads(ref)
+        except ValueError:
+            return False
+    if family == "rename":
+        return answer.rstrip() == ref.rstrip()
+    return None  # continue: loss only
+
+
+def score(args):
+    instances = [json.loads(l) for l in open(args.heldout)]
+    answers = [json.loads(l)["answer"] for l in open(args.answers)]
+    if len(answers) != len(instances):
+        sys.exit(f"chat_tasks.py: {len(answers)} answers for "
+                 f"{len(instances)} instances")
+    per = {}
+    for inst, ans in zip(instances, answers):
+        ok = correct(inst, ans)
+        if ok is None:
+            continue
+        hit, total = per.get(inst["family"], (0, 0))
+        per[inst["family"]] = (hit + int(ok), total + 1)
+    hits = sum(h for h, _ in per.values())
+    total = sum(t for _, t in per.values())
+    report = {f: {"correct": h, "instances": t, "accuracy": h / t}
+              for f, (h, t) in per.items()}
+    report["overall"] = {"correct": hits, "instances": total,
+                         "accuracy": hits / total if total else 0.0}
+    print(json.dumps(report, indent=1))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="command", required=True)
+    g = sub.add_parser("generate")
+    g.add_argument("--out", required=True)
+    g.add_argument("--train", type=int, default=20000,
+                   help="training instances per family")
+    g.add_argument("--heldout", type=int, default=35,
+                   help="held-out instances per family")
+    g.add_argument("--heldout_every", type=int, default=20)
+    g.add_argument("--seed", type=int, default=1)
+    s = sub.add_parser("score")
+    s.add_argument("heldout")
+    s.add_argument("answers")
+    args = ap.parse_args()
+    generate(args) if args.command == "generate" else score(args)
+
+
+if __name__ == "__main__":
+    main()
