@@ -1,15 +1,9 @@
 #include "base/safetensors.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <sys/types.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
-#include <cstring>
 #include <limits>
 #include <optional>
 #include <set>
@@ -19,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "base/file_util.h"
 #include "base/status.h"
 #include "nlohmann/json.hpp"
 
@@ -58,20 +53,6 @@ const DTypeInfo& Info(DType dtype) {
   return kDTypes[0];
 }
 
-absl::Status ErrnoError(int err, absl::string_view what) {
-  std::string message = absl::StrCat(what, ": ", std::strerror(err));
-  switch (err) {
-    case ENOENT:
-    case ENOTDIR:
-      return absl::NotFoundError(message);
-    case EACCES:
-    case EPERM:
-      return absl::PermissionDeniedError(message);
-    default:
-      return absl::InternalError(message);
-  }
-}
-
 // Element count of `shape`, or nullopt when a dimension is negative or the
 // product does not fit in int64 (a hostile header can ask for 2^40 x 2^40).
 std::optional<int64_t> CheckedNumel(const std::vector<int64_t>& shape) {
@@ -92,10 +73,6 @@ std::optional<uint64_t> CheckedNbytes(int64_t numel, DType dtype) {
     return std::nullopt;
   }
   return nbytes;
-}
-
-std::string ShapeString(const std::vector<int64_t>& shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 
 uint64_t ReadLittleEndian64(const uint8_t* p) {
@@ -152,111 +129,6 @@ absl::StatusOr<std::string> DumpJson(const Json& json) {
   }
 }
 
-bool PathExists(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0;
-}
-
-// Opens `path` read-only and checks it is a regular file; on success the
-// caller owns the returned descriptor and `*st` describes the file.
-absl::StatusOr<int> OpenRegularFile(const std::string& path, struct stat* st) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoError(errno, absl::StrCat("cannot open ", path));
-  if (::fstat(fd, st) != 0) {
-    int err = errno;
-    ::close(fd);
-    return ErrnoError(err, absl::StrCat("cannot stat ", path));
-  }
-  if (!S_ISREG(st->st_mode)) {
-    ::close(fd);
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": not a regular file"));
-  }
-  return fd;
-}
-
-// Reads a whole (small) file; used for the shard index.
-absl::StatusOr<std::string> ReadSmallFile(const std::string& path,
-                                          uint64_t max_bytes) {
-  struct stat st;
-  ASSIGN_OR_RETURN(const int fd, OpenRegularFile(path, &st));
-  if (static_cast<uint64_t>(st.st_size) > max_bytes) {
-    ::close(fd);
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, " is ", st.st_size, " bytes, over the limit of ", max_bytes));
-  }
-  std::string content(static_cast<size_t>(st.st_size), '\0');
-  size_t done = 0;
-  while (done < content.size()) {
-    ssize_t n = ::read(fd, &content[done], content.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int err = errno;
-      ::close(fd);
-      return ErrnoError(err, absl::StrCat("cannot read ", path));
-    }
-    if (n == 0) break;  // Shrunk while reading.
-    done += static_cast<size_t>(n);
-  }
-  ::close(fd);
-  content.resize(done);
-  return content;
-}
-
-absl::Status WriteAll(int fd, absl::string_view data, const std::string& path) {
-  while (!data.empty()) {
-    ssize_t n = ::write(fd, data.data(), data.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return ErrnoError(errno, absl::StrCat("cannot write ", path));
-    data.remove_prefix(static_cast<size_t>(n));
-  }
-  return absl::OkStatus();
-}
-
-// Writes `pieces` back to back into `path.tmp.<pid>`, syncs, and renames it
-// over `path`, so that readers never observe a half-written file.
-absl::Status WriteFileAtomically(const std::string& path,
-                                 const std::vector<absl::string_view>& pieces) {
-  const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoError(errno, absl::StrCat("cannot create ", tmp));
-  absl::Status status;
-  for (absl::string_view piece : pieces) {
-    status = WriteAll(fd, piece, tmp);
-    if (!status.ok()) break;
-  }
-  if (status.ok() && ::fsync(fd) != 0) {
-    status = ErrnoError(errno, absl::StrCat("cannot sync ", tmp));
-  }
-  if (::close(fd) != 0 && status.ok()) {
-    status = ErrnoError(errno, absl::StrCat("cannot close ", tmp));
-  }
-  if (status.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
-    status =
-        ErrnoError(errno, absl::StrCat("cannot rename ", tmp, " to ", path));
-  }
-  if (!status.ok()) ::unlink(tmp.c_str());
-  return status;
-}
-
-// Creates `dir` and its missing parents.
-absl::Status MakeDirectories(const std::string& dir) {
-  if (dir.empty()) return absl::OkStatus();
-  for (size_t pos = 1; pos <= dir.size(); ++pos) {
-    if (pos != dir.size() && dir[pos] != '/') continue;
-    const std::string prefix = dir.substr(0, pos);
-    if (::mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) {
-      return ErrnoError(errno,
-                        absl::StrCat("cannot create directory ", prefix));
-    }
-  }
-  struct stat st;
-  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    return absl::InvalidArgumentError(absl::StrCat(dir, " is not a directory"));
-  }
-  return absl::OkStatus();
-}
-
 std::string JoinPath(const std::string& dir, const std::string& name) {
   if (dir.empty() || dir.back() == '/') return dir + name;
   return absl::StrCat(dir, "/", name);
@@ -311,14 +183,14 @@ absl::StatusOr<std::vector<const TensorToWrite*>> SortAndValidate(
     if (!numel) {
       return absl::InvalidArgumentError(
           absl::StrCat("tensor '", t.name, "': invalid shape ",
-                       ShapeString(t.shape), " (negative or overflowing)"));
+                       ShapeToString(t.shape), " (negative or overflowing)"));
     }
     const std::optional<uint64_t> nbytes = CheckedNbytes(*numel, t.dtype);
     if (!nbytes || *nbytes != t.bytes.size()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "tensor '", t.name, "': shape/size mismatch: ", DTypeName(t.dtype),
-          ShapeString(t.shape), " needs ", nbytes ? *nbytes : 0, " bytes but ",
-          t.bytes.size(), " were given"));
+          ShapeToString(t.shape), " needs ", nbytes ? *nbytes : 0,
+          " bytes but ", t.bytes.size(), " were given"));
     }
     sorted.push_back(&t);
   }
@@ -365,6 +237,10 @@ absl::StatusOr<DType> ParseDType(absl::string_view name) {
 
 size_t DTypeSize(DType dtype) { return Info(dtype).size; }
 
+std::string ShapeToString(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
 int64_t TensorView::numel() const {
   // Views produced by the parser always have a valid shape; -1 flags a
   // hand-built view with a negative or overflowing shape instead of UB.
@@ -376,20 +252,23 @@ int64_t TensorView::numel() const {
 
 absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(
     const std::string& path) {
-  struct stat st;
-  ASSIGN_OR_RETURN(const int fd, OpenRegularFile(path, &st));
-  const size_t size = static_cast<size_t>(st.st_size);
+  ASSIGN_OR_RETURN(RegularFile regular, OpenRegularFile(path));
+  if (regular.size_bytes > std::numeric_limits<size_t>::max()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": too large to map (", regular.size_bytes, " bytes)"));
+  }
+  const size_t size = static_cast<size_t>(regular.size_bytes);
   // mmap rejects zero-length mappings, and such a file is malformed anyway.
   if (size == 0) {
-    ::close(fd);
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": file is empty, not a safetensors file"));
   }
-  void* mapping = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  void* mapping =
+      ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, regular.fd.get(), 0);
   const int mmap_errno = errno;
-  ::close(fd);  // The mapping keeps the file alive.
+  regular.fd.Close();  // The mapping keeps the file alive.
   if (mapping == MAP_FAILED) {
-    return ErrnoError(mmap_errno, absl::StrCat("cannot mmap ", path));
+    return ErrnoToStatus(mmap_errno, absl::StrCat("cannot mmap ", path));
   }
   // Owned from here on, so the destructor unmaps on every error path too.
   std::unique_ptr<SafetensorsFile> file(new SafetensorsFile());
@@ -504,13 +383,13 @@ absl::Status SafetensorsFile::ParseHeader(const uint8_t* bytes, size_t size) {
     }
     const std::optional<int64_t> numel = CheckedNumel(shape);
     if (!numel) {
-      return tensor_error("element count of shape ", ShapeString(shape),
+      return tensor_error("element count of shape ", ShapeToString(shape),
                           " overflows int64");
     }
     const std::optional<uint64_t> expected_bytes =
         CheckedNbytes(*numel, *dtype);
     if (!expected_bytes) {
-      return tensor_error("byte size of ", *dtype_name, ShapeString(shape),
+      return tensor_error("byte size of ", *dtype_name, ShapeToString(shape),
                           " overflows");
     }
 
@@ -535,7 +414,7 @@ absl::Status SafetensorsFile::ParseHeader(const uint8_t* bytes, size_t size) {
     }
     if (end - begin != *expected_bytes) {
       return tensor_error("shape/size mismatch: ", *dtype_name,
-                          ShapeString(shape), " needs ", *expected_bytes,
+                          ShapeToString(shape), " needs ", *expected_bytes,
                           " bytes but data_offsets span ", end - begin);
     }
 
@@ -587,7 +466,7 @@ absl::StatusOr<std::unique_ptr<WeightArchive>> WeightArchive::OpenDirectory(
   std::vector<std::unique_ptr<SafetensorsFile>> files;
   if (PathExists(index_path)) {
     ASSIGN_OR_RETURN(std::string text,
-                     ReadSmallFile(index_path, kMaxIndexBytes));
+                     ReadFileToString(index_path, kMaxIndexBytes));
     std::optional<Json> index =
         ParseJson(text.data(), text.data() + text.size());
     if (!index) {
@@ -751,7 +630,7 @@ absl::Status WriteShardedSafetensors(const std::string& dir,
     total_size += t->bytes.size();
   }
 
-  RETURN_IF_ERROR(MakeDirectories(dir));
+  RETURN_IF_ERROR(MakeDirs(dir));
   Json weight_map = Json::object();
   for (size_t i = 0; i < shards.size(); ++i) {
     const std::string file_name =
@@ -764,7 +643,7 @@ absl::Status WriteShardedSafetensors(const std::string& dir,
   index["weight_map"] = std::move(weight_map);
   ASSIGN_OR_RETURN(std::string text, DumpJson(index));
   text += '\n';
-  return WriteFileAtomically(JoinPath(dir, kIndexFileName), {text});
+  return WriteFileAtomically(JoinPath(dir, kIndexFileName), text);
 }
 
 }  // namespace dedit

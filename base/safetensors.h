@@ -34,6 +34,9 @@ absl::string_view DTypeName(DType dtype);
 absl::StatusOr<DType> ParseDType(absl::string_view name);
 size_t DTypeSize(DType dtype);
 
+// "[a, b, c]", as shape errors print it.
+std::string ShapeToString(const std::vector<int64_t>& shape);
+
 struct TensorView {
   std::string name;
   DType dtype = DType::kF32;
@@ -112,12 +115,16 @@ struct TensorToWrite {
 absl::StatusOr<std::string> SerializeSafetensors(
     const std::vector<TensorToWrite>& tensors,
     const std::map<std::string, std::string>& metadata = {});
-// Writes atomically (temp file + rename).
+// Replaces `path` crash-safely (WriteFileAtomically, base/file_util.h): a
+// reader or a crash sees the old file or the whole new one, never a mix.
 absl::Status WriteSafetensors(
     const std::string& path, const std::vector<TensorToWrite>& tensors,
     const std::map<std::string, std::string>& metadata = {});
 // Writes `tensors` as shards of at most `max_shard_bytes` plus
-// model.safetensors.index.json into `dir`.
+// model.safetensors.index.json into `dir` (created when missing). Each file
+// is replaced atomically, the index last, so a crash midway leaves the old
+// index naming shards that may already hold new contents: rewrite a sharded
+// checkpoint into a fresh directory when that matters.
 absl::Status WriteShardedSafetensors(const std::string& dir,
                                      const std::vector<TensorToWrite>& tensors,
                                      size_t max_shard_bytes);

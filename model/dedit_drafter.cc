@@ -8,8 +8,9 @@
 #include <ATen/TensorOperators.h>
 
 #include "absl/strings/str_cat.h"
+#include "base/checkpoint_layout.h"
 #include "base/status.h"
-#include "model/tensor_io.h"
+#include "model/checkpoint_weights.h"
 #include "model/torch_status.h"
 
 namespace dedit {
@@ -31,7 +32,8 @@ absl::StatusOr<std::unique_ptr<DEditDrafter>> DEditDrafter::FromArchive(
   const Qwen3Config& c = config.layers;
   if (!embed_tokens.defined() || !lm_head.defined() ||
       embed_tokens.dim() != 2 || lm_head.dim() != 2 ||
-      embed_tokens.size(1) != c.hidden_size || lm_head.size(1) != c.hidden_size ||
+      embed_tokens.size(1) != c.hidden_size ||
+      lm_head.size(1) != c.hidden_size ||
       embed_tokens.size(0) != lm_head.size(0)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "target embedding/lm_head do not fit a drafter of hidden size ",
@@ -50,17 +52,16 @@ absl::StatusOr<std::unique_ptr<DEditDrafter>> DEditDrafter::FromArchive(
     d->lm_head_ = lm_head.to(dev, dt);
     d->rotary_ = Rotary(c.head_dim, c.rope_theta, dev);
   }));
-  const int64_t fw = d->feature_width();
-  ASSIGN_OR_RETURN(d->fc_, LoadTensor(archive, "fc.weight",
-                                      {c.hidden_size, fw}, dt, dev));
-  ASSIGN_OR_RETURN(d->hidden_norm_, LoadTensor(archive, "hidden_norm.weight",
-                                               {c.hidden_size}, dt, dev));
-  ASSIGN_OR_RETURN(d->final_norm_,
-                   LoadTensor(archive, "norm.weight", {c.hidden_size}, dt, dev));
+  ASSIGN_OR_RETURN(
+      const NamedTensors weights,
+      LoadCheckpointTensors(archive, DrafterCheckpointLayout(config), dt, dev));
+  ASSIGN_OR_RETURN(d->fc_, FindTensor(weights, kDrafterFcWeight));
+  ASSIGN_OR_RETURN(d->hidden_norm_,
+                   FindTensor(weights, kDrafterHiddenNormWeight));
+  ASSIGN_OR_RETURN(d->final_norm_, FindTensor(weights, kDrafterNormWeight));
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     ASSIGN_OR_RETURN(DecoderLayerWeights w,
-                     LoadDecoderLayer(archive, absl::StrCat("layers.", l, "."),
-                                      c, dt, dev));
+                     BindDecoderLayer(weights, DrafterLayerTensorNames(l)));
     d->layers_.push_back(std::move(w));
   }
   return d;

@@ -8,29 +8,34 @@
 #include <ATen/TensorOperators.h>
 
 #include "absl/strings/str_cat.h"
+#include "base/checkpoint_layout.h"
 #include "base/status.h"
-#include "model/tensor_io.h"
+#include "model/checkpoint_weights.h"
 #include "model/torch_status.h"
 
 namespace dedit {
 namespace {
 
-absl::Status LoadEmbeddingAndHead(const WeightArchive& archive,
-                                  const Qwen3Config& c, at::ScalarType dtype,
-                                  c10::Device device, at::Tensor* embed,
-                                  at::Tensor* head) {
-  const std::vector<int64_t> shape = {c.vocab_size, c.hidden_size};
-  ASSIGN_OR_RETURN(*embed, LoadTensor(archive, "model.embed_tokens.weight",
-                                      shape, dtype, device));
-  // Tied checkpoints usually omit lm_head; an untied one must have it.
-  if (archive.Contains("lm_head.weight")) {
-    ASSIGN_OR_RETURN(*head,
-                     LoadTensor(archive, "lm_head.weight", shape, dtype, device));
-  } else if (c.tie_word_embeddings) {
-    *head = *embed;
-  } else {
-    return absl::InvalidArgumentError(
-        "lm_head.weight missing and tie_word_embeddings is false");
+// The layout of the target in `archive` (base/checkpoint_layout.h). A tied
+// checkpoint usually omits lm_head; an untied one must have it, which gets
+// its own message because the fix is in config.json or the export.
+absl::StatusOr<std::vector<CheckpointTensor>> TargetLayout(
+    const Qwen3Config& c, const WeightArchive& archive) {
+  if (!c.tie_word_embeddings && !archive.Contains(kLmHeadWeight)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kLmHeadWeight, " missing and tie_word_embeddings is false"));
+  }
+  return TargetCheckpointLayout(c, archive);
+}
+
+// Takes the embedding and the head (the embedding itself when the
+// checkpoint has no lm_head) out of loaded target tensors.
+absl::Status TakeEmbeddingAndHead(const NamedTensors& weights,
+                                  at::Tensor* embed, at::Tensor* head) {
+  ASSIGN_OR_RETURN(*embed, FindTensor(weights, kEmbedTokensWeight));
+  *head = *embed;
+  if (weights.count(kLmHeadWeight)) {
+    ASSIGN_OR_RETURN(*head, FindTensor(weights, kLmHeadWeight));
   }
   return absl::OkStatus();
 }
@@ -51,27 +56,28 @@ absl::StatusOr<std::unique_ptr<Qwen3Model>> Qwen3Model::FromArchive(
     const Options& options) {
   for (int id : options.feature_layer_ids) {
     if (id < 0 || id >= config.num_hidden_layers) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "feature layer ", id, " outside the target's ",
-          config.num_hidden_layers, " layers"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("feature layer ", id, " outside the target's ",
+                       config.num_hidden_layers, " layers"));
     }
   }
   std::unique_ptr<Qwen3Model> m(new Qwen3Model(config, options));
-  const at::ScalarType dt = options.dtype;
-  const c10::Device dev = options.device;
-  RETURN_IF_ERROR(LoadEmbeddingAndHead(archive, config, dt, dev,
-                                       &m->embed_tokens_, &m->lm_head_));
-  ASSIGN_OR_RETURN(m->final_norm_, LoadTensor(archive, "model.norm.weight",
-                                              {config.hidden_size}, dt, dev));
+  ASSIGN_OR_RETURN(const std::vector<CheckpointTensor> layout,
+                   TargetLayout(config, archive));
+  ASSIGN_OR_RETURN(
+      const NamedTensors weights,
+      LoadCheckpointTensors(archive, layout, options.dtype, options.device));
+  RETURN_IF_ERROR(
+      TakeEmbeddingAndHead(weights, &m->embed_tokens_, &m->lm_head_));
+  ASSIGN_OR_RETURN(m->final_norm_, FindTensor(weights, kTargetNormWeight));
   for (int l = 0; l < config.num_hidden_layers; ++l) {
     ASSIGN_OR_RETURN(DecoderLayerWeights w,
-                     LoadDecoderLayer(archive, absl::StrCat("model.layers.", l, "."),
-                                      config, dt, dev));
+                     BindDecoderLayer(weights, TargetLayerTensorNames(l)));
     m->layers_.push_back(std::move(w));
   }
-  RETURN_IF_ERROR(GuardTorch([&] {
-    m->rotary_ = Rotary(config.head_dim, config.rope_theta, dev);
-  }));
+  const c10::Device dev = options.device;
+  RETURN_IF_ERROR(GuardTorch(
+      [&] { m->rotary_ = Rotary(config.head_dim, config.rope_theta, dev); }));
   return m;
 }
 
@@ -252,8 +258,19 @@ absl::Status LoadTargetEmbeddings(const std::string& target_dir,
                                   at::Tensor* lm_head) {
   ASSIGN_OR_RETURN(Qwen3Config config, LoadQwen3Config(target_dir));
   ASSIGN_OR_RETURN(auto archive, WeightArchive::OpenDirectory(target_dir));
-  return LoadEmbeddingAndHead(*archive, config, dtype, device, embed_tokens,
-                              lm_head);
+  // Only the embedding and the head: a drafter host may hold a target folder
+  // trimmed to those two.
+  ASSIGN_OR_RETURN(std::vector<CheckpointTensor> layout,
+                   TargetLayout(config, *archive));
+  std::vector<CheckpointTensor> shared;
+  for (CheckpointTensor& t : layout) {
+    if (t.role == TensorRole::kEmbedding || t.role == TensorRole::kLmHead) {
+      shared.push_back(std::move(t));
+    }
+  }
+  ASSIGN_OR_RETURN(const NamedTensors weights,
+                   LoadCheckpointTensors(*archive, shared, dtype, device));
+  return TakeEmbeddingAndHead(weights, embed_tokens, lm_head);
 }
 
 }  // namespace dedit

@@ -1,13 +1,12 @@
 #include "model/tensor_io.h"
 
-#include <cstring>
-
 #include <ATen/Context.h>
 #include <ATen/Functions.h>
 #include <ATen/ops/empty.h>
 
+#include <cstring>
+
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "base/status.h"
 #include "model/torch_status.h"
 
@@ -16,32 +15,52 @@ namespace {
 
 absl::StatusOr<at::ScalarType> ToScalarType(DType dtype) {
   switch (dtype) {
-    case DType::kF64: return at::kDouble;
-    case DType::kF32: return at::kFloat;
-    case DType::kF16: return at::kHalf;
-    case DType::kBF16: return at::kBFloat16;
-    case DType::kI64: return at::kLong;
-    case DType::kI32: return at::kInt;
-    case DType::kI16: return at::kShort;
-    case DType::kI8: return at::kChar;
-    case DType::kU8: return at::kByte;
-    case DType::kBool: return at::kBool;
+    case DType::kF64:
+      return at::kDouble;
+    case DType::kF32:
+      return at::kFloat;
+    case DType::kF16:
+      return at::kHalf;
+    case DType::kBF16:
+      return at::kBFloat16;
+    case DType::kI64:
+      return at::kLong;
+    case DType::kI32:
+      return at::kInt;
+    case DType::kI16:
+      return at::kShort;
+    case DType::kI8:
+      return at::kChar;
+    case DType::kU8:
+      return at::kByte;
+    case DType::kBool:
+      return at::kBool;
   }
   return absl::InvalidArgumentError("unknown dtype");
 }
 
 absl::StatusOr<DType> FromScalarType(at::ScalarType t) {
   switch (t) {
-    case at::kDouble: return DType::kF64;
-    case at::kFloat: return DType::kF32;
-    case at::kHalf: return DType::kF16;
-    case at::kBFloat16: return DType::kBF16;
-    case at::kLong: return DType::kI64;
-    case at::kInt: return DType::kI32;
-    case at::kShort: return DType::kI16;
-    case at::kChar: return DType::kI8;
-    case at::kByte: return DType::kU8;
-    case at::kBool: return DType::kBool;
+    case at::kDouble:
+      return DType::kF64;
+    case at::kFloat:
+      return DType::kF32;
+    case at::kHalf:
+      return DType::kF16;
+    case at::kBFloat16:
+      return DType::kBF16;
+    case at::kLong:
+      return DType::kI64;
+    case at::kInt:
+      return DType::kI32;
+    case at::kShort:
+      return DType::kI16;
+    case at::kChar:
+      return DType::kI8;
+    case at::kByte:
+      return DType::kU8;
+    case at::kBool:
+      return DType::kBool;
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("cannot serialise dtype ", c10::toString(t)));
@@ -71,8 +90,8 @@ absl::StatusOr<at::Tensor> LoadTensor(const WeightArchive& archive,
   ASSIGN_OR_RETURN(TensorView view, archive.Get(name));
   if (view.shape != shape) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "tensor '", name, "' has shape [", absl::StrJoin(view.shape, ", "),
-        "], expected [", absl::StrJoin(shape, ", "), "]"));
+        "tensor '", name, "' has shape ", ShapeToString(view.shape),
+        ", expected ", ShapeToString(shape)));
   }
   if (view.dtype != DType::kF32 && view.dtype != DType::kBF16 &&
       view.dtype != DType::kF16) {

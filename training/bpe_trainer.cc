@@ -8,6 +8,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/file_util.h"
 #include "base/status.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/normalizer.h"
@@ -248,7 +249,7 @@ absl::Status TrainCorpusTokenizer(const CorpusSpec& corpus,
       "[tokenizer] %d files, %d bytes, %d distinct words; learning merges\n",
       used, bytes, trainer.num_words());
   ASSIGN_OR_RETURN(std::string json, trainer.Train());
-  RETURN_IF_ERROR(WriteTextFile(out_path, json));
+  RETURN_IF_ERROR(WriteFileAtomically(out_path, json));
   std::cerr << "[tokenizer] wrote " << out_path << "\n";
   return absl::OkStatus();
 }

@@ -1,7 +1,6 @@
 #include "training/corpus.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -131,22 +130,16 @@ absl::StatusOr<TokenStream> LoadOrBuildTokenStream(
     stream.tokens.push_back(eot_id);
     ++stream.num_documents;
   }
-  const std::string tmp = cache_path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    const uint64_t docs = static_cast<uint64_t>(stream.num_documents);
-    const uint64_t n = stream.tokens.size();
-    out.write(kCacheMagic, 8);
-    out.write(reinterpret_cast<const char*>(&hash), 8);
-    out.write(reinterpret_cast<const char*>(&docs), 8);
-    out.write(reinterpret_cast<const char*>(&n), 8);
-    out.write(reinterpret_cast<const char*>(stream.tokens.data()),
-              static_cast<std::streamsize>(n * sizeof(int32_t)));
-    if (!out) return absl::InternalError(absl::StrCat("cannot write ", tmp));
-  }
-  if (std::rename(tmp.c_str(), cache_path.c_str()) != 0) {
-    return absl::InternalError(absl::StrCat("cannot rename ", tmp));
-  }
+  const uint64_t docs = static_cast<uint64_t>(stream.num_documents);
+  const uint64_t n = stream.tokens.size();
+  RETURN_IF_ERROR(WriteFileAtomically(
+      cache_path,
+      {absl::string_view(kCacheMagic, 8),
+       absl::string_view(reinterpret_cast<const char*>(&hash), 8),
+       absl::string_view(reinterpret_cast<const char*>(&docs), 8),
+       absl::string_view(reinterpret_cast<const char*>(&n), 8),
+       absl::string_view(reinterpret_cast<const char*>(stream.tokens.data()),
+                         n * sizeof(int32_t))}));
   return stream;
 }
 

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <fstream>
 #include <iostream>
 #include <random>
@@ -9,9 +10,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/file_util.h"
-#include "model/in_process.h"
 #include "base/model_config.h"
 #include "base/status.h"
+#include "model/in_process.h"
 #include "tokenizer/tokenizer.h"
 
 namespace dedit::training {
@@ -24,25 +25,22 @@ constexpr char kMagic[8] = {'D', 'E', 'D', 'D', 'I', 'S', '0', '1'};
 absl::Status AppendRecords(const std::string& path, int64_t keep_bytes,
                            const std::vector<DistillRecord>& records) {
   if (keep_bytes == 0) {
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    out.write(kMagic, 8);
-    if (!out) return absl::InternalError(absl::StrCat("cannot write ", path));
-    keep_bytes = 8;
+    RETURN_IF_ERROR(
+        WriteFileAtomically(path, absl::string_view(kMagic, sizeof(kMagic))));
+    keep_bytes = sizeof(kMagic);
   }
-  if (truncate(path.c_str(), keep_bytes) != 0) {
-    return absl::InternalError(absl::StrCat("cannot truncate ", path));
+  if (::truncate(path.c_str(), keep_bytes) != 0) {
+    return ErrnoToStatus(errno, absl::StrCat("cannot truncate ", path));
   }
-  std::ofstream out(path, std::ios::binary | std::ios::app);
+  std::string bytes;
   for (const DistillRecord& r : records) {
     const uint32_t header[2] = {static_cast<uint32_t>(r.prompt_len),
                                 static_cast<uint32_t>(r.tokens.size())};
-    out.write(reinterpret_cast<const char*>(header), sizeof(header));
-    out.write(reinterpret_cast<const char*>(r.tokens.data()),
-              static_cast<std::streamsize>(r.tokens.size() * sizeof(int32_t)));
+    bytes.append(reinterpret_cast<const char*>(header), sizeof(header));
+    bytes.append(reinterpret_cast<const char*>(r.tokens.data()),
+                 r.tokens.size() * sizeof(int32_t));
   }
-  out.close();
-  if (!out) return absl::InternalError(absl::StrCat("cannot append to ", path));
-  return absl::OkStatus();
+  return AppendToFile(path, bytes);
 }
 
 // Reads complete records; `valid_bytes` receives the offset after the last.
@@ -79,7 +77,7 @@ absl::StatusOr<std::vector<DistillRecord>> ReadRecords(const std::string& path,
 
 absl::StatusOr<std::vector<DistillRecord>> ReadDistillData(
     const std::string& path) {
-  if (!FileExists(path)) return absl::NotFoundError(absl::StrCat("no ", path));
+  if (!PathExists(path)) return absl::NotFoundError(absl::StrCat("no ", path));
   int64_t valid = 0;
   return ReadRecords(path, &valid);
 }

@@ -164,7 +164,7 @@ absl::StatusOr<StageOutcome> RunDrafterTraining(
   const std::string fingerprint = Fingerprint(o, dc);
   RETURN_IF_ERROR(MakeDirs(o.work_dir));
   int64_t step = 0;
-  if (FileExists(state_path)) {
+  if (PathExists(state_path)) {
     std::map<std::string, std::string> meta;
     ASSIGN_OR_RETURN(step, LoadTrainingState(state_path, &drafter.parameters(),
                                              &optimizer, &meta));
@@ -292,7 +292,7 @@ absl::StatusOr<StageOutcome> RunDrafterTraining(
             ev["heldout_tau_p2"].get<double>(),
             ev["heldout_tau_p3"].get<double>());
       }
-      RETURN_IF_ERROR(AppendLine(log_path, rec.dump()));
+      RETURN_IF_ERROR(AppendToFile(log_path, rec.dump() + "\n"));
       const int64_t block_tokens =
           int64_t{o.sequences_per_step} * o.blocks_per_sequence * o.block_size;
       progress.Report(

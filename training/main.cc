@@ -24,6 +24,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "base/file_util.h"
 #include "model/cpu_threads.h"
 #include "training/bpe_trainer.h"
 #include "training/distill.h"
@@ -283,7 +284,8 @@ int RunEval() {
   if (!report.ok()) return Fail(report.status());
   const std::string path = absl::GetFlag(FLAGS_report);
   if (!path.empty()) {
-    absl::Status status = dedit::WriteTextFile(path, report->dump(2) + "\n");
+    absl::Status status =
+        dedit::WriteFileAtomically(path, report->dump(2) + "\n");
     if (!status.ok()) return Fail(status);
   }
   return 0;

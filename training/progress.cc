@@ -1,12 +1,7 @@
 #include "training/progress.h"
 
-#include <sys/stat.h>
-
-#include <cerrno>
+#include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <cstring>
-#include <fstream>
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
@@ -75,19 +70,6 @@ bool Every::Due() {
   if (SecondsBetween(last_, now) < seconds_) return false;
   last_ = now;
   return true;
-}
-
-absl::Status AppendLine(const std::string& path, const std::string& line) {
-  std::ofstream out(path, std::ios::binary | std::ios::app);
-  out << line << "\n";
-  out.close();
-  if (!out) return absl::InternalError(absl::StrCat("cannot append to ", path));
-  return absl::OkStatus();
-}
-
-bool FileExists(const std::string& path) {
-  struct stat st;
-  return stat(path.c_str(), &st) == 0;
 }
 
 std::string FormatDuration(double seconds) {

@@ -1,7 +1,7 @@
 // Run bookkeeping shared by the dedit-train stages: the progress line
-// (step, loss, tokens/s, ETA), a wall-clock budget that lets a long run stop
-// cleanly at a checkpoint and resume in a later session, a JSON-lines log,
-// and small file helpers.
+// (step, loss, tokens/s, ETA) and a wall-clock budget that lets a long run
+// stop cleanly at a checkpoint and resume in a later session. Files (the
+// JSON-lines log, checkpoints) go through base/file_util.h.
 //
 //   ProgressLine progress("target", first_step, total_steps);
 //   progress.Report(step + 1, tokens, absl::StrFormat("loss %.3f", loss));
@@ -12,9 +12,6 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
-
-#include "absl/status/status.h"
-#include "base/file_util.h"  // MakeDirs, WriteTextFile
 
 namespace dedit::training {
 
@@ -66,8 +63,6 @@ class Every {
   std::chrono::steady_clock::time_point last_;
 };
 
-absl::Status AppendLine(const std::string& path, const std::string& line);
-bool FileExists(const std::string& path);
 // "1h02m", "3m12s", "45s".
 std::string FormatDuration(double seconds);
 

@@ -98,7 +98,7 @@ absl::StatusOr<StageOutcome> RunTargetTraining(const TargetTrainingOptions& o) {
   const std::string log_path = o.work_dir + "/log.jsonl";
   const std::string fingerprint = RunFingerprint(o, config);
   int64_t step = 0;
-  if (FileExists(state_path)) {
+  if (PathExists(state_path)) {
     std::map<std::string, std::string> meta;
     ASSIGN_OR_RETURN(step, LoadTrainingState(state_path, &model.parameters(),
                                              &optimizer, &meta));
@@ -157,7 +157,7 @@ absl::StatusOr<StageOutcome> RunTargetTraining(const TargetTrainingOptions& o) {
         std::cerr << absl::StrFormat("[target] step %d held-out loss %.4f\n",
                                      step, rec["heldout_loss"].get<double>());
       }
-      RETURN_IF_ERROR(AppendLine(log_path, rec.dump()));
+      RETURN_IF_ERROR(AppendToFile(log_path, rec.dump() + "\n"));
       progress.Report(step, int64_t{o.batch_size} * o.seq_len,
                       absl::StrFormat("loss %.4f (ema %.4f) lr %.2e gnorm %.2f",
                                       l, loss_ema, lr, grad_norm));

@@ -4,105 +4,46 @@
 #include <ATen/Functions.h>
 #include <ATen/TensorOperators.h>
 
-#include <cerrno>
+#include <algorithm>
 #include <cmath>
-#include <cstring>
-#include <fstream>
 #include <limits>
-#include <unordered_map>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/checkpoint_layout.h"
+#include "base/file_util.h"
 #include "base/safetensors.h"
 #include "base/status.h"
+#include "model/checkpoint_weights.h"
 #include "model/tensor_io.h"
 #include "model/torch_status.h"
-#include "training/progress.h"
 
 namespace dedit::training {
 namespace {
 
-enum class InitKind { kNorm, kLinear, kOutputLinear, kEmbedding };
-
-struct ParamSpec {
-  std::string name;
-  std::vector<int64_t> shape;
-  InitKind kind;
-};
-
-void AppendLayerSpecs(const std::string& prefix, const Qwen3Config& c,
-                      std::vector<ParamSpec>* specs) {
-  const int64_t d = c.hidden_size, hd = c.head_dim, ff = c.intermediate_size;
-  const int64_t q = int64_t{c.num_attention_heads} * hd;
-  const int64_t kv = int64_t{c.num_key_value_heads} * hd;
-  specs->push_back({prefix + "input_layernorm.weight", {d}, InitKind::kNorm});
-  specs->push_back(
-      {prefix + "post_attention_layernorm.weight", {d}, InitKind::kNorm});
-  specs->push_back(
-      {prefix + "self_attn.q_proj.weight", {q, d}, InitKind::kLinear});
-  specs->push_back(
-      {prefix + "self_attn.k_proj.weight", {kv, d}, InitKind::kLinear});
-  specs->push_back(
-      {prefix + "self_attn.v_proj.weight", {kv, d}, InitKind::kLinear});
-  specs->push_back(
-      {prefix + "self_attn.o_proj.weight", {d, q}, InitKind::kOutputLinear});
-  specs->push_back({prefix + "self_attn.q_norm.weight", {hd}, InitKind::kNorm});
-  specs->push_back({prefix + "self_attn.k_norm.weight", {hd}, InitKind::kNorm});
-  specs->push_back(
-      {prefix + "mlp.gate_proj.weight", {ff, d}, InitKind::kLinear});
-  specs->push_back({prefix + "mlp.up_proj.weight", {ff, d}, InitKind::kLinear});
-  specs->push_back(
-      {prefix + "mlp.down_proj.weight", {d, ff}, InitKind::kOutputLinear});
-}
-
-std::vector<ParamSpec> TargetSpecs(const Qwen3Config& c) {
-  std::vector<ParamSpec> specs;
-  specs.push_back({"model.embed_tokens.weight",
-                   {c.vocab_size, c.hidden_size},
-                   InitKind::kEmbedding});
-  for (int l = 0; l < c.num_hidden_layers; ++l) {
-    AppendLayerSpecs(absl::StrCat("model.layers.", l, "."), c, &specs);
-  }
-  specs.push_back({"model.norm.weight", {c.hidden_size}, InitKind::kNorm});
-  if (!c.tie_word_embeddings) {
-    specs.push_back(
-        {"lm_head.weight", {c.vocab_size, c.hidden_size}, InitKind::kLinear});
-  }
-  return specs;
-}
-
-std::vector<ParamSpec> DrafterSpecs(const DrafterConfig& d) {
-  const Qwen3Config& c = d.layers;
-  const int64_t fw =
-      static_cast<int64_t>(d.target_layer_ids.size()) * c.hidden_size;
-  std::vector<ParamSpec> specs;
-  specs.push_back({"fc.weight", {c.hidden_size, fw}, InitKind::kLinear});
-  specs.push_back({"hidden_norm.weight", {c.hidden_size}, InitKind::kNorm});
-  for (int l = 0; l < c.num_hidden_layers; ++l) {
-    AppendLayerSpecs(absl::StrCat("layers.", l, "."), c, &specs);
-  }
-  specs.push_back({"norm.weight", {c.hidden_size}, InitKind::kNorm});
-  return specs;
-}
-
+// Fresh fp32 parameters for `layout`: norms 1, embeddings and linear
+// layers N(0, 0.02), residual-branch outputs (o_proj, down_proj) GPT-2 style
+// N(0, 0.02 / sqrt(2 L)) so that the residual stream's scale does not grow
+// with the number of layers. Drawn from one generator in layout order.
 absl::StatusOr<ParameterList> InitParameters(
-    const std::vector<ParamSpec>& specs, int num_layers, uint64_t seed) {
+    const std::vector<CheckpointTensor>& layout, int num_layers,
+    uint64_t seed) {
   return GuardTorch([&] {
     at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-    // GPT-2 style: residual-branch outputs shrink with depth so the residual
-    // stream's scale does not grow with the number of layers.
     const double out_std = 0.02 / std::sqrt(2.0 * std::max(num_layers, 1));
     ParameterList params;
-    for (const ParamSpec& s : specs) {
+    for (const CheckpointTensor& s : layout) {
       at::Tensor t;
-      switch (s.kind) {
-        case InitKind::kNorm:
+      switch (s.role) {
+        case TensorRole::kNorm:
           t = at::ones(s.shape, at::TensorOptions().dtype(at::kFloat));
           break;
-        case InitKind::kLinear:
-        case InitKind::kEmbedding:
+        case TensorRole::kEmbedding:
+        case TensorRole::kLmHead:
+        case TensorRole::kProjection:
           t = at::normal(0.0, 0.02, s.shape, gen);
           break;
-        case InitKind::kOutputLinear:
+        case TensorRole::kResidualOutput:
           t = at::normal(0.0, out_std, s.shape, gen);
           break;
       }
@@ -113,43 +54,26 @@ absl::StatusOr<ParameterList> InitParameters(
   });
 }
 
+// The tensors of `layout` from `archive` (shape-checked), as trainable fp32
+// parameters in layout order.
 absl::StatusOr<ParameterList> LoadParameters(
-    const std::string& dir, const std::vector<ParamSpec>& specs) {
-  ASSIGN_OR_RETURN(auto archive, WeightArchive::OpenDirectory(dir));
+    const WeightArchive& archive, const std::vector<CheckpointTensor>& layout) {
+  ASSIGN_OR_RETURN(const NamedTensors loaded,
+                   LoadCheckpointTensors(archive, layout, at::kFloat,
+                                         c10::Device(c10::kCPU)));
   ParameterList params;
-  for (const ParamSpec& s : specs) {
-    ASSIGN_OR_RETURN(at::Tensor t,
-                     LoadTensor(*archive, s.name, s.shape, at::kFloat,
-                                c10::Device(c10::kCPU)));
+  for (const CheckpointTensor& s : layout) {
+    ASSIGN_OR_RETURN(at::Tensor t, FindTensor(loaded, s.name));
     RETURN_IF_ERROR(GuardTorch([&] { t.requires_grad_(true); }));
-    params.push_back({s.name, t});
+    params.push_back({s.name, std::move(t)});
   }
   return params;
 }
 
-std::unordered_map<std::string, at::Tensor> ByName(
-    const ParameterList& params) {
-  std::unordered_map<std::string, at::Tensor> map;
+NamedTensors ByName(const ParameterList& params) {
+  NamedTensors map;
   for (const NamedParameter& p : params) map[p.name] = p.value;
   return map;
-}
-
-DecoderLayerWeights LayerViews(
-    const std::unordered_map<std::string, at::Tensor>& m,
-    const std::string& prefix) {
-  DecoderLayerWeights w;
-  w.input_layernorm = m.at(prefix + "input_layernorm.weight");
-  w.post_attention_layernorm = m.at(prefix + "post_attention_layernorm.weight");
-  w.q_proj = m.at(prefix + "self_attn.q_proj.weight");
-  w.k_proj = m.at(prefix + "self_attn.k_proj.weight");
-  w.v_proj = m.at(prefix + "self_attn.v_proj.weight");
-  w.o_proj = m.at(prefix + "self_attn.o_proj.weight");
-  w.q_norm = m.at(prefix + "self_attn.q_norm.weight");
-  w.k_norm = m.at(prefix + "self_attn.k_norm.weight");
-  w.gate_proj = m.at(prefix + "mlp.gate_proj.weight");
-  w.up_proj = m.at(prefix + "mlp.up_proj.weight");
-  w.down_proj = m.at(prefix + "mlp.down_proj.weight");
-  return w;
 }
 
 // Positions 0..T-1 repeated for B rows, flattened: [B * T].
@@ -161,9 +85,27 @@ at::Tensor TiledPositions(int64_t batch, int64_t length) {
 }  // namespace
 
 absl::Status ExportCheckpoint(
-    const std::string& dir, const ParameterList& params, at::ScalarType dtype,
+    const std::string& dir, const ParameterList& params,
+    const std::vector<CheckpointTensor>& layout, at::ScalarType dtype,
     const std::string& config_json,
     const std::map<std::string, std::string>& extra_files) {
+  if (params.size() != layout.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot export ",
+                                                   params.size(),
+                                                   " parameters as a "
+                                                   "checkpoint of ",
+                                                   layout.size(), " tensors"));
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    const std::vector<int64_t> shape(params[i].value.sizes().begin(),
+                                     params[i].value.sizes().end());
+    if (params[i].name != layout[i].name || shape != layout[i].shape) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cannot export parameter '", params[i].name, "' ",
+          ShapeToString(shape), " where the checkpoint layout has '",
+          layout[i].name, "' ", ShapeToString(layout[i].shape)));
+    }
+  }
   RETURN_IF_ERROR(MakeDirs(dir));
   std::vector<TensorToWrite> tensors;
   for (const NamedParameter& p : params) {
@@ -175,9 +117,9 @@ absl::Status ExportCheckpoint(
   }
   RETURN_IF_ERROR(WriteSafetensors(dir + "/model.safetensors", tensors,
                                    {{"format", "pt"}}));
-  RETURN_IF_ERROR(WriteTextFile(dir + "/config.json", config_json));
+  RETURN_IF_ERROR(WriteFileAtomically(dir + "/config.json", config_json));
   for (const auto& [name, text] : extra_files) {
-    RETURN_IF_ERROR(WriteTextFile(dir + "/" + name, text));
+    RETURN_IF_ERROR(WriteFileAtomically(dir + "/" + name, text));
   }
   return absl::OkStatus();
 }
@@ -189,7 +131,7 @@ absl::StatusOr<TrainableTarget> TrainableTarget::Init(const Qwen3Config& config,
                                                       uint64_t seed) {
   TrainableTarget t;
   t.config_ = config;
-  ASSIGN_OR_RETURN(t.params_, InitParameters(TargetSpecs(config),
+  ASSIGN_OR_RETURN(t.params_, InitParameters(TargetCheckpointLayout(config),
                                              config.num_hidden_layers, seed));
   RETURN_IF_ERROR(t.BindViews());
   return t;
@@ -200,25 +142,28 @@ absl::StatusOr<TrainableTarget> TrainableTarget::Load(const std::string& dir) {
   ASSIGN_OR_RETURN(t.config_, LoadQwen3Config(dir));
   // A tied checkpoint may still carry lm_head.weight; train it untied then.
   ASSIGN_OR_RETURN(auto archive, WeightArchive::OpenDirectory(dir));
-  if (t.config_.tie_word_embeddings && archive->Contains("lm_head.weight")) {
-    t.config_.tie_word_embeddings = false;
-  }
-  ASSIGN_OR_RETURN(t.params_, LoadParameters(dir, TargetSpecs(t.config_)));
+  if (archive->Contains(kLmHeadWeight)) t.config_.tie_word_embeddings = false;
+  ASSIGN_OR_RETURN(t.params_,
+                   LoadParameters(*archive, TargetCheckpointLayout(t.config_)));
   RETURN_IF_ERROR(t.BindViews());
   return t;
 }
 
 absl::Status TrainableTarget::BindViews() {
+  const NamedTensors m = ByName(params_);
+  ASSIGN_OR_RETURN(embed_tokens_, FindTensor(m, kEmbedTokensWeight));
+  lm_head_ = embed_tokens_;
+  if (!config_.tie_word_embeddings) {
+    ASSIGN_OR_RETURN(lm_head_, FindTensor(m, kLmHeadWeight));
+  }
+  ASSIGN_OR_RETURN(final_norm_, FindTensor(m, kTargetNormWeight));
+  layers_.clear();
+  for (int l = 0; l < config_.num_hidden_layers; ++l) {
+    ASSIGN_OR_RETURN(DecoderLayerWeights w,
+                     BindDecoderLayer(m, TargetLayerTensorNames(l)));
+    layers_.push_back(std::move(w));
+  }
   return GuardTorch([&] {
-    auto m = ByName(params_);
-    embed_tokens_ = m.at("model.embed_tokens.weight");
-    lm_head_ =
-        config_.tie_word_embeddings ? embed_tokens_ : m.at("lm_head.weight");
-    final_norm_ = m.at("model.norm.weight");
-    layers_.clear();
-    for (int l = 0; l < config_.num_hidden_layers; ++l) {
-      layers_.push_back(LayerViews(m, absl::StrCat("model.layers.", l, ".")));
-    }
     rotary_ =
         Rotary(config_.head_dim, config_.rope_theta, c10::Device(c10::kCPU));
   });
@@ -295,8 +240,8 @@ absl::Status TrainableTarget::Export(
   c.dtype = dtype == at::kBFloat16 ? "bfloat16"
             : dtype == at::kHalf   ? "float16"
                                    : "float32";
-  return ExportCheckpoint(dir, params_, dtype, Qwen3ConfigToJson(c),
-                          extra_files);
+  return ExportCheckpoint(dir, params_, TargetCheckpointLayout(c), dtype,
+                          Qwen3ConfigToJson(c), extra_files);
 }
 
 // --------------------------------------------------------------------------
@@ -307,7 +252,7 @@ absl::StatusOr<TrainableDrafter> TrainableDrafter::Init(
   TrainableDrafter d;
   d.config_ = config;
   ASSIGN_OR_RETURN(d.params_,
-                   InitParameters(DrafterSpecs(config),
+                   InitParameters(DrafterCheckpointLayout(config),
                                   config.layers.num_hidden_layers, seed));
   RETURN_IF_ERROR(d.BindViews());
   return d;
@@ -317,22 +262,26 @@ absl::StatusOr<TrainableDrafter> TrainableDrafter::Load(
     const std::string& dir) {
   TrainableDrafter d;
   ASSIGN_OR_RETURN(d.config_, LoadDrafterConfig(dir));
-  ASSIGN_OR_RETURN(d.params_, LoadParameters(dir, DrafterSpecs(d.config_)));
+  ASSIGN_OR_RETURN(auto archive, WeightArchive::OpenDirectory(dir));
+  ASSIGN_OR_RETURN(
+      d.params_, LoadParameters(*archive, DrafterCheckpointLayout(d.config_)));
   RETURN_IF_ERROR(d.BindViews());
   return d;
 }
 
 absl::Status TrainableDrafter::BindViews() {
+  const NamedTensors m = ByName(params_);
+  ASSIGN_OR_RETURN(fc_, FindTensor(m, kDrafterFcWeight));
+  ASSIGN_OR_RETURN(hidden_norm_, FindTensor(m, kDrafterHiddenNormWeight));
+  ASSIGN_OR_RETURN(final_norm_, FindTensor(m, kDrafterNormWeight));
+  layers_.clear();
+  for (int l = 0; l < config_.layers.num_hidden_layers; ++l) {
+    ASSIGN_OR_RETURN(DecoderLayerWeights w,
+                     BindDecoderLayer(m, DrafterLayerTensorNames(l)));
+    layers_.push_back(std::move(w));
+  }
+  const Qwen3Config& c = config_.layers;
   return GuardTorch([&] {
-    auto m = ByName(params_);
-    fc_ = m.at("fc.weight");
-    hidden_norm_ = m.at("hidden_norm.weight");
-    final_norm_ = m.at("norm.weight");
-    layers_.clear();
-    for (int l = 0; l < config_.layers.num_hidden_layers; ++l) {
-      layers_.push_back(LayerViews(m, absl::StrCat("layers.", l, ".")));
-    }
-    const Qwen3Config& c = config_.layers;
     rotary_ = Rotary(c.head_dim, c.rope_theta, c10::Device(c10::kCPU));
   });
 }
@@ -449,8 +398,8 @@ absl::Status TrainableDrafter::Export(
   d.layers.dtype = dtype == at::kBFloat16 ? "bfloat16"
                    : dtype == at::kHalf   ? "float16"
                                           : "float32";
-  return ExportCheckpoint(dir, params_, dtype, DrafterConfigToJson(d),
-                          extra_files);
+  return ExportCheckpoint(dir, params_, DrafterCheckpointLayout(d), dtype,
+                          DrafterConfigToJson(d), extra_files);
 }
 
 }  // namespace dedit::training

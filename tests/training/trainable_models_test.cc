@@ -8,16 +8,21 @@
 #include <ATen/Functions.h>
 #include <ATen/TensorOperators.h>
 #include <ATen/core/grad_mode.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <vector>
 
+#include "base/checkpoint_layout.h"
+#include "base/file_util.h"
+#include "base/safetensors.h"
 #include "model/dedit_drafter.h"
 #include "model/qwen3_model.h"
-#include "base/safetensors.h"
 #include "model/tensor_io.h"
 
 namespace dedit::training {
@@ -305,6 +310,83 @@ TEST(TrainableTargetTest, FreezeStopsGradients) {
   for (const NamedParameter& p : model->parameters()) {
     EXPECT_FALSE(p.value.requires_grad()) << p.name;
   }
+}
+
+// The trainer's parameters are the checkpoint layout (base/checkpoint_layout.h)
+// name for name, shape for shape, in order: the same table the engine's
+// loader checks.
+void ExpectFollowsLayout(const ParameterList& params,
+                         const std::vector<CheckpointTensor>& layout) {
+  ASSERT_EQ(params.size(), layout.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    EXPECT_EQ(params[i].name, layout[i].name);
+    EXPECT_EQ(params[i].value.sizes().vec(), layout[i].shape) << params[i].name;
+  }
+}
+
+TEST(TrainerLayoutTest, ParametersFollowTheCheckpointLayout) {
+  for (bool tied : {true, false}) {
+    const Qwen3Config config = SmallTarget(tied);
+    auto target = TrainableTarget::Init(config, 1);
+    ASSERT_TRUE(target.ok()) << target.status();
+    ExpectFollowsLayout(target->parameters(), TargetCheckpointLayout(config));
+    const DrafterConfig drafter_config = SmallDrafter(config);
+    auto drafter = TrainableDrafter::Init(drafter_config, 2);
+    ASSERT_TRUE(drafter.ok()) << drafter.status();
+    ExpectFollowsLayout(drafter->parameters(),
+                        DrafterCheckpointLayout(drafter_config));
+  }
+}
+
+TEST(TrainerLayoutTest, ExportWritesOnlyTheCheckpointFiles) {
+  auto model = TrainableTarget::Init(SmallTarget(false), 1);
+  ASSERT_TRUE(model.ok());
+  const std::string dir = TempDir() + "/out/target";
+  ASSERT_TRUE(
+      model->Export(dir, at::kBFloat16, {{"tokenizer.json", "{}"}}).ok());
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    names.push_back(entry.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"config.json", "model.safetensors",
+                                             "tokenizer.json"}));
+  auto reloaded = TrainableTarget::Load(dir);
+  ASSERT_TRUE(reloaded.ok()) << reloaded.status();
+  ExpectFollowsLayout(reloaded->parameters(),
+                      TargetCheckpointLayout(SmallTarget(false)));
+}
+
+TEST(TrainerLayoutTest, ExportRefusesParametersOutsideTheLayout) {
+  auto drafter = TrainableDrafter::Init(SmallDrafter(SmallTarget(true)), 2);
+  ASSERT_TRUE(drafter.ok());
+  // fc was built for two feature layers; a config naming one no longer
+  // describes these weights, and the engine would refuse the export.
+  drafter->mutable_config().target_layer_ids = {1};
+  const std::string dir = TempDir() + "/drafter";
+  const absl::Status status = drafter->Export(dir, at::kFloat, {});
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()), ::testing::HasSubstr("fc.weight"));
+  EXPECT_THAT(std::string(status.message()), ::testing::HasSubstr("[64, 128]"));
+  EXPECT_FALSE(std::filesystem::exists(dir));
+}
+
+TEST(TrainerLayoutTest, LoadNamesTensorAndBothShapes) {
+  auto model = TrainableTarget::Init(SmallTarget(true), 1);
+  ASSERT_TRUE(model.ok());
+  const std::string dir = TempDir();
+  ASSERT_TRUE(model->Export(dir, at::kFloat, {}).ok());
+  // Re-export the same weights under a config with a wider MLP.
+  Qwen3Config wider = SmallTarget(true);
+  wider.intermediate_size = 128;
+  ASSERT_TRUE(
+      WriteFileAtomically(dir + "/config.json", Qwen3ConfigToJson(wider)).ok());
+  auto loaded = TrainableTarget::Load(dir);
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(loaded.status().message(),
+            "tensor 'model.layers.0.mlp.gate_proj.weight' has shape [96, 64], "
+            "expected [128, 64]");
 }
 
 }  // namespace
