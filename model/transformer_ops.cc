@@ -78,35 +78,6 @@ at::Tensor GroupedAttention(const at::Tensor& q, const at::Tensor& k,
       .reshape({n_q, heads * hd});
 }
 
-absl::StatusOr<DecoderLayerWeights> LoadDecoderLayer(
-    const WeightArchive& archive, const std::string& prefix,
-    const Qwen3Config& c, at::ScalarType dtype, c10::Device device) {
-  const int64_t d = c.hidden_size, hd = c.head_dim;
-  const int64_t q_out = int64_t{c.num_attention_heads} * hd;
-  const int64_t kv_out = int64_t{c.num_key_value_heads} * hd;
-  const int64_t ff = c.intermediate_size;
-  DecoderLayerWeights w;
-  auto load = [&](const std::string& name, std::vector<int64_t> shape,
-                  at::Tensor* out) -> absl::Status {
-    ASSIGN_OR_RETURN(*out,
-                     LoadTensor(archive, prefix + name, shape, dtype, device));
-    return absl::OkStatus();
-  };
-  RETURN_IF_ERROR(load("input_layernorm.weight", {d}, &w.input_layernorm));
-  RETURN_IF_ERROR(load("post_attention_layernorm.weight", {d},
-                       &w.post_attention_layernorm));
-  RETURN_IF_ERROR(load("self_attn.q_proj.weight", {q_out, d}, &w.q_proj));
-  RETURN_IF_ERROR(load("self_attn.k_proj.weight", {kv_out, d}, &w.k_proj));
-  RETURN_IF_ERROR(load("self_attn.v_proj.weight", {kv_out, d}, &w.v_proj));
-  RETURN_IF_ERROR(load("self_attn.o_proj.weight", {d, q_out}, &w.o_proj));
-  RETURN_IF_ERROR(load("self_attn.q_norm.weight", {hd}, &w.q_norm));
-  RETURN_IF_ERROR(load("self_attn.k_norm.weight", {hd}, &w.k_norm));
-  RETURN_IF_ERROR(load("mlp.gate_proj.weight", {ff, d}, &w.gate_proj));
-  RETURN_IF_ERROR(load("mlp.up_proj.weight", {ff, d}, &w.up_proj));
-  RETURN_IF_ERROR(load("mlp.down_proj.weight", {d, ff}, &w.down_proj));
-  return w;
-}
-
 at::Tensor SwiGluMlp(const at::Tensor& x, const DecoderLayerWeights& w) {
   at::Tensor gate = at::silu(at::linear(x, w.gate_proj));
   return at::linear(gate * at::linear(x, w.up_proj), w.down_proj);

@@ -58,12 +58,6 @@ struct DecoderLayerWeights {
   at::Tensor gate_proj, up_proj, down_proj;
 };
 
-// Loads `<prefix>input_layernorm.weight`, `<prefix>self_attn.q_proj.weight`,
-// … checking every shape against `config`.
-absl::StatusOr<DecoderLayerWeights> LoadDecoderLayer(
-    const WeightArchive& archive, const std::string& prefix,
-    const Qwen3Config& config, at::ScalarType dtype, c10::Device device);
-
 // down(silu(gate(x)) * up(x)).
 at::Tensor SwiGluMlp(const at::Tensor& x, const DecoderLayerWeights& w);
 

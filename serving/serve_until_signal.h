@@ -77,9 +77,10 @@ struct ServeHooks {
 //   7. after_drain; /metrics and the server are torn down
 // Returns OK after the drain. A failure in steps 1-3 is returned at once
 // (UNAVAILABLE when a port cannot be bound, INVALID_ARGUMENT for a bad
-// metrics address, INTERNAL when the ready file cannot be written), and
-// neither before_drain nor after_drain runs: the caller's own objects
-// stop their threads as they are destroyed.
+// metrics address, the file-system error naming the ready file when it
+// cannot be written, e.g. NOT_FOUND), and neither before_drain nor
+// after_drain runs: the caller's own objects stop their threads as they
+// are destroyed.
 // REQUIRES: BlockShutdownSignals() ran before any thread started, and no
 // other thread waits for the shutdown signals.
 absl::Status ServeUntilSignal(const ServeOptions& options,

@@ -4,9 +4,9 @@
 #include <grpcpp/health_check_service_interface.h>
 
 #include <cstdio>
-#include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "base/file_util.h"
 
 namespace dedit {
 
@@ -32,17 +32,9 @@ absl::StatusOr<StartedServer> StartGrpcServer(
 absl::Status WriteReadyFile(const std::string& path, int grpc_port,
                             int metrics_port) {
   if (path.empty()) return absl::OkStatus();
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << "{\"grpc_port\": " << grpc_port
-        << ", \"metrics_port\": " << metrics_port << "}\n";
-    if (!out) return absl::InternalError("cannot write " + tmp);
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::InternalError("cannot rename " + tmp + " to " + path);
-  }
-  return absl::OkStatus();
+  return WriteFileAtomically(
+      path, absl::StrCat("{\"grpc_port\": ", grpc_port,
+                         ", \"metrics_port\": ", metrics_port, "}\n"));
 }
 
 grpc::ChannelArguments InternalChannelArguments() {

@@ -306,8 +306,10 @@ TEST_F(ServeUntilSignalTest, StartupErrorsReturnWithoutRunningTheHooks) {
             absl::StatusCode::kInvalidArgument);
   options_.metrics_address = "127.0.0.1:0";
   options_.ready_file = dir_ + "/no/such/dir/ready";
-  EXPECT_EQ(ServeUntilSignal(options_, {&service}, registry_, hooks_).code(),
-            absl::StatusCode::kInternal);
+  const absl::Status no_dir =
+      ServeUntilSignal(options_, {&service}, registry_, hooks_);
+  EXPECT_EQ(no_dir.code(), absl::StatusCode::kNotFound) << no_dir;
+  EXPECT_THAT(no_dir.message(), HasSubstr("/no/such/dir/ready"));
   EXPECT_EQ(hooks_run, 0);
   readiness.Set(true);  // detached on the early returns
 }
