@@ -38,8 +38,8 @@ absl::Status GetInt(const Json& j, const char* key, bool required, int min,
   }
   const int64_t v = it->get<int64_t>();
   if (v < min || v > std::numeric_limits<int>::max()) {
-    return Invalid(absl::StrCat("'", key, "' = ", v, " is out of range (min ",
-                                min, ")"));
+    return Invalid(
+        absl::StrCat("'", key, "' = ", v, " is out of range (min ", min, ")"));
   }
   *out = static_cast<int>(v);
   return absl::OkStatus();
@@ -69,8 +69,7 @@ absl::Status GetBool(const Json& j, const char* key, bool* out) {
   return absl::OkStatus();
 }
 
-absl::Status GetIntList(const Json& j, const char* key,
-                        std::vector<int>* out) {
+absl::Status GetIntList(const Json& j, const char* key, std::vector<int>* out) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return absl::OkStatus();
   out->clear();
@@ -96,8 +95,10 @@ absl::StatusOr<Qwen3Config> ParseQwen3Object(const Json& j) {
   Qwen3Config c;
   RETURN_IF_ERROR(GetInt(j, "vocab_size", true, 1, &c.vocab_size));
   RETURN_IF_ERROR(GetInt(j, "hidden_size", true, 1, &c.hidden_size));
-  RETURN_IF_ERROR(GetInt(j, "intermediate_size", true, 1, &c.intermediate_size));
-  RETURN_IF_ERROR(GetInt(j, "num_hidden_layers", true, 1, &c.num_hidden_layers));
+  RETURN_IF_ERROR(
+      GetInt(j, "intermediate_size", true, 1, &c.intermediate_size));
+  RETURN_IF_ERROR(
+      GetInt(j, "num_hidden_layers", true, 1, &c.num_hidden_layers));
   RETURN_IF_ERROR(
       GetInt(j, "num_attention_heads", true, 1, &c.num_attention_heads));
   c.num_key_value_heads = c.num_attention_heads;
@@ -136,8 +137,8 @@ absl::StatusOr<Qwen3Config> ParseQwen3Object(const Json& j) {
   RETURN_IF_ERROR(GetIntList(j, "eos_token_id", &c.eos_token_ids));
   for (int id : c.eos_token_ids) {
     if (id >= c.vocab_size) {
-      return Invalid(absl::StrCat("eos_token_id ", id,
-                                  " is outside the vocabulary"));
+      return Invalid(
+          absl::StrCat("eos_token_id ", id, " is outside the vocabulary"));
     }
   }
   return c;
@@ -169,7 +170,8 @@ absl::StatusOr<DrafterConfig> ParseDrafterConfig(const std::string& json_text) {
   DrafterConfig c;
   ASSIGN_OR_RETURN(c.layers, ParseQwen3Object(j));
   RETURN_IF_ERROR(GetInt(j, "block_size", false, 1, &c.block_size));
-  RETURN_IF_ERROR(GetInt(j, "num_target_layers", true, 1, &c.num_target_layers));
+  RETURN_IF_ERROR(
+      GetInt(j, "num_target_layers", true, 1, &c.num_target_layers));
   auto df = j.find("dflash_config");
   if (df == j.end() || !df->is_object()) {
     return Invalid("missing 'dflash_config' object (not a DFlash drafter)");
@@ -209,9 +211,9 @@ absl::StatusOr<DrafterConfig> ParseDrafterConfig(const std::string& json_text) {
 absl::Status CheckDrafterMatchesTarget(const DrafterConfig& drafter,
                                        const Qwen3Config& target) {
   if (drafter.layers.hidden_size != target.hidden_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "drafter hidden_size ", drafter.layers.hidden_size,
-        " differs from the target's ", target.hidden_size));
+    return absl::InvalidArgumentError(
+        absl::StrCat("drafter hidden_size ", drafter.layers.hidden_size,
+                     " differs from the target's ", target.hidden_size));
   }
   if (drafter.num_target_layers != target.num_hidden_layers) {
     return absl::InvalidArgumentError(absl::StrCat(

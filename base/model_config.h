@@ -37,7 +37,7 @@ struct Qwen3Config {
 };
 
 struct DrafterConfig {
-  Qwen3Config layers;  // the drafter's own decoder-layer shape
+  Qwen3Config layers;   // the drafter's own decoder-layer shape
   int block_size = 16;  // top-level or dflash_config.block_size
   int mask_token_id = 0;
   std::vector<int> target_layer_ids;

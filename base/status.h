@@ -24,17 +24,17 @@
 
 // Evaluates `expr` (an absl::Status); returns it from the enclosing function
 // when it is not OK.
-#define RETURN_IF_ERROR(expr)                          \
-  do {                                                 \
-    ::absl::Status dedit_status_ = (expr);             \
-    if (!dedit_status_.ok()) return dedit_status_;     \
+#define RETURN_IF_ERROR(expr)                      \
+  do {                                             \
+    ::absl::Status dedit_status_ = (expr);         \
+    if (!dedit_status_.ok()) return dedit_status_; \
   } while (0)
 
 // `ASSIGN_OR_RETURN(auto x, Foo());` declares/assigns `x` from an
 // absl::StatusOr, or returns its error status.
-#define ASSIGN_OR_RETURN(lhs, rexpr)                                      \
-  DEDIT_ASSIGN_OR_RETURN_IMPL_(DEDIT_STATUS_CONCAT_(dedit_so_, __LINE__), \
-                               lhs, rexpr)
+#define ASSIGN_OR_RETURN(lhs, rexpr)                                           \
+  DEDIT_ASSIGN_OR_RETURN_IMPL_(DEDIT_STATUS_CONCAT_(dedit_so_, __LINE__), lhs, \
+                               rexpr)
 #define DEDIT_ASSIGN_OR_RETURN_IMPL_(so, lhs, rexpr) \
   auto so = (rexpr);                                 \
   if (!so.ok()) return std::move(so).status();       \

@@ -1,11 +1,11 @@
 #include "model/dedit_drafter.h"
 
+#include <ATen/Functions.h>
+#include <ATen/TensorOperators.h>
+#include <c10/core/InferenceMode.h>
+
 #include <algorithm>
 #include <unordered_set>
-
-#include <ATen/Functions.h>
-#include <c10/core/InferenceMode.h>
-#include <ATen/TensorOperators.h>
 
 #include "absl/strings/str_cat.h"
 #include "base/checkpoint_layout.h"
@@ -108,14 +108,14 @@ absl::Status DEditDrafter::AppendContext(SequenceId id, int64_t start,
   }
   KvCache& cache = *it->second;
   if (start != cache.length()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "context for sequence ", id, " starts at ", start, " but ",
-        cache.length(), " tokens are cached"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("context for sequence ", id, " starts at ", start, " but ",
+                     cache.length(), " tokens are cached"));
   }
   if (!features.defined() || features.dim() != 2 ||
       features.size(1) != feature_width()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "context features must be [n, ", feature_width(), "]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("context features must be [n, ", feature_width(), "]"));
   }
   const int64_t n = features.size(0);
   if (n == 0) return absl::OkStatus();
@@ -126,19 +126,19 @@ absl::Status DEditDrafter::AppendContext(SequenceId id, int64_t start,
     // ctx = hidden_norm(fc(features)); each layer projects the same fused
     // vector with its own k_proj/v_proj (no input_layernorm: DFlash).
     at::Tensor ctx = RmsNorm(at::linear(f, fc_), hidden_norm_, c.rms_norm_eps);
-    at::Tensor pos = at::arange(start, start + n,
-                                at::TensorOptions().dtype(at::kLong))
-                         .to(options_.device);
+    at::Tensor pos =
+        at::arange(start, start + n, at::TensorOptions().dtype(at::kLong))
+            .to(options_.device);
     at::Tensor cos, sin;
     rotary_.Tables(pos, options_.dtype, &cos, &sin);
     cache.Reserve(start + n);
     for (int l = 0; l < c.num_hidden_layers; ++l) {
       const DecoderLayerWeights& w = layers_[l];
-      at::Tensor k = NormAndRotateHeads(at::linear(ctx, w.k_proj),
-                                        c.num_key_value_heads, c.head_dim,
-                                        w.k_norm, c.rms_norm_eps, cos, sin);
-      at::Tensor v =
-          at::linear(ctx, w.v_proj).view({n, c.num_key_value_heads, c.head_dim});
+      at::Tensor k =
+          NormAndRotateHeads(at::linear(ctx, w.k_proj), c.num_key_value_heads,
+                             c.head_dim, w.k_norm, c.rms_norm_eps, cos, sin);
+      at::Tensor v = at::linear(ctx, w.v_proj)
+                         .view({n, c.num_key_value_heads, c.head_dim});
       cache.Write(l, start, k, v);
     }
     cache.SetLength(start + n);
@@ -165,8 +165,8 @@ absl::Status DEditDrafter::ValidateRequests(
     }
     if (r.window < 2 || r.window > config_.block_size) {
       return absl::InvalidArgumentError(
-          absl::StrCat("window ", r.window, " outside [2, ",
-                       config_.block_size, "] (the drafter's block size)"));
+          absl::StrCat("window ", r.window, " outside [2, ", config_.block_size,
+                       "] (the drafter's block size)"));
     }
     if (r.passes < 1) {
       return absl::InvalidArgumentError(
@@ -192,7 +192,8 @@ std::vector<DraftResult> DEditDrafter::RunDraft(
     const std::vector<DraftRequest>& requests) {
   std::vector<DraftResult> results(requests.size());
   int max_passes = 0;
-  for (const DraftRequest& r : requests) max_passes = std::max(max_passes, r.passes);
+  for (const DraftRequest& r : requests)
+    max_passes = std::max(max_passes, r.passes);
   for (int p = 0; p < max_passes; ++p) {
     std::vector<size_t> active;
     for (size_t i = 0; i < requests.size(); ++i) {
@@ -227,7 +228,8 @@ void DEditDrafter::RunPass(const std::vector<DraftRequest>& requests,
   }
   const int64_t n = static_cast<int64_t>(ids.size());
   auto long_opts = at::TensorOptions().dtype(at::kLong);
-  at::Tensor x = at::embedding(embed_tokens_, at::tensor(ids, long_opts).to(dev));
+  at::Tensor x =
+      at::embedding(embed_tokens_, at::tensor(ids, long_opts).to(dev));
   at::Tensor cos, sin;
   rotary_.Tables(at::tensor(positions, long_opts).to(dev), options_.dtype, &cos,
                  &sin);
@@ -242,7 +244,8 @@ void DEditDrafter::RunPass(const std::vector<DraftRequest>& requests,
       const int64_t off = offsets[a];
       // Keys/values = [context ; block]; the block's K/V is transient.
       at::Tensor keys = at::cat(
-          {ctx.Keys(l, r.start), k.narrow(0, off, r.window).transpose(0, 1)}, 1);
+          {ctx.Keys(l, r.start), k.narrow(0, off, r.window).transpose(0, 1)},
+          1);
       at::Tensor values = at::cat(
           {ctx.Values(l, r.start), v.narrow(0, off, r.window).transpose(0, 1)},
           1);
@@ -259,7 +262,8 @@ void DEditDrafter::RunPass(const std::vector<DraftRequest>& requests,
           .to(at::kFloat);
   // Confidence = max softmax probability = 1 / sum(exp(l - max)).
   auto [max_logit, argmax] = logits.max(-1);
-  at::Tensor conf = at::exp(logits - max_logit.unsqueeze(1)).sum(-1).reciprocal();
+  at::Tensor conf =
+      at::exp(logits - max_logit.unsqueeze(1)).sum(-1).reciprocal();
   at::Tensor tokens_cpu = argmax.to(at::kCPU, at::kInt).contiguous();
   at::Tensor conf_cpu = conf.to(at::kCPU).contiguous();
   const int32_t* tok = tokens_cpu.data_ptr<int32_t>();

@@ -18,20 +18,20 @@
 #ifndef DEDIT_MODEL_DEDIT_DRAFTER_H_
 #define DEDIT_MODEL_DEDIT_DRAFTER_H_
 
+#include <ATen/Tensor.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
-#include <ATen/Tensor.h>
-
 #include "absl/status/statusor.h"
+#include "base/model_config.h"
+#include "base/safetensors.h"
 #include "engine/draft.h"
 #include "model/kv_cache.h"
-#include "base/model_config.h"
 #include "model/qwen3_model.h"
-#include "base/safetensors.h"
 #include "model/transformer_ops.h"
 
 namespace dedit {
@@ -83,9 +83,11 @@ class DEditDrafter {
 
  private:
   DEditDrafter(const DrafterConfig& config, const Options& options)
-      : config_(config), options_(options),
+      : config_(config),
+        options_(options),
         causal_editor_(config.causal_editor) {}
-  absl::Status ValidateRequests(const std::vector<DraftRequest>& requests) const;
+  absl::Status ValidateRequests(
+      const std::vector<DraftRequest>& requests) const;
   std::vector<DraftResult> RunDraft(const std::vector<DraftRequest>& requests);
   // One pass over the blocks of `active` requests; fills their next pass.
   void RunPass(const std::vector<DraftRequest>& requests,

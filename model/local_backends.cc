@@ -24,8 +24,8 @@ absl::StatusOr<TargetStepResult> LocalVerifier::Step(
   for (const PrefillWork& p : prefills) {
     RETURN_IF_ERROR(model_->AddSequence(p.sequence));
     samplers_[p.sequence] = std::make_unique<TokenSampler>(p.sampling);
-    segments.push_back({p.sequence, p.prompt, 0,
-                        {static_cast<int>(p.prompt.size()) - 1}});
+    segments.push_back(
+        {p.sequence, p.prompt, 0, {static_cast<int>(p.prompt.size()) - 1}});
   }
   for (const VerifyWork& v : verifies) {
     if (!samplers_.count(v.sequence)) {
@@ -56,10 +56,10 @@ absl::StatusOr<TargetStepResult> LocalVerifier::Step(
   }
   for (size_t j = 0; j < verifies.size(); ++j) {
     const VerifyWork& v = verifies[j];
-    ASSIGN_OR_RETURN(VerifyOutcome outcome,
-                     CommitVerifyBlock(out, prefills.size() + j, v,
-                                       *samplers_.at(v.sequence), *model_,
-                                       sink_));
+    ASSIGN_OR_RETURN(
+        VerifyOutcome outcome,
+        CommitVerifyBlock(out, prefills.size() + j, v,
+                          *samplers_.at(v.sequence), *model_, sink_));
     result.verified.push_back(std::move(outcome));
   }
   return result;

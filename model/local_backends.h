@@ -9,10 +9,10 @@
 #include <memory>
 #include <unordered_map>
 
-#include "model/dedit_drafter.h"
-#include "model/qwen3_model.h"
 #include "engine/round_interfaces.h"
 #include "model/context_sink.h"
+#include "model/dedit_drafter.h"
+#include "model/qwen3_model.h"
 #include "model/sampling.h"
 
 namespace dedit {

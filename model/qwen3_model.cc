@@ -1,11 +1,11 @@
 #include "model/qwen3_model.h"
 
+#include <ATen/Functions.h>
+#include <ATen/TensorOperators.h>
+#include <c10/core/InferenceMode.h>
+
 #include <algorithm>
 #include <unordered_set>
-
-#include <ATen/Functions.h>
-#include <c10/core/InferenceMode.h>
-#include <ATen/TensorOperators.h>
 
 #include "absl/strings/str_cat.h"
 #include "base/checkpoint_layout.h"
@@ -240,7 +240,8 @@ TargetForwardResult Qwen3Model::RunForward(
   }
   if (!features.empty()) result.features = at::cat(features, -1);
   if (!logit_index.empty()) {
-    at::Tensor rows = x.index_select(0, at::tensor(logit_index, long_opts).to(dev));
+    at::Tensor rows =
+        x.index_select(0, at::tensor(logit_index, long_opts).to(dev));
     result.logits =
         at::linear(RmsNorm(rows, final_norm_, c.rms_norm_eps), lm_head_)
             .to(at::kFloat);

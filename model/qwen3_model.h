@@ -18,19 +18,19 @@
 #ifndef DEDIT_MODEL_QWEN3_MODEL_H_
 #define DEDIT_MODEL_QWEN3_MODEL_H_
 
+#include <ATen/Tensor.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
-#include <ATen/Tensor.h>
-
 #include "absl/status/statusor.h"
-#include "engine/draft.h"
-#include "model/kv_cache.h"
 #include "base/model_config.h"
 #include "base/safetensors.h"
+#include "engine/draft.h"
+#include "model/kv_cache.h"
 #include "model/transformer_ops.h"
 
 namespace dedit {
@@ -99,7 +99,8 @@ class Qwen3Model {
  private:
   Qwen3Model(const Qwen3Config& config, const Options& options)
       : config_(config), options_(options) {}
-  absl::Status ValidateSegments(const std::vector<TargetSegment>& segments) const;
+  absl::Status ValidateSegments(
+      const std::vector<TargetSegment>& segments) const;
   TargetForwardResult RunForward(const std::vector<TargetSegment>& segments);
 
   Qwen3Config config_;

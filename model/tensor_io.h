@@ -6,11 +6,11 @@
 #ifndef DEDIT_MODEL_TENSOR_IO_H_
 #define DEDIT_MODEL_TENSOR_IO_H_
 
-#include <string>
-#include <vector>
-
 #include <ATen/Tensor.h>
 #include <c10/core/Device.h>
+
+#include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "base/safetensors.h"
@@ -27,8 +27,7 @@ absl::StatusOr<at::Tensor> ToTensor(const TensorView& view,
 absl::StatusOr<at::Tensor> LoadTensor(const WeightArchive& archive,
                                       const std::string& name,
                                       const std::vector<int64_t>& shape,
-                                      at::ScalarType dtype,
-                                      c10::Device device);
+                                      at::ScalarType dtype, c10::Device device);
 
 // Serialises a tensor (any device; F32/BF16/F16/I64/I32/U8/Bool) for
 // WriteSafetensors.

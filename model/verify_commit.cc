@@ -44,8 +44,8 @@ absl::StatusOr<VerifyOutcome> CommitVerifyBlock(
   outcome.target_tokens = std::move(choices);
   const int64_t committed = outcome.accepted + 1;
   RETURN_IF_ERROR(model.Truncate(work.sequence, work.start + committed));
-  RETURN_IF_ERROR(
-      PublishRows(forward, segment, work.sequence, work.start, committed, sink));
+  RETURN_IF_ERROR(PublishRows(forward, segment, work.sequence, work.start,
+                              committed, sink));
   return outcome;
 }
 

@@ -6,10 +6,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/file_util.h"
-#include "model/in_process.h"
 #include "base/model_config.h"
-#include "engine/speculative_engine.h"
 #include "base/status.h"
+#include "engine/speculative_engine.h"
+#include "model/in_process.h"
 #include "tokenizer/tokenizer.h"
 #include "training/progress.h"
 

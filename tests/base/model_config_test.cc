@@ -163,9 +163,8 @@ TEST(ModelConfigTest, MalformedConfigsAreClearErrors) {
 
 TEST(ModelConfigTest, MalformedDrafterConfigs) {
   std::string no_dflash = kQwen3_0_6B;
-  auto c = ParseDrafterConfig(
-      no_dflash.replace(no_dflash.find("\"model_type\""), 0,
-                        "\"num_target_layers\": 28, "));
+  auto c = ParseDrafterConfig(no_dflash.replace(
+      no_dflash.find("\"model_type\""), 0, "\"num_target_layers\": 28, "));
   ASSERT_FALSE(c.ok());
   EXPECT_THAT(std::string(c.status().message()), HasSubstr("dflash_config"));
 

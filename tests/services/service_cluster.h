@@ -9,13 +9,12 @@
 #ifndef DEDIT_TESTS_SERVICES_SERVICE_CLUSTER_H_
 #define DEDIT_TESTS_SERVICES_SERVICE_CLUSTER_H_
 
+#include <grpcpp/grpcpp.h>
 #include <sys/types.h>
 
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/status/statusor.h"
 #include "model/tiny_model.h"

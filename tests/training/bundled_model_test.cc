@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "base/model_config.h"
 #include "model/cpu_threads.h"
 #include "model/in_process.h"
-#include "base/model_config.h"
 #include "tokenizer/tokenizer.h"
 #include "training/trainable_models.h"
 
@@ -89,7 +89,7 @@ class BundledModelTest : public ::testing::Test {
 
   // Speculative decoding of every prompt in one batch with `drafter_dir`.
   static SpecRun Speculate(const std::string& drafter_dir, int window,
-                       int passes) {
+                           int passes) {
     InProcessStack::Options o;
     o.target_dir = kModels + "/target";
     o.drafter_dir = drafter_dir;
@@ -146,8 +146,7 @@ TEST_F(BundledModelTest, CheckpointsAndTokenizerAreConsistent) {
   }
   // The repo stays lean: the pair (weights, tokenizers, cards) < 30 MB.
   uintmax_t bytes = 0;
-  for (const auto& e :
-       std::filesystem::recursive_directory_iterator(kModels)) {
+  for (const auto& e : std::filesystem::recursive_directory_iterator(kModels)) {
     if (e.is_regular_file()) bytes += e.file_size();
   }
   EXPECT_LT(bytes, 30u << 20);
