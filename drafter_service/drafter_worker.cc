@@ -130,8 +130,7 @@ bool DrafterWorker::TakeWork(Inbox& inbox) {
 }
 
 void DrafterWorker::Run() {
-  SetCpuThreads(options_.cpu_threads);
-  c10::InferenceMode inference_mode;
+  ModelThreadScope model_thread(options_.cpu_threads);
   Inbox inbox;
   while (TakeWork(inbox)) {
     for (ContextEvent& e : inbox.context) ApplyContext(e);

@@ -8,12 +8,32 @@
 #ifndef DEDIT_MODEL_CPU_THREADS_H_
 #define DEDIT_MODEL_CPU_THREADS_H_
 
+#include <c10/core/InferenceMode.h>
+
 namespace dedit {
 
 // Sets libtorch's intra-op threads to `threads` (threads <= 0 keeps
 // libtorch's default) and, when the process's BLAS is OpenBLAS, its thread
 // count to the same number; other BLAS libraries are left as they are.
 void SetCpuThreads(int threads);
+
+// What a model thread sets first and keeps for its life (docs/ARCHITECTURE.md
+// §7): inference mode (no autograd bookkeeping) and its CPU thread counts.
+// OpenMP's thread count is per calling thread, so it is set here, on the
+// model thread, not in main().
+//
+//   void Worker::Run() {
+//     ModelThreadScope scope(options_.cpu_threads);
+//     ...
+class ModelThreadScope {
+ public:
+  explicit ModelThreadScope(int cpu_threads) { SetCpuThreads(cpu_threads); }
+  ModelThreadScope(const ModelThreadScope&) = delete;
+  ModelThreadScope& operator=(const ModelThreadScope&) = delete;
+
+ private:
+  c10::InferenceMode inference_mode_;
+};
 
 }  // namespace dedit
 

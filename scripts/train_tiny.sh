@@ -3,7 +3,15 @@
 #   tokenizer -> target -> distill -> drafter (+ the no-ProposalMix ablation)
 #   -> eval -> copy into checkpoints/tiny/{target,drafter}.
 #
-#   scripts/train_tiny.sh [full|smoke]
+#   scripts/train_tiny.sh [full|smoke|chat]
+#
+# Profiles: full is the shipped 4-layer code pair; smoke a quick check;
+# chat the production-shaped target of issue 11 (8 layers, 1024 context,
+# trained on the corpus plus the chat task suite, training/chat_tasks.py)
+# with a 1-layer drafter (today's recipe, as the baseline), plus answer
+# accuracy per family (scripts/eval_chat_tasks.py -> $WORK/chat-eval.json).
+# The chat target needs many hours on 2 CPU cores: run it with MAX_MINUTES
+# across sessions; OUT is only written when every stage has finished.
 #
 # Resumable: every stage checkpoints under $WORK and a finished stage is
 # skipped, so rerunning the same command continues where it stopped. With
@@ -72,7 +80,23 @@ case "$profile" in
                   --steps=300 --lr=2e-3 --eval_every=100)
     eval_args=(--num_prompts=8 --prompt_tokens=64 --max_new_tokens=96)
     ;;
-  *) echo "usage: $0 [full|smoke]" >&2; exit 2 ;;
+  chat)
+    ABLATION=${ABLATION:-0}
+    W32=${W32:-0}
+    vocab=2048
+    chat_tasks=(--train=20000 --heldout=35)
+    target_args=(--hidden_size=192 --intermediate_size=512 --num_layers=8
+                 --num_heads=6 --num_kv_heads=2 --head_dim=32 --seq_len=1024
+                 --batch_size=8 --steps=4000 --lr=2e-3 --eval_every=250
+                 --chat_tasks="$WORK/tasks" --chat_fraction=0.6)
+    distill_args=(--num_sequences=2048 --prompt_min=16 --prompt_max=96
+                  --continuation=160 --distill_batch=64)
+    drafter_args=(--drafter_layers=1 --block_size=16 --target_layer_ids=1,4,6
+                  --sequences_per_step=4 --blocks_per_sequence=32
+                  --steps=1000 --lr=2e-3 --eval_every=250)
+    eval_args=(--num_prompts=48 --prompt_tokens=64 --max_new_tokens=128)
+    ;;
+  *) echo "usage: $0 [full|smoke|chat]" >&2; exit 2 ;;
 esac
 
 if [ ! -x "$train" ]; then
@@ -107,10 +131,20 @@ stage() {
 if [ ! -f "$WORK/tokenizer.json" ]; then
   stage tokenizer "$train" tokenizer --out="$WORK/tokenizer.json" --vocab_size=$vocab
 fi
+if [ "$profile" = chat ] && [ ! -f "$WORK/tasks/heldout.jsonl" ]; then
+  stage tasks python3 "$repo/training/chat_tasks.py" generate \
+    --out="$WORK/tasks" "${chat_tasks[@]}"
+fi
 if [ ! -f "$WORK/target/model.safetensors" ]; then
   stage target "$train" target "${common[@]}" --max_minutes="$MAX_MINUTES" \
     --tokenizer="$WORK/tokenizer.json" --work_dir="$WORK/target-state" \
     --out="$WORK/target" --seed=1 "${target_args[@]}"
+fi
+if [ "$profile" = chat ] && [ ! -f "$WORK/chat-eval.json" ]; then
+  stage chat-eval python3 "$repo/scripts/eval_chat_tasks.py" --build="$BUILD" \
+    --target="$WORK/target" --tasks="$WORK/tasks" --methods=ar,ngram \
+    --threads="$EVAL_THREADS" > "$WORK/chat-eval.json.tmp"
+  mv "$WORK/chat-eval.json.tmp" "$WORK/chat-eval.json"
 fi
 stage distill "$train" distill "${common[@]}" --max_minutes="$MAX_MINUTES" \
   --target="$WORK/target" --work_dir="$WORK/target-state" \

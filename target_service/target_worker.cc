@@ -462,8 +462,7 @@ bool TargetWorker::TakeWork(Inbox& inbox) {
 }
 
 void TargetWorker::Run() {
-  SetCpuThreads(options_.cpu_threads);
-  c10::InferenceMode inference_mode;
+  ModelThreadScope model_thread(options_.cpu_threads);
   Inbox inbox;
   while (TakeWork(inbox)) {
     batcher_.Step(std::move(inbox.releases), std::move(inbox.prefills),

@@ -6,9 +6,11 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "base/file_util.h"
 #include "base/model_config.h"
 #include "base/status.h"
+#include "nlohmann/json.hpp"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
 
@@ -140,6 +142,38 @@ absl::StatusOr<TokenStream> LoadOrBuildTokenStream(
        absl::string_view(reinterpret_cast<const char*>(&n), 8),
        absl::string_view(reinterpret_cast<const char*>(stream.tokens.data()),
                          n * sizeof(int32_t))}));
+  return stream;
+}
+
+absl::StatusOr<TokenStream> TokenizeChatTasks(const std::string& jsonl_path,
+                                              const Tokenizer& tokenizer,
+                                              int32_t eot_id) {
+  ASSIGN_OR_RETURN(std::string content, ReadFileToString(jsonl_path));
+  TokenStream stream;
+  int64_t line_no = 0;
+  for (absl::string_view line : absl::StrSplit(content, '\n')) {
+    ++line_no;
+    if (line.empty()) continue;
+    const nlohmann::json instance =
+        nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!instance.is_object() || !instance.contains("text") ||
+        !instance["text"].is_string()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(jsonl_path, ":", line_no,
+                       ": not a chat task instance (an object with \"text\")"));
+    }
+    auto ids = tokenizer.Encode(instance["text"].get<std::string>());
+    if (!ids.ok()) {
+      return Annotate(ids.status(), absl::StrCat(jsonl_path, ":", line_no));
+    }
+    stream.tokens.insert(stream.tokens.end(), ids->begin(), ids->end());
+    stream.tokens.push_back(eot_id);
+    ++stream.num_documents;
+  }
+  if (stream.num_documents == 0) {
+    return absl::NotFoundError(
+        absl::StrCat(jsonl_path, " holds no chat task instances"));
+  }
   return stream;
 }
 

@@ -70,6 +70,15 @@ absl::StatusOr<TokenStream> LoadOrBuildTokenStream(
     const Tokenizer& tokenizer, uint64_t tokenizer_hash, int32_t eot_id,
     const std::string& cache_path);
 
+// The chat task suite (training/chat_tasks.py): every line of `jsonl_path`
+// is an instance whose "text" is a rendered conversation; each becomes a
+// document of the stream (special tokens such as <|im_start|> are
+// recognised, unlike in corpus text). INVALID_ARGUMENT naming the line for
+// a malformed instance; NOT_FOUND when the file is missing or has none.
+absl::StatusOr<TokenStream> TokenizeChatTasks(const std::string& jsonl_path,
+                                              const Tokenizer& tokenizer,
+                                              int32_t eot_id);
+
 // 64-bit FNV-1a, the split's hash.
 uint64_t Fnv1a(const std::string& text);
 

@@ -66,6 +66,11 @@ ABSL_FLAG(int, num_kv_heads, 2, "target: key/value heads");
 ABSL_FLAG(int, head_dim, 32, "target: head dimension");
 ABSL_FLAG(double, rope_theta, 10000.0, "target: RoPE theta");
 ABSL_FLAG(int, seq_len, 256, "target: training window (= max positions)");
+ABSL_FLAG(std::string, chat_tasks, "",
+          "target: chat task suite folder (train.jsonl, heldout.jsonl from "
+          "training/chat_tasks.py generate); empty = corpus only");
+ABSL_FLAG(double, chat_fraction, 0.5,
+          "target: share of each batch's windows taken from the chat tasks");
 ABSL_FLAG(int, batch_size, 16, "target: windows per step");
 // distill / drafter / eval
 ABSL_FLAG(std::string, target, "", "exported target folder");
@@ -203,6 +208,8 @@ int RunTarget() {
   o.model.tie_word_embeddings = true;
   o.seq_len = absl::GetFlag(FLAGS_seq_len);
   o.batch_size = absl::GetFlag(FLAGS_batch_size);
+  o.chat_tasks_dir = absl::GetFlag(FLAGS_chat_tasks);
+  o.chat_fraction = absl::GetFlag(FLAGS_chat_fraction);
   FillTrainingLoop(o);
   return OutcomeCode(RunTargetTraining(o));
 }

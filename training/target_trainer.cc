@@ -48,9 +48,13 @@ at::Tensor NextTokenLoss(const TrainableTarget& model,
 
 std::string RunFingerprint(const TargetTrainingOptions& o,
                            const Qwen3Config& c) {
-  return absl::StrCat(Qwen3ConfigToJson(c), "seq_len=", o.seq_len,
-                      " batch=", o.batch_size, " steps=", o.steps,
-                      " seed=", o.seed, " lr=", o.schedule.peak);
+  std::string fingerprint = absl::StrCat(
+      Qwen3ConfigToJson(c), "seq_len=", o.seq_len, " batch=", o.batch_size,
+      " steps=", o.steps, " seed=", o.seed, " lr=", o.schedule.peak);
+  if (!o.chat_tasks_dir.empty()) {
+    absl::StrAppend(&fingerprint, " chat_fraction=", o.chat_fraction);
+  }
+  return fingerprint;
 }
 
 }  // namespace
@@ -67,6 +71,22 @@ absl::StatusOr<StageOutcome> RunTargetTraining(const TargetTrainingOptions& o) {
   config.vocab_size = tokenizer->vocab_size();
   config.bos_token_id = -1;
   config.eos_token_ids = {*eot};
+  const int chat_windows =
+      o.chat_tasks_dir.empty()
+          ? 0
+          : static_cast<int>(std::lround(o.batch_size * o.chat_fraction));
+  if (!o.chat_tasks_dir.empty()) {
+    if (!(o.chat_fraction > 0 && o.chat_fraction <= 1)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "chat_fraction must be in (0, 1], got ", o.chat_fraction));
+    }
+    const std::optional<int32_t> im_end = tokenizer->TokenToId("<|im_end|>");
+    if (!im_end) {
+      return absl::InvalidArgumentError(
+          "chat tasks need a tokenizer with <|im_end|>");
+    }
+    config.eos_token_ids.push_back(*im_end);
+  }
   config.max_position_embeddings = o.seq_len;
   config.dtype = "float32";
 
@@ -89,6 +109,25 @@ absl::StatusOr<StageOutcome> RunTargetTraining(const TargetTrainingOptions& o) {
   if (static_cast<int64_t>(train.tokens.size()) <= o.seq_len + 1 ||
       static_cast<int64_t>(heldout.tokens.size()) <= o.seq_len + 1) {
     return absl::FailedPreconditionError("corpus too small for seq_len");
+  }
+  TokenStream tasks_train, tasks_heldout;
+  if (!o.chat_tasks_dir.empty()) {
+    ASSIGN_OR_RETURN(
+        tasks_train,
+        TokenizeChatTasks(o.chat_tasks_dir + "/train.jsonl", *tokenizer, *eot));
+    ASSIGN_OR_RETURN(tasks_heldout,
+                     TokenizeChatTasks(o.chat_tasks_dir + "/heldout.jsonl",
+                                       *tokenizer, *eot));
+    std::cerr << absl::StrFormat(
+        "[target] chat tasks: %d train / %d tokens, %d held-out / %d tokens; "
+        "%d of %d windows per batch\n",
+        tasks_train.num_documents, tasks_train.tokens.size(),
+        tasks_heldout.num_documents, tasks_heldout.tokens.size(), chat_windows,
+        o.batch_size);
+    if (static_cast<int64_t>(tasks_train.tokens.size()) <= o.seq_len + 1 ||
+        static_cast<int64_t>(tasks_heldout.tokens.size()) <= o.seq_len + 1) {
+      return absl::FailedPreconditionError("chat tasks too small for seq_len");
+    }
   }
 
   ASSIGN_OR_RETURN(TrainableTarget model,
@@ -115,7 +154,11 @@ absl::StatusOr<StageOutcome> RunTargetTraining(const TargetTrainingOptions& o) {
   std::mt19937_64 eval_rng(o.seed ^ 0x5eed5eedull);
   const at::Tensor eval_windows =
       SampleWindows(heldout.tokens, o.eval_windows, o.seq_len, eval_rng);
-  auto heldout_loss = [&]() {
+  const at::Tensor task_eval_windows =
+      chat_windows > 0 ? SampleWindows(tasks_heldout.tokens, o.eval_windows,
+                                       o.seq_len, eval_rng)
+                       : at::Tensor();
+  auto heldout_loss = [&](const at::Tensor& eval_windows) {
     at::NoGradGuard no_grad;
     double sum = 0;
     const int chunk = std::max(1, o.batch_size);
@@ -141,8 +184,13 @@ absl::StatusOr<StageOutcome> RunTargetTraining(const TargetTrainingOptions& o) {
     while (step < o.steps) {
       if (deadline.Expired()) break;
       std::mt19937_64 rng(o.seed * 0x9e3779b97f4a7c15ull + step);
-      at::Tensor windows =
-          SampleWindows(train.tokens, o.batch_size, o.seq_len, rng);
+      at::Tensor windows = SampleWindows(
+          train.tokens, o.batch_size - chat_windows, o.seq_len, rng);
+      if (chat_windows > 0) {
+        windows =
+            at::cat({windows, SampleWindows(tasks_train.tokens, chat_windows,
+                                            o.seq_len, rng)});
+      }
       at::Tensor loss = NextTokenLoss(model, windows);
       loss.backward();
       const double lr = LearningRate(step, o.steps, o.schedule);
@@ -153,9 +201,15 @@ absl::StatusOr<StageOutcome> RunTargetTraining(const TargetTrainingOptions& o) {
       nlohmann::json rec = {
           {"step", step}, {"loss", l}, {"lr", lr}, {"grad_norm", grad_norm}};
       if (step % o.eval_every == 0 || step == o.steps) {
-        rec["heldout_loss"] = heldout_loss();
+        rec["heldout_loss"] = heldout_loss(eval_windows);
         std::cerr << absl::StrFormat("[target] step %d held-out loss %.4f\n",
                                      step, rec["heldout_loss"].get<double>());
+        if (chat_windows > 0) {
+          rec["heldout_task_loss"] = heldout_loss(task_eval_windows);
+          std::cerr << absl::StrFormat(
+              "[target] step %d held-out chat task loss %.4f\n", step,
+              rec["heldout_task_loss"].get<double>());
+        }
       }
       RETURN_IF_ERROR(AppendToFile(log_path, rec.dump() + "\n"));
       progress.Report(step, int64_t{o.batch_size} * o.seq_len,

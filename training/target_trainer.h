@@ -3,7 +3,8 @@
 // model.safetensors, tokenizer.json).
 //
 // Each step takes `batch_size` windows of seq_len + 1 tokens at offsets
-// drawn from (seed, step) in the train split. The state (weights, AdamW
+// drawn from (seed, step) in the train split (of the corpus, and of the
+// chat task suite when one is given). The state (weights, AdamW
 // moments, step) is saved to <work_dir>/state.safetensors every
 // checkpoint_every_s seconds and when the time budget ends; running the same
 // command again resumes there, bit for bit.
@@ -43,6 +44,13 @@ struct TargetTrainingOptions {
   int eval_every = 250;    // held-out loss every this many steps
   int eval_windows = 32;
   std::string export_dtype = "bfloat16";
+  // The chat task suite (training/chat_tasks.py generate): a folder with
+  // train.jsonl and heldout.jsonl. When set, `chat_fraction` of every
+  // batch's windows come from the tasks, the rest from the corpus; held-out
+  // loss is reported for both; and <|im_end|> joins the exported model's
+  // EOS ids (it ends an assistant turn).
+  std::string chat_tasks_dir;
+  double chat_fraction = 0.5;
 };
 
 absl::StatusOr<StageOutcome> RunTargetTraining(

@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""Answer accuracy and speculation per family on the chat task suite.
+
+Renders every held-out instance's prompt (training/chat_tasks.py), encodes
+it with the target's tokenizer (dedit-cli tokenize), decodes it greedily
+in process (dedit-generate --json) target-only and with each speculative
+method asked for, checks that every speculative output equals the
+target-only one token for token, scores the answers
+(chat_tasks.py score) and prints one JSON report:
+
+  {"accuracy": {family: {correct, instances, accuracy}, "overall": ...},
+   "speculation": {method: {family: {tau, speedup, tokens}}},
+   "lossless": true}
+
+  scripts/eval_chat_tasks.py --build build --target DIR --tasks TASKS_DIR
+      [--drafter DIR] [--methods ar,ngram,model] [--window 8]
+      [--max_tokens 448] [--threads 1] [--limit N]
+
+Speedup is decode tokens/s of the method over target-only in the same run
+(prefill excluded); do not report numbers taken while training runs.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "training"))
+import chat_tasks  # noqa: E402
+
+
+def run(cmd, stdin_text):
+    p = subprocess.run(cmd, input=stdin_text, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit(f"eval_chat_tasks.py: {' '.join(cmd[:2])} failed "
+                 f"({p.returncode}): {p.stderr.strip()[-2000:]}")
+    return p.stdout
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--target", required=True)
+    ap.add_argument("--tasks", required=True, help="folder with heldout.jsonl")
+    ap.add_argument("--drafter", default="")
+    ap.add_argument("--methods", default="ar,ngram",
+                    help="ar (target-only), ngram, model (needs --drafter)")
+    ap.add_argument("--window", type=int, default=8)
+    ap.add_argument("--passes", type=int, default=0)
+    ap.add_argument("--max_tokens", type=int, default=448)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--limit", type=int, default=0,
+                    help="first N instances per family (0 = all)")
+    a = ap.parse_args()
+
+    cli = os.path.join(a.build, "cli", "dedit-cli")
+    gen = os.path.join(a.build, "cli", "dedit-generate")
+    heldout = [json.loads(l) for l in open(os.path.join(a.tasks,
+                                                        "heldout.jsonl"))]
+    if a.limit > 0:
+        seen = {}
+        kept = []
+        for inst in heldout:
+            seen[inst["family"]] = seen.get(inst["family"], 0) + 1
+            if seen[inst["family"]] <= a.limit:
+                kept.append(inst)
+        heldout = kept
+    prompts = [chat_tasks.render_chat(inst["user"]) for inst in heldout]
+    ids = json.loads(run([cli, "tokenize", "--tokenizer",
+                          os.path.join(a.target, "tokenizer.json")],
+                         json.dumps(prompts)))
+    lines = "".join(json.dumps(x) + "\n" for x in ids)
+
+    results = {}
+    for method in a.methods.split(","):
+        cmd = [gen, "--target", a.target, "--json", "--threads",
+               str(a.threads), "--max_tokens", str(a.max_tokens)]
+        if method == "ar":
+            cmd += ["--ar"]
+        elif method == "ngram":
+            cmd += ["--method", "ngram", "--window", str(a.window)]
+        elif method == "model":
+            if not a.drafter:
+                sys.exit("eval_chat_tasks.py: --methods model needs --drafter")
+            cmd += ["--drafter", a.drafter, "--window", str(a.window)]
+            if a.passes > 0:
+                cmd += ["--passes", str(a.passes)]
+        else:
+            sys.exit(f"eval_chat_tasks.py: unknown method {method}")
+        rows = [json.loads(l) for l in run(cmd, lines).splitlines() if l]
+        if len(rows) != len(heldout):
+            sys.exit(f"eval_chat_tasks.py: {method}: {len(rows)} results for "
+                     f"{len(heldout)} prompts")
+        results[method] = rows
+
+    base_method = "ar" if "ar" in results else next(iter(results))
+    base = results[base_method]
+    lossless = all(r["tokens"] == b["tokens"]
+                   for rows in results.values() for r, b in zip(rows, base))
+    with tempfile.TemporaryDirectory() as d:
+        answers = os.path.join(d, "answers.jsonl")
+        with open(answers, "w") as f:
+            for row in base:
+                f.write(json.dumps({"answer": row["text"]}) + "\n")
+        accuracy = json.loads(run([sys.executable,
+                                   os.path.join(HERE, "..", "training",
+                                                "chat_tasks.py"),
+                                   "score",
+                                   os.path.join(a.tasks, "heldout.jsonl")
+                                   if a.limit == 0 else _write(d, heldout),
+                                   answers], ""))
+
+    def rate(rows):
+        tokens = sum(max(len(r["tokens"]) - 1, 0) for r in rows)
+        seconds = sum(r["timings"]["decode_s"] for r in rows)
+        return tokens / seconds if seconds > 0 else 0.0, tokens
+
+    speculation = {}
+    for method, rows in results.items():
+        per = {}
+        for family in chat_tasks.FAMILIES + ["overall"]:
+            pick = [i for i, inst in enumerate(heldout)
+                    if family == "overall" or inst["family"] == family]
+            if not pick:
+                continue
+            m_rows = [rows[i] for i in pick]
+            b_rows = [base[i] for i in pick]
+            drafted = sum(r["drafted_rounds"] for r in m_rows)
+            tau = (sum(r["mean_acceptance_length"] * r["drafted_rounds"]
+                       for r in m_rows) / drafted) if drafted else 1.0
+            m_rate, tokens = rate(m_rows)
+            b_rate, _ = rate(b_rows)
+            per[family] = {"tau": round(tau, 3),
+                           "speedup": round(m_rate / b_rate, 3) if b_rate else 0,
+                           "tokens": tokens}
+        speculation[method] = per
+    print(json.dumps({"accuracy": accuracy, "speculation": speculation,
+                      "lossless": lossless, "baseline": base_method},
+                     indent=1))
+    return 0 if lossless else 1
+
+
+def _write(d, instances):
+    path = os.path.join(d, "heldout_subset.jsonl")
+    with open(path, "w") as f:
+        for inst in instances:
+            f.write(json.dumps(inst) + "\n")
+    return path
+
+
+if __name__ == "__main__":
+    sys.exit(main())
