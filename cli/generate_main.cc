@@ -255,7 +255,12 @@ int Run() {
   SetCpuThreads(absl::GetFlag(FLAGS_threads));
   InProcessStack::Options o;
   o.target_dir = absl::GetFlag(FLAGS_target);
-  o.drafter_dir = absl::GetFlag(FLAGS_ar) ? "" : absl::GetFlag(FLAGS_drafter);
+  // The n-gram method needs no drafter; loading one would only add the
+  // cost of streaming features to it.
+  o.drafter_dir =
+      absl::GetFlag(FLAGS_ar) || absl::GetFlag(FLAGS_method) == "ngram"
+          ? ""
+          : absl::GetFlag(FLAGS_drafter);
   o.device = absl::GetFlag(FLAGS_device);
   o.dtype = absl::GetFlag(FLAGS_dtype);
   if (absl::GetFlag(FLAGS_causal_editor)) o.causal_editor = true;

@@ -32,6 +32,10 @@ def main():
     p.add_argument("--window", type=int, default=16)
     p.add_argument("--passes", type=int, default=3)
     p.add_argument("--no-speculation", action="store_true")
+    p.add_argument("--method", choices=["model", "ngram"], default="model",
+                   help="who drafts (speculative_method)")
+    p.add_argument("--prompts", default="",
+                   help="JSON lines of prompt ids (default: random ids)")
     p.add_argument("--seed", type=int, default=1)
     a = p.parse_args()
     sys.path.insert(0, a.stubs)
@@ -41,8 +45,15 @@ def main():
     channel = grpc.insecure_channel(a.router)
     stub = services_pb2_grpc.GenerationStub(channel)
     rng = random.Random(a.seed)
-    prompts = [[rng.randrange(a.vocab) for _ in range(a.prompt_len)]
-               for _ in range(a.concurrency * a.requests)]
+    if a.prompts:
+        given = [json.loads(l) for l in open(a.prompts) if l.strip()]
+        prompts = [given[i % len(given)]
+                   for i in range(a.concurrency * a.requests)]
+    else:
+        prompts = [[rng.randrange(a.vocab) for _ in range(a.prompt_len)]
+                   for _ in range(a.concurrency * a.requests)]
+    method = (generation_pb2.SPECULATIVE_METHOD_NGRAM if a.method == "ngram"
+              else generation_pb2.SPECULATIVE_METHOD_MODEL)
     per_token, ttfts, taus, tokens_total = [], [], [], [0]
     lock = threading.Lock()
     errors = []
@@ -51,7 +62,9 @@ def main():
         for r in range(a.requests):
             req = generation_pb2.GenerateRequest(
                 max_tokens=a.max_tokens, ignore_eos=True, window=a.window,
-                passes=a.passes, disable_speculation=a.no_speculation)
+                passes=0 if a.method == "ngram" else a.passes,
+                disable_speculation=a.no_speculation,
+                speculative_method=method)
             req.token_ids.ids.extend(prompts[c * a.requests + r])
             t0 = time.perf_counter()
             first = last = None
@@ -92,7 +105,7 @@ def main():
         "requests": len(per_token),
         "errors": errors,
         "speculative": not a.no_speculation,
-        "window": a.window, "passes": a.passes,
+        "method": a.method, "window": a.window, "passes": a.passes,
         "decode_ms_per_token": 1000 * mean(per_token),
         "throughput_tokens_per_s": tokens_total[0] / wall,
         "mean_ttft_ms": 1000 * mean(ttfts),

@@ -6,6 +6,12 @@
 #   bench/services/run_bench.sh [--build-dir build] [--device cpu]
 #       [--threads 1] [--max-tokens 64] [--requests 4] [--model-args "..."]
 #       [--model-dir checkpoints/tiny] [--window 16] [--passes 3]
+#       [--ngram-window 8] [--prompts FILE]
+#
+# --prompts takes JSON lines of prompt ids (e.g. real text encoded with
+# dedit-cli tokenize); without it the prompts are random ids. Every run
+# also measures the n-gram method (prompt lookup, no drafter) at
+# --ngram-window.
 #
 # --model-dir uses DIR/target and DIR/drafter (e.g. the bundled trained pair)
 # instead of a generated random pair.
@@ -24,6 +30,8 @@ K=3
 MODEL_ARGS="--vocab 4096 --hidden 256 --layers 8 --heads 8 --kv_heads 4 --drafter_layers 1 --block_size 16 --passes 3 --max_positions 4096"
 OUT=/tmp/dedit-bench
 MODEL_DIR=""
+NGRAM_W=8
+PROMPTS_FILE=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --build-dir) BUILD=$2; shift 2 ;;
@@ -37,6 +45,8 @@ while [ $# -gt 0 ]; do
     --model-dir) MODEL_DIR=$(cd "$2" && pwd); shift 2 ;;
     --window) W=$2; shift 2 ;;
     --passes) K=$2; shift 2 ;;
+    --ngram-window) NGRAM_W=$2; shift 2 ;;
+    --prompts) PROMPTS_FILE=$(cd "$(dirname "$2")" && pwd)/$(basename "$2"); shift 2 ;;
     *) echo "run_bench.sh: unknown flag $1" >&2; exit 2 ;;
   esac
 done
@@ -61,8 +71,12 @@ if [ $((32 + MAX_TOKENS + W)) -gt "$MAX_POSITIONS" ]; then
 fi
 
 # Same prompts for every configuration: REQUESTS prompts of 32 ids.
-python3 "$ROOT/bench/model_info.py" prompts "$MODELS/target" "$REQUESTS" 32 \
-    "$MAX_TOKENS" "$W" > "$OUT/prompts.jsonl"
+if [ -n "$PROMPTS_FILE" ]; then
+  head -n "$REQUESTS" "$PROMPTS_FILE" > "$OUT/prompts.jsonl"
+else
+  python3 "$ROOT/bench/model_info.py" prompts "$MODELS/target" "$REQUESTS" 32 \
+      "$MAX_TOKENS" "$W" > "$OUT/prompts.jsonl"
+fi
 
 inprocess() {  # label, extra flags...
   local label=$1; shift
@@ -82,6 +96,7 @@ print(json.dumps({'config': '$label', 'requests': len(rows),
 echo "# (a) in-process target-only, (b) in-process speculative W=$W K=$K"
 inprocess inprocess_target_only --ar
 inprocess inprocess_speculative --window "$W" --passes "$K"
+inprocess inprocess_ngram --method ngram --window "$NGRAM_W"
 
 echo "# (c) through the services on loopback (device $DEVICE)"
 "$ROOT/scripts/serve.sh" --build-dir "$BUILD" --run-dir "$OUT/serve" \
@@ -92,9 +107,11 @@ echo "# (c) through the services on loopback (device $DEVICE)"
 trap 'kill -TERM $(cat "$OUT"/serve/*.pid) 2>/dev/null || true' EXIT
 client() { /usr/bin/python3 "$ROOT/bench/services/bench_client.py" \
     --router 127.0.0.1:50150 --stubs "$STUBS" --vocab "$VOCAB" \
-    --max-tokens "$MAX_TOKENS" --window "$W" --passes "$K" "$@"; }
+    --max-tokens "$MAX_TOKENS" --window "$W" --passes "$K" \
+    --prompts "$OUT/prompts.jsonl" "$@"; }
 client --concurrency 1 --requests "$REQUESTS" --no-speculation
 client --concurrency 1 --requests "$REQUESTS"
+client --concurrency 1 --requests "$REQUESTS" --method ngram --window "$NGRAM_W"
 echo "# throughput at 1/4/16 concurrent streams (speculative)"
 for c in 4 16; do client --concurrency "$c" --requests 2; done
 echo "# throughput at 1/4/16 concurrent streams (target-only)"
