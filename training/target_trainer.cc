@@ -87,7 +87,10 @@ absl::StatusOr<StageOutcome> RunTargetTraining(const TargetTrainingOptions& o) {
     }
     config.eos_token_ids.push_back(*im_end);
   }
-  config.max_position_embeddings = o.seq_len;
+  // The context the model is exported for; at least the training window.
+  // A longer one (RoPE positions the training never saw at the end of a
+  // window) lets prompts + answers that fit in seq_len start later.
+  config.max_position_embeddings = std::max(o.seq_len, o.max_positions);
   config.dtype = "float32";
 
   RETURN_IF_ERROR(MakeDirs(o.work_dir));

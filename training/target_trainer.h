@@ -34,6 +34,7 @@ struct TargetTrainingOptions {
   // tokenizer and seq_len.
   Qwen3Config model;
   int seq_len = 256;
+  int max_positions = 0;  // exported context; 0 or < seq_len → seq_len
   int batch_size = 16;
   int64_t steps = 2000;
   LearningRateSchedule schedule;
