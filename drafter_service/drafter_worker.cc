@@ -26,23 +26,12 @@ double SecondsSince(std::chrono::steady_clock::time_point t0) {
 DrafterWorker::DrafterWorker(std::unique_ptr<DEditDrafter> drafter,
                              BatchObserver observer,
                              DrafterWorkerOptions options)
-    : drafter_(std::move(drafter)),
+    : ModelThread(options.cpu_threads),
+      drafter_(std::move(drafter)),
       observer_(std::move(observer)),
       options_(options) {}
 
 DrafterWorker::~DrafterWorker() { Stop(); }
-
-void DrafterWorker::Start() {
-  thread_ = std::thread([this] { Run(); });
-}
-
-void DrafterWorker::Stop() {
-  {
-    absl::MutexLock lock(&mu_);
-    stopping_ = true;
-  }
-  if (thread_.joinable()) thread_.join();
-}
 
 void DrafterWorker::AddContext(SequenceId sequence, int64_t start,
                                at::Tensor features) {
@@ -73,18 +62,6 @@ void DrafterWorker::Draft(std::vector<DraftRequest> requests, DraftDone done) {
   }
   job.done(std::vector<absl::StatusOr<DraftResult>>(job.requests.size(),
                                                     ShuttingDown()));
-}
-
-void DrafterWorker::Release(std::vector<SequenceId> sequences,
-                            ReleaseDone done) {
-  {
-    absl::MutexLock lock(&mu_);
-    if (!stopping_) {
-      new_releases_.push_back({std::move(sequences), std::move(done)});
-      return;
-    }
-  }
-  if (done) done(0);
 }
 
 bool DrafterWorker::HasQueuedWork() const {
@@ -130,7 +107,6 @@ bool DrafterWorker::TakeWork(Inbox& inbox) {
 }
 
 void DrafterWorker::Run() {
-  ModelThreadScope model_thread(options_.cpu_threads);
   Inbox inbox;
   while (TakeWork(inbox)) {
     for (ContextEvent& e : inbox.context) ApplyContext(e);

@@ -38,6 +38,7 @@
 #include "absl/synchronization/mutex.h"
 #include "base/published.h"
 #include "model/dedit_drafter.h"
+#include "model/model_thread.h"
 
 namespace dedit {
 
@@ -58,11 +59,11 @@ struct DrafterBatchStats {
   int64_t context_tokens = 0;  // over all sequences, after the call
 };
 
-class DrafterWorker {
+class DrafterWorker : public ModelThread {
  public:
   using DraftDone =
       std::function<void(std::vector<absl::StatusOr<DraftResult>>)>;
-  using ReleaseDone = std::function<void(int released)>;
+  using ReleaseDone = SequenceReleaseDone;
   using BatchObserver = std::function<void(const DrafterBatchStats&)>;
 
   struct Snapshot {
@@ -72,14 +73,14 @@ class DrafterWorker {
 
   DrafterWorker(std::unique_ptr<DEditDrafter> drafter, BatchObserver observer,
                 DrafterWorkerOptions options);
-  ~DrafterWorker();
+  ~DrafterWorker() override;
 
   const DrafterConfig& config() const { return drafter_->config(); }
   const DrafterWorkerOptions& options() const { return options_; }
 
-  void Start();
-  // Answers waiting drafts with UNAVAILABLE (queued releases with 0), joins.
-  void Stop() ABSL_LOCKS_EXCLUDED(mu_);
+  // Start(), Stop() and Release() (answers how many of the sequences had
+  // context) are ModelThread's. Stop() answers waiting drafts with
+  // UNAVAILABLE (queued releases with 0) and joins.
 
   // Context stream events, applied in arrival order (dropped once stopping).
   void AddContext(SequenceId sequence, int64_t start, at::Tensor features)
@@ -88,9 +89,6 @@ class DrafterWorker {
 
   // Per request: the K passes, or why not (see the file comment).
   void Draft(std::vector<DraftRequest> requests, DraftDone done)
-      ABSL_LOCKS_EXCLUDED(mu_);
-  // Answers how many of `sequences` had context.
-  void Release(std::vector<SequenceId> sequences, ReleaseDone done)
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // As of the end of the model thread's last pass.
@@ -110,10 +108,7 @@ class DrafterWorker {
     // Per item: unset = waiting for context; otherwise OK (ready) or error.
     std::vector<std::optional<absl::Status>> state;
   };
-  struct ReleaseJob {
-    std::vector<SequenceId> sequences;
-    ReleaseDone done;
-  };
+  using ReleaseJob = SequenceReleaseJob;
 
   struct Inbox {
     std::deque<ContextEvent> context;
@@ -121,7 +116,7 @@ class DrafterWorker {
     std::vector<ReleaseJob> releases;
   };
 
-  void Run();
+  void Run() override;
   // Waits for work (or until the earliest waiting draft's context deadline;
   // at most max_batch_wait_us more for further Draft calls) and swaps the
   // queues into `inbox`; false when stopping.
@@ -144,13 +139,9 @@ class DrafterWorker {
   // Sequences whose context has a gap; their drafts fail at once.
   std::unordered_set<SequenceId> broken_;  // model thread only
 
-  mutable absl::Mutex mu_;
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::deque<ContextEvent> new_context_ ABSL_GUARDED_BY(mu_);
   std::vector<DraftJob> new_drafts_ ABSL_GUARDED_BY(mu_);
-  std::vector<ReleaseJob> new_releases_ ABSL_GUARDED_BY(mu_);
   Published<Snapshot> snapshot_;
-  std::thread thread_;
 };
 
 }  // namespace dedit

@@ -364,24 +364,13 @@ TargetWorker::TargetWorker(std::unique_ptr<Qwen3Model> model,
                            ContextPublisher* publisher,
                            ForwardObserver observer,
                            TargetWorkerOptions options)
-    : batcher_(std::move(model), publisher, std::move(observer), options),
+    : ModelThread(options.cpu_threads),
+      batcher_(std::move(model), publisher, std::move(observer), options),
       options_(options) {
   snapshot_.Set(batcher_.snapshot());
 }
 
 TargetWorker::~TargetWorker() { Stop(); }
-
-void TargetWorker::Start() {
-  thread_ = std::thread([this] { Run(); });
-}
-
-void TargetWorker::Stop() {
-  {
-    absl::MutexLock lock(&mu_);
-    stopping_ = true;
-  }
-  if (thread_.joinable()) thread_.join();
-}
 
 void TargetWorker::Prefill(std::vector<TargetPrefillItem> items,
                            PrefillDone done, bool with_verify) {
@@ -408,18 +397,6 @@ void TargetWorker::Verify(std::vector<VerifyWork> items, VerifyDone done,
     }
   }
   job.done(ShuttingDown());
-}
-
-void TargetWorker::Release(std::vector<SequenceId> sequences,
-                           ReleaseDone done) {
-  {
-    absl::MutexLock lock(&mu_);
-    if (!stopping_) {
-      new_releases_.push_back({std::move(sequences), std::move(done)});
-      return;
-    }
-  }
-  if (done) done(0);
 }
 
 bool TargetWorker::CompanionMissing() const {
@@ -462,7 +439,6 @@ bool TargetWorker::TakeWork(Inbox& inbox) {
 }
 
 void TargetWorker::Run() {
-  ModelThreadScope model_thread(options_.cpu_threads);
   Inbox inbox;
   while (TakeWork(inbox)) {
     batcher_.Step(std::move(inbox.releases), std::move(inbox.prefills),

@@ -63,6 +63,7 @@
 #include "base/published.h"
 #include "engine/round_interfaces.h"
 #include "model/context_sink.h"
+#include "model/model_thread.h"
 #include "model/qwen3_model.h"
 #include "model/sampling.h"
 
@@ -106,7 +107,7 @@ using TargetPrefillDone =
     std::function<void(std::vector<absl::StatusOr<int32_t>> first_tokens)>;
 using TargetVerifyDone =
     std::function<void(absl::StatusOr<std::vector<VerifyOutcome>>)>;
-using TargetReleaseDone = std::function<void(int released)>;
+using TargetReleaseDone = SequenceReleaseDone;
 using TargetForwardObserver = std::function<void(const TargetForwardStats&)>;
 
 // Work handed from an RPC to the model thread; `done` is called exactly once.
@@ -123,10 +124,7 @@ struct TargetVerifyJob {
   TargetVerifyDone done;
   bool with_prefill = false;  // the Prefill call of the same round follows
 };
-struct TargetReleaseJob {
-  std::vector<SequenceId> sequences;
-  TargetReleaseDone done;  // may be empty
-};
+using TargetReleaseJob = SequenceReleaseJob;
 
 struct TargetWorkerSnapshot {
   int num_sequences = 0;
@@ -254,7 +252,7 @@ class TargetBatcher {
 };
 
 // The model thread around a TargetBatcher (see the file comment).
-class TargetWorker {
+class TargetWorker : public ModelThread {
  public:
   using PrefillDone = TargetPrefillDone;
   using VerifyDone = TargetVerifyDone;
@@ -265,15 +263,14 @@ class TargetWorker {
   // `publisher` may be null and `observer` empty.
   TargetWorker(std::unique_ptr<Qwen3Model> model, ContextPublisher* publisher,
                ForwardObserver observer, TargetWorkerOptions options);
-  ~TargetWorker();  // Stop()s
+  ~TargetWorker() override;  // Stop()s
 
   const Qwen3Config& config() const { return batcher_.model().config(); }
   const Qwen3Model& model() const { return batcher_.model(); }
 
-  void Start();
-  // Answers queued calls and prompts still being prefilled with UNAVAILABLE
-  // (queued releases with 0) and joins the model thread.
-  void Stop() ABSL_LOCKS_EXCLUDED(mu_);
+  // Start(), Stop() and Release() are ModelThread's. Stop() answers queued
+  // calls and prompts still being prefilled with UNAVAILABLE (queued
+  // releases with 0) and joins the model thread.
 
   // `with_verify`: the client sent a Verify call together with this one;
   // the next forward waits (bounded) for it so that both share it.
@@ -282,8 +279,6 @@ class TargetWorker {
   // All-or-nothing (TargetVerifyJob).
   void Verify(std::vector<VerifyWork> items, VerifyDone done,
               bool with_prefill = false) ABSL_LOCKS_EXCLUDED(mu_);
-  void Release(std::vector<SequenceId> sequences, ReleaseDone done)
-      ABSL_LOCKS_EXCLUDED(mu_);
 
   // As of the end of the last step.
   Snapshot snapshot() const { return snapshot_.Get(); }
@@ -295,7 +290,7 @@ class TargetWorker {
     std::vector<TargetVerifyJob> verifies;
   };
 
-  void Run();
+  void Run() override;
   // Waits for work (at most max_batch_wait_us more for an announced
   // companion call) and swaps the queues into `inbox`; false when stopping.
   bool TakeWork(Inbox& inbox) ABSL_LOCKS_EXCLUDED(mu_);
@@ -306,13 +301,9 @@ class TargetWorker {
   TargetBatcher batcher_;  // model thread only, but for model() (immutable)
   const TargetWorkerOptions options_;
 
-  mutable absl::Mutex mu_;
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<TargetPrefillJob> new_prefills_ ABSL_GUARDED_BY(mu_);
   std::vector<TargetVerifyJob> new_verifies_ ABSL_GUARDED_BY(mu_);
-  std::vector<TargetReleaseJob> new_releases_ ABSL_GUARDED_BY(mu_);
   Published<Snapshot> snapshot_;
-  std::thread thread_;
 };
 
 }  // namespace dedit
