@@ -3,13 +3,16 @@
 # on CPU with the bundled trained pair (checkpoints/tiny), one streamed prompt
 # through the router with speculation and once without, the acceptance
 # statistics, and a check that both texts are identical (greedy decoding is
-# lossless). Falls back to a generated random pair when checkpoints/tiny is
-# missing.
+# lossless); then the same request with the n-gram method (prompt lookup in
+# the router, no drafter model), also checked against target-only, and the
+# three speeds side by side. Falls back to a generated random pair when
+# checkpoints/tiny is missing.
 #
 #   scripts/demo.sh [BUILD_DIR]
 #
 # Environment: DEMO_PROMPT (text), DEMO_MAX_TOKENS (default 160),
-# DEMO_WINDOW (16), DEMO_PASSES (2), DEMO_KEEP_LOGS=1 (keep the run folder).
+# DEMO_WINDOW (16), DEMO_PASSES (2), DEMO_NGRAM_WINDOW (8), DEMO_KEEP_LOGS=1
+# (keep the run folder).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=$(cd "${1:-$ROOT/build}" && pwd)
@@ -19,6 +22,7 @@ CLI=$BUILD/cli/dedit-cli
 MAX_TOKENS=${DEMO_MAX_TOKENS:-160}
 WINDOW=${DEMO_WINDOW:-16}
 PASSES=${DEMO_PASSES:-2}
+NGRAM_WINDOW=${DEMO_NGRAM_WINDOW:-8}
 SERVE_ARGS=()
 if [ -f "$ROOT/checkpoints/tiny/target/model.safetensors" ] &&
    [ -f "$ROOT/checkpoints/tiny/drafter/model.safetensors" ]; then
@@ -89,13 +93,35 @@ echo
 echo "== target-only (--no_speculation), same router =="
 generate "$RUN_DIR/target_only.txt" --no_speculation
 echo
-if cmp -s "$RUN_DIR/speculative.txt" "$RUN_DIR/target_only.txt"; then
-  echo "lossless: the speculative text is identical to the target-only text"
-else
-  echo "demo: speculative and target-only texts differ" >&2
-  diff "$RUN_DIR/speculative.txt" "$RUN_DIR/target_only.txt" >&2 || true
-  exit 1
-fi
+echo "== n-gram method (W=$NGRAM_WINDOW, prompt lookup in the router), same router =="
+generate "$RUN_DIR/ngram.txt" --method ngram --window "$NGRAM_WINDOW"
+echo
+for method in speculative ngram; do
+  if cmp -s "$RUN_DIR/$method.txt" "$RUN_DIR/target_only.txt"; then
+    echo "lossless: the $method text is identical to the target-only text"
+  else
+    echo "demo: $method and target-only texts differ" >&2
+    diff "$RUN_DIR/$method.txt" "$RUN_DIR/target_only.txt" >&2 || true
+    exit 1
+  fi
+done
+# Speeds from the CLI's summary lines, relative to target-only.
+python3 - "$RUN_DIR" <<'PY'
+import re, sys
+def rate(name):
+    m = re.search(r"([0-9.]+) tokens/s, mean acceptance length ([0-9.]+)",
+                  open(f"{sys.argv[1]}/{name}.txt.stats").read())
+    return (float(m.group(1)), float(m.group(2))) if m else (0.0, 0.0)
+base, _ = rate("target_only")
+print("through the router (one stream, wall time incl. prefill):")
+for name, label in (("target_only", "target-only"),
+                    ("speculative", "DEdit drafter"),
+                    ("ngram", "n-gram")):
+    r, tau = rate(name)
+    ratio = r / base if base else 0.0
+    print(f"  {label:<14} {r:8.1f} tokens/s  {ratio:5.2f}x"
+          + (f"  tau {tau:.2f}" if name != "target_only" else ""))
+PY
 echo
 echo "router metrics (http://127.0.0.1:$RM/metrics):"
 python3 - "$RM" <<'PY'
@@ -114,13 +140,13 @@ PY
 GEN=$BUILD/cli/dedit-generate
 if [ -x "$GEN" ] && [ ${#SERVE_ARGS[@]} -gt 0 ]; then
   echo
-  echo "== in-process engine, same prompt: speculative (W=$WINDOW, K=$PASSES) vs target-only =="
-  for mode in spec ar; do
-    if [ $mode = spec ]; then
-      args=(--drafter "$ROOT/checkpoints/tiny/drafter" --window "$WINDOW" --passes "$PASSES")
-    else
-      args=(--ar)
-    fi
+  echo "== in-process engine, same prompt: speculative (W=$WINDOW, K=$PASSES), n-gram (W=$NGRAM_WINDOW), target-only =="
+  for mode in spec ngram ar; do
+    case $mode in
+      spec) args=(--drafter "$ROOT/checkpoints/tiny/drafter" --window "$WINDOW" --passes "$PASSES") ;;
+      ngram) args=(--method ngram --window "$NGRAM_WINDOW") ;;
+      ar) args=(--ar) ;;
+    esac
     "$GEN" --target "$ROOT/checkpoints/tiny/target" "${args[@]}" "${PROMPT_ARGS[@]}" \
       --max_tokens "$MAX_TOKENS" --threads 1 | grep -E '^(finish|prefill)' | sed "s/^/  $mode: /"
   done
