@@ -90,9 +90,9 @@ void GenerationLoop::Submit(RouterRequest request) {
   request.sink->Finish(absl::UnavailableError("router is shutting down"));
 }
 
-void GenerationLoop::Cancel(const GenerationSink* sink) {
+void GenerationLoop::Cancel(std::weak_ptr<const GenerationSink> sink) {
   absl::MutexLock lock(&mu_);
-  cancelled_.push_back(sink);
+  cancelled_.push_back(std::move(sink));
 }
 
 void GenerationLoop::CountRejected(const absl::Status& status) {
@@ -177,7 +177,7 @@ void GenerationLoop::Run() {
   }
   while (true) {
     std::vector<RouterRequest> submitted;
-    std::vector<const GenerationSink*> cancelled;
+    std::vector<std::weak_ptr<const GenerationSink>> cancel_requests;
     bool stopping = false;
     {
       absl::MutexLock lock(&mu_);
@@ -186,7 +186,13 @@ void GenerationLoop::Run() {
       }
       stopping = stopping_;
       submitted.swap(submitted_);
-      cancelled.swap(cancelled_);
+      cancel_requests.swap(cancelled_);
+    }
+    // Sinks still alive are held by their requests, so an address can only
+    // match the request that asked to cancel.
+    std::vector<std::shared_ptr<const GenerationSink>> cancelled;
+    for (const auto& weak : cancel_requests) {
+      if (auto sink = weak.lock()) cancelled.push_back(std::move(sink));
     }
     for (RouterRequest& r : submitted) {
       if (stopping) {
@@ -198,7 +204,7 @@ void GenerationLoop::Run() {
     const auto now_system = std::chrono::system_clock::now();
     for (auto& [id, a] : active_) {
       const bool cancel = std::find(cancelled.begin(), cancelled.end(),
-                                    a.request.sink.get()) != cancelled.end();
+                                    a.request.sink) != cancelled.end();
       if (cancel) a.client_cancelled = true;
       if (!cancel && now_system >= a.request.deadline) {
         a.deadline_exceeded = true;

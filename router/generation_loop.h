@@ -109,8 +109,10 @@ class GenerationLoop {
   void Submit(RouterRequest request);
   // The client behind `sink` went away: its request ends CANCELLED and its
   // sequence is released on both sides. Unknown or finished sinks are
-  // ignored.
-  void Cancel(const GenerationSink* sink);
+  // ignored. A weak reference, not an address: a sink freed before the
+  // loop gets to the cancel can never match a newer request whose sink
+  // reuses its memory.
+  void Cancel(std::weak_ptr<const GenerationSink> sink);
   // Counts a request refused before it reached the loop (validation).
   void CountRejected(const absl::Status& status);
 
@@ -157,7 +159,8 @@ class GenerationLoop {
   mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<RouterRequest> submitted_ ABSL_GUARDED_BY(mu_);
-  std::vector<const GenerationSink*> cancelled_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::weak_ptr<const GenerationSink>> cancelled_
+      ABSL_GUARDED_BY(mu_);
   ServedModel served_ ABSL_GUARDED_BY(mu_);
   // Set once by the loop thread; the metrics themselves are thread-safe.
   RouterMetrics* shared_metrics_ ABSL_GUARDED_BY(mu_) = nullptr;

@@ -63,7 +63,7 @@ class GenerateReactor : public grpc::ServerWriteReactor<v1::GenerateResponse> {
   std::shared_ptr<StreamSink> sink() { return sink_; }
 
   void OnWriteDone(bool ok) override { sink_->OnWriteDone(ok); }
-  void OnCancel() override { loop_->Cancel(sink_.get()); }
+  void OnCancel() override { loop_->Cancel(sink_); }
   void OnDone() override {
     sink_->Detach();
     delete this;

@@ -1020,10 +1020,10 @@ TEST_F(GenerationLoopTest, ClientCancelReleasesBothSides) {
   StartLoop(&inner, &inner);
   auto sink = std::make_shared<CollectingSink>();
   GenerationLoop* loop = loop_.get();
-  CollectingSink* raw = sink.get();
+  std::weak_ptr<CollectingSink> weak = sink;
   int sends = 0;  // loop thread
-  sink->on_send = [&sends, loop, raw](const v1::GenerateResponse&) {
-    if (++sends == 2) loop->Cancel(raw);
+  sink->on_send = [&sends, loop, weak](const v1::GenerateResponse&) {
+    if (++sends == 2) loop->Cancel(weak);
   };
   Submit(MakeRequest(prompt(1), kMaxTokens, 8, 2, sink));
   ASSERT_TRUE(sink->WaitFinished());
@@ -1039,6 +1039,22 @@ TEST_F(GenerationLoopTest, ClientCancelReleasesBothSides) {
   EXPECT_EQ(shared_->pair->drafter->num_sequences(), 0u);
   EXPECT_EQ(CounterValue(*registry_, "dedit_requests_total", "cancelled"), 1);
   EXPECT_EQ(loop_->running(), 0);
+}
+
+// A cancel that arrives after its sink is gone matches nothing, even a new
+// request whose sink might reuse the freed memory.
+TEST_F(GenerationLoopTest, CancelOfAFinishedSinkCancelsNothing) {
+  StartLoop(nullptr, nullptr);
+  std::weak_ptr<const GenerationSink> gone;
+  {
+    auto old_sink = std::make_shared<CollectingSink>();
+    gone = old_sink;
+  }
+  auto sink = Submit(MakeRequest(prompt(0), kMaxTokens, 1, 0, {}));
+  loop_->Cancel(gone);
+  ASSERT_TRUE(sink->WaitFinished());
+  ASSERT_TRUE(sink->status().ok()) << sink->status();
+  EXPECT_THAT(sink->tokens(), ElementsAreArray(Reference(0)));
 }
 
 TEST_F(GenerationLoopTest, ExpiredDeadlineEndsTheRequestBeforePrefill) {
