@@ -95,8 +95,16 @@ case "$profile" in
                  --max_positions=1024 --batch_size=8 --steps=3000 --lr=2e-3
                  --eval_every=250 --chat_tasks="$WORK/tasks"
                  --chat_fraction=0.6)
-    distill_args=(--num_sequences=2048 --prompt_min=16 --prompt_max=96
-                  --continuation=160 --distill_batch=64)
+    # The target's own answers to training task prompts (70%) and to corpus
+    # windows; distill-heldout.bin: its answers to every held-out instance
+    # (held-out files and values), for the drafter issue to evaluate on.
+    distill_args=(--num_sequences=4096 --prompt_min=16 --prompt_max=96
+                  --continuation=448 --distill_batch=64
+                  --chat_prompts="$WORK/tasks/train.jsonl" --chat_fraction=0.7)
+    heldout_distill_args=(--num_sequences=245 --continuation=448
+                          --distill_batch=35
+                          --chat_prompts="$WORK/tasks/heldout.jsonl"
+                          --chat_fraction=1)
     drafter_args=(--drafter_layers=1 --block_size=16 --target_layer_ids=1,4,6
                   --sequences_per_step=4 --blocks_per_sequence=32
                   --steps=1000 --lr=2e-3 --eval_every=250)
@@ -156,6 +164,13 @@ stage distill "$train" distill "${common[@]}" --max_minutes="$MAX_MINUTES" \
   --target="$WORK/target" --work_dir="$WORK/target-state" \
   --out="$WORK/distill.bin" --seed=2 "${distill_args[@]}"
 
+if [ "$profile" = chat ]; then
+  stage distill-heldout "$train" distill "${common[@]}" \
+    --max_minutes="$MAX_MINUTES" --target="$WORK/target" \
+    --work_dir="$WORK/target-state" --out="$WORK/distill-heldout.bin" --seed=4 \
+    "${heldout_distill_args[@]}"
+fi
+
 # drafter: the shipped one. drafter-1l / drafter-1l-nomix: the ProposalMix
 # ablation (1 layer, with and without). drafter-w32: block 32.
 drafters=(drafter)
@@ -190,6 +205,13 @@ if [ -n "$OUT" ]; then
        "$WORK/$m/tokenizer.json" "$OUT/$m/"
   done
   cp "$WORK/eval-drafter.json" "$OUT/drafter/eval.json"
+  if [ "$profile" = chat ]; then
+    # The distillation sets the drafter issue trains and evaluates on, and
+    # the task accuracy of the target.
+    mkdir -p "$OUT/distill"
+    cp "$WORK/distill.bin" "$WORK/distill-heldout.bin" "$OUT/distill/"
+    cp "$WORK/chat-eval.json" "$OUT/target/chat_eval.json"
+  fi
   echo "train_tiny: copied the pair to $OUT (sizes: $(du -sh "$OUT" | cut -f1))" >&2
 fi
 echo "train_tiny: done; stage timings in $timings" >&2

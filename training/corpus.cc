@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -145,12 +146,14 @@ absl::StatusOr<TokenStream> LoadOrBuildTokenStream(
   return stream;
 }
 
-absl::StatusOr<TokenStream> TokenizeChatTasks(const std::string& jsonl_path,
-                                              const Tokenizer& tokenizer,
-                                              int32_t eot_id) {
+namespace {
+
+// Calls `fn(line_no, text)` for every instance of a chat task file.
+absl::Status ForEachChatTask(
+    const std::string& jsonl_path,
+    const std::function<absl::Status(int64_t, const std::string&)>& fn) {
   ASSIGN_OR_RETURN(std::string content, ReadFileToString(jsonl_path));
-  TokenStream stream;
-  int64_t line_no = 0;
+  int64_t line_no = 0, instances = 0;
   for (absl::string_view line : absl::StrSplit(content, '\n')) {
     ++line_no;
     if (line.empty()) continue;
@@ -162,19 +165,56 @@ absl::StatusOr<TokenStream> TokenizeChatTasks(const std::string& jsonl_path,
           absl::StrCat(jsonl_path, ":", line_no,
                        ": not a chat task instance (an object with \"text\")"));
     }
-    auto ids = tokenizer.Encode(instance["text"].get<std::string>());
-    if (!ids.ok()) {
-      return Annotate(ids.status(), absl::StrCat(jsonl_path, ":", line_no));
-    }
-    stream.tokens.insert(stream.tokens.end(), ids->begin(), ids->end());
-    stream.tokens.push_back(eot_id);
-    ++stream.num_documents;
+    RETURN_IF_ERROR(fn(line_no, instance["text"].get<std::string>()));
+    ++instances;
   }
-  if (stream.num_documents == 0) {
+  if (instances == 0) {
     return absl::NotFoundError(
         absl::StrCat(jsonl_path, " holds no chat task instances"));
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<TokenStream> TokenizeChatTasks(const std::string& jsonl_path,
+                                              const Tokenizer& tokenizer,
+                                              int32_t eot_id) {
+  TokenStream stream;
+  RETURN_IF_ERROR(ForEachChatTask(
+      jsonl_path, [&](int64_t line_no, const std::string& text) {
+        auto ids = tokenizer.Encode(text);
+        if (!ids.ok()) {
+          return Annotate(ids.status(), absl::StrCat(jsonl_path, ":", line_no));
+        }
+        stream.tokens.insert(stream.tokens.end(), ids->begin(), ids->end());
+        stream.tokens.push_back(eot_id);
+        ++stream.num_documents;
+        return absl::OkStatus();
+      }));
   return stream;
+}
+
+absl::StatusOr<std::vector<std::vector<int32_t>>> ChatTaskPrompts(
+    const std::string& jsonl_path, const Tokenizer& tokenizer) {
+  static constexpr absl::string_view kAssistant = "<|im_start|>assistant\n";
+  std::vector<std::vector<int32_t>> prompts;
+  RETURN_IF_ERROR(ForEachChatTask(
+      jsonl_path, [&](int64_t line_no, const std::string& text) {
+        const size_t at = absl::string_view(text).find(kAssistant);
+        if (at == std::string::npos) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              jsonl_path, ":", line_no, ": no assistant turn in \"text\""));
+        }
+        auto ids = tokenizer.Encode(
+            absl::string_view(text).substr(0, at + kAssistant.size()));
+        if (!ids.ok()) {
+          return Annotate(ids.status(), absl::StrCat(jsonl_path, ":", line_no));
+        }
+        prompts.push_back(std::move(*ids));
+        return absl::OkStatus();
+      }));
+  return prompts;
 }
 
 }  // namespace dedit::training

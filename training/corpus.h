@@ -79,6 +79,11 @@ absl::StatusOr<TokenStream> TokenizeChatTasks(const std::string& jsonl_path,
                                               const Tokenizer& tokenizer,
                                               int32_t eot_id);
 
+// The prompts of the same instances: each "text" cut after the assistant
+// header ("<|im_start|>assistant\n"), tokenized; what a chat client sends.
+absl::StatusOr<std::vector<std::vector<int32_t>>> ChatTaskPrompts(
+    const std::string& jsonl_path, const Tokenizer& tokenizer);
+
 // 64-bit FNV-1a, the split's hash.
 uint64_t Fnv1a(const std::string& text);
 

@@ -96,6 +96,15 @@ absl::StatusOr<StageOutcome> RunDistill(const DistillOptions& o) {
       LoadOrBuildTokenStream(files, CorpusSplit::kTrain, *tokenizer,
                              Fnv1a(tokenizer_json), *eot,
                              o.work_dir + "/tokens_train.bin"));
+  std::vector<std::vector<int32_t>> task_prompts;
+  if (!o.chat_tasks_path.empty()) {
+    if (!(o.chat_fraction >= 0 && o.chat_fraction <= 1)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "chat_fraction must be in [0, 1], got ", o.chat_fraction));
+    }
+    ASSIGN_OR_RETURN(task_prompts,
+                     ChatTaskPrompts(o.chat_tasks_path, *tokenizer));
+  }
   int64_t valid_bytes = 0;
   ASSIGN_OR_RETURN(std::vector<DistillRecord> done,
                    ReadRecords(o.out_path, &valid_bytes));
@@ -118,15 +127,22 @@ absl::StatusOr<StageOutcome> RunDistill(const DistillOptions& o) {
     for (int64_t i = next; i < next + count; ++i) {
       std::mt19937_64 rng(o.seed * 0x9e3779b97f4a7c15ull +
                           static_cast<uint64_t>(i));
-      std::uniform_int_distribution<int> len_dist(o.prompt_min_tokens,
-                                                  o.prompt_max_tokens);
-      const int len = len_dist(rng);
-      std::uniform_int_distribution<int64_t> off_dist(
-          0, static_cast<int64_t>(train.tokens.size()) - len - 1);
-      const int64_t off = off_dist(rng);
       GenerationRequest r;
-      r.prompt.assign(train.tokens.begin() + off,
-                      train.tokens.begin() + off + len);
+      std::uniform_real_distribution<double> coin(0.0, 1.0);
+      if (!task_prompts.empty() && coin(rng) < o.chat_fraction) {
+        std::uniform_int_distribution<size_t> pick(0, task_prompts.size() - 1);
+        r.prompt = task_prompts[pick(rng)];
+      } else {
+        std::uniform_int_distribution<int> len_dist(o.prompt_min_tokens,
+                                                    o.prompt_max_tokens);
+        const int len = len_dist(rng);
+        std::uniform_int_distribution<int64_t> off_dist(
+            0, static_cast<int64_t>(train.tokens.size()) - len - 1);
+        const int64_t off = off_dist(rng);
+        r.prompt.assign(train.tokens.begin() + off,
+                        train.tokens.begin() + off + len);
+      }
+      const int len = static_cast<int>(r.prompt.size());
       r.max_new_tokens = o.continuation_tokens;
       r.window = 1;
       r.passes = 0;

@@ -1,8 +1,9 @@
 // `dedit-train distill`: target-aligned training data for the drafter. As
 // DFlash and DEdit train on the target's own responses, this takes prompts
-// from the train split of the corpus and records the target's greedy
-// continuations (the engine, target-only, batched), which are exactly what
-// the drafter will be asked to predict at T = 0.
+// from the train split of the corpus (and of the chat task suite, when one
+// is given) and records the target's greedy continuations (the engine,
+// target-only, batched), which are exactly what the drafter will be asked to
+// predict at T = 0.
 //
 // Output: a binary file of records, appended batch by batch, so an
 // interrupted run continues where it stopped (record i's prompt is a pure
@@ -36,6 +37,13 @@ struct DistillOptions {
   int batch = 32;  // sequences decoded together
   uint64_t seed = 2;
   double max_minutes = 0;
+  // Chat task prompts (a training/chat_tasks.py jsonl). When set, a
+  // `chat_fraction` share of the records (chosen by (seed, i)) prompt with
+  // a random instance's conversation up to the assistant turn, and the
+  // target answers it greedily up to its EOS (<|im_end|> for a chat target)
+  // or continuation_tokens; the rest are corpus windows as before.
+  std::string chat_tasks_path;
+  double chat_fraction = 0.5;
 };
 
 struct DistillRecord {

@@ -72,7 +72,11 @@ ABSL_FLAG(std::string, chat_tasks, "",
           "target: chat task suite folder (train.jsonl, heldout.jsonl from "
           "training/chat_tasks.py generate); empty = corpus only");
 ABSL_FLAG(double, chat_fraction, 0.5,
-          "target: share of each batch's windows taken from the chat tasks");
+          "target: share of each batch's windows taken from the chat tasks; "
+          "distill: share of the records prompted with --chat_prompts");
+ABSL_FLAG(std::string, chat_prompts, "",
+          "distill: a chat task jsonl (training/chat_tasks.py) whose prompts "
+          "the target answers; empty = corpus windows only");
 ABSL_FLAG(int, batch_size, 16, "target: windows per step");
 // distill / drafter / eval
 ABSL_FLAG(std::string, target, "", "exported target folder");
@@ -232,6 +236,8 @@ int RunDistillStage() {
   o.prompt_min_tokens = absl::GetFlag(FLAGS_prompt_min);
   o.prompt_max_tokens = absl::GetFlag(FLAGS_prompt_max);
   o.continuation_tokens = absl::GetFlag(FLAGS_continuation);
+  o.chat_tasks_path = absl::GetFlag(FLAGS_chat_prompts);
+  o.chat_fraction = absl::GetFlag(FLAGS_chat_fraction);
   o.batch = absl::GetFlag(FLAGS_distill_batch);
   o.seed = absl::GetFlag(FLAGS_seed);
   o.max_minutes = absl::GetFlag(FLAGS_max_minutes);
