@@ -21,10 +21,10 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "base/status.h"
+#include "cli/command_flags.h"
 #include "model/cpu_threads.h"
 #include "model/in_process.h"
 #include "nlohmann/json.hpp"
@@ -376,6 +376,21 @@ int Run() {
 }  // namespace dedit
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  const dedit::CommandFlags command = {
+      "dedit-generate",
+      "--target DIR [--drafter DIR] (--prompt TEXT | --prompt_ids 1,2,3 |\n"
+      "                      --json < prompts) [--window W] [--passes K]\n"
+      "                      [--method model|ngram] [--ar] ...",
+      "Generates with the in-process stack (target, drafter and engine in\n"
+      "one process): human-readable output, or with --json one JSON object\n"
+      "per prompt line read from stdin.\n",
+      {"target", "drafter", "tokenizer", "prompt_ids", "prompt",        "chat",
+       "window", "passes",  "method",    "max_tokens", "temperature",   "top_k",
+       "top_p",  "seed",    "ar",        "ignore_eos", "causal_editor", "json",
+       "batch",  "device",  "dtype",     "threads"}};
+  if (std::optional<int> exit = dedit::ParseCommandFlags(
+          command, argv[0], std::vector<std::string>(argv + 1, argv + argc))) {
+    return *exit;
+  }
   return dedit::Run();
 }

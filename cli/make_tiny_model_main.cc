@@ -4,10 +4,12 @@
 //   dedit-make-tiny-model --out /tmp/m --hidden 512 --layers 8 --vocab 32000
 //   → /tmp/m/target, /tmp/m/drafter
 #include <cstdio>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
+#include "cli/command_flags.h"
 #include "model/tiny_model.h"
 
 ABSL_FLAG(std::string, out, "", "output directory (target/ and drafter/)");
@@ -26,7 +28,18 @@ ABSL_FLAG(std::string, dtype, "float32", "float32 or bfloat16 on disk");
 ABSL_FLAG(uint64_t, seed, 1, "random seed");
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  const dedit::CommandFlags command = {
+      "dedit-make-tiny-model",
+      "--out DIR [--vocab N --hidden N --layers N ...]",
+      "Writes a random Qwen3 target and a matching DEdit drafter to\n"
+      "DIR/target and DIR/drafter in the real checkpoint format.\n",
+      {"out", "vocab", "hidden", "intermediate", "layers", "heads", "kv_heads",
+       "head_dim", "drafter_layers", "block_size", "passes", "max_positions",
+       "dtype", "seed"}};
+  if (std::optional<int> exit = dedit::ParseCommandFlags(
+          command, argv[0], std::vector<std::string>(argv + 1, argv + argc))) {
+    return *exit;
+  }
   const std::string out = absl::GetFlag(FLAGS_out);
   if (out.empty()) {
     std::fprintf(stderr, "--out is required\n");

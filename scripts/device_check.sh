@@ -44,7 +44,7 @@ SRCS="base/file_util.cc base/safetensors.cc base/model_config.cc
   model/tiny_model.cc model/in_process.cc model/cpu_threads.cc
   tests/model/test_util.cc tests/model/qwen3_model_test.cc tests/model/dedit_drafter_test.cc
   tests/model/sampling_test.cc tests/engine/speculative_engine_test.cc
-  cli/generate_main.cc cli/make_tiny_model_main.cc"
+  cli/command_flags.cc cli/generate_main.cc cli/make_tiny_model_main.cc"
 t0=$(date +%s)
 echo $SRCS | tr ' ' '\n' | grep . | xargs -P "$(nproc)" -I{} sh -c \
   "g++ @$B/cxxflags -c $ROOT/{} -o $B/obj/\$(echo {} | tr / _).o || echo BUILD_FAIL {}"
@@ -56,8 +56,8 @@ O=$B/obj
 CORE="$O/base_*.o $O/engine_*.o $O/model_*.o"
 g++ -o $B/dedit_engine_tests $CORE $O/tests_*.o -L$ROOT/.device/lib -lgmock -lgtest_main -lgtest $LIBS \
   || echo LINK_FAIL tests
-g++ -o $B/dedit-generate $CORE $O/cli_generate_main.cc.o $LIBS || echo LINK_FAIL generate
-g++ -o $B/dedit-make-tiny-model $CORE $O/cli_make_tiny_model_main.cc.o $LIBS || echo LINK_FAIL make
+g++ -o $B/dedit-generate $CORE $O/cli_command_flags.cc.o $O/cli_generate_main.cc.o $LIBS || echo LINK_FAIL generate
+g++ -o $B/dedit-make-tiny-model $CORE $O/cli_command_flags.cc.o $O/cli_make_tiny_model_main.cc.o $LIBS || echo LINK_FAIL make
 echo "== engine tests on $DEV =="
 DEDIT_TEST_DEVICE=$DEV timeout 300 $B/dedit_engine_tests 2>&1 | tail -45
 [ -n "${SKIP_BENCH:-}" ] && exit 0
