@@ -128,7 +128,7 @@ absl::StatusOr<std::string> RenderQwen3Chat(
   }
   if (options.add_generation_prompt) {
     absl::StrAppend(&out, "<|im_start|>assistant\n");
-    if (!options.enable_thinking) {
+    if (!options.enable_thinking && options.render_empty_think_block) {
       absl::StrAppend(&out, "<think>\n\n</think>\n\n");
     }
   }
@@ -138,7 +138,12 @@ absl::StatusOr<std::string> RenderQwen3Chat(
 absl::StatusOr<std::vector<int32_t>> EncodeQwen3Chat(
     const Tokenizer& tokenizer, absl::Span<const ChatMessage> messages,
     const ChatTemplateOptions& options) {
-  ASSIGN_OR_RETURN(std::string prompt, RenderQwen3Chat(messages, options));
+  ChatTemplateOptions o = options;
+  if (!tokenizer.TokenToId(std::string(kThinkOpen)).has_value()) {
+    o.enable_thinking = false;
+    o.render_empty_think_block = false;
+  }
+  ASSIGN_OR_RETURN(std::string prompt, RenderQwen3Chat(messages, o));
   auto ids = tokenizer.Encode(prompt);
   if (!ids.ok()) return Annotate(ids.status(), "chat prompt");
   return ids;

@@ -53,6 +53,10 @@ struct ChatTemplateOptions {
   // false appends the empty think block after the generation prompt, which
   // is how Qwen3 is told not to reason (the evaluation protocol's setting).
   bool enable_thinking = true;
+  // Whether enable_thinking = false renders that empty block. Always true
+  // in RenderQwen3Chat's HF-identical output; EncodeQwen3Chat clears it
+  // for a tokenizer without a <think> token (see there).
+  bool render_empty_think_block = true;
 };
 
 // The prompt text. INVALID_ARGUMENT for an unknown role, naming the message.
@@ -62,6 +66,13 @@ absl::StatusOr<std::string> RenderQwen3Chat(
 // RenderQwen3Chat followed by Tokenizer::Encode (special tokens in the
 // rendered text are matched, as HF does). INVALID_ARGUMENT also for content
 // that is not valid UTF-8.
+//
+// Convention for tokenizers without think tokens (the bundled tiny models,
+// docs/TOKENIZER.md): a model that cannot think is always asked with
+// thinking off, and the empty think block, which such a tokenizer would
+// spell as plain text the model never saw, is not rendered. The prompt then
+// ends with "<|im_start|>assistant\n", as in training/chat_tasks.py. Every
+// chat path (the router, dedit-generate --chat) encodes through here.
 absl::StatusOr<std::vector<int32_t>> EncodeQwen3Chat(
     const Tokenizer& tokenizer, absl::Span<const ChatMessage> messages,
     const ChatTemplateOptions& options);

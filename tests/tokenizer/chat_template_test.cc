@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "tokenizer/tokenizer.h"
+
 namespace dedit {
 namespace {
 
@@ -88,6 +90,37 @@ TEST(ChatTemplateTest, UnknownRoleIsInvalidArgument) {
     EXPECT_NE(text.status().message().find("chat message 1: unknown role"),
               std::string::npos)
         << text.status();
+  }
+}
+
+}  // namespace
+}  // namespace dedit
+
+namespace dedit {
+namespace {
+
+// The convention for tokenizers without think tokens (chat_template.h): the
+// bundled tiny tokenizer gets no empty think block whatever
+// enable_thinking says, so its prompts end with the assistant header, as the
+// chat task suite (training/chat_tasks.py) renders them.
+TEST(ChatTemplateTest, TokenizerWithoutThinkTokensGetsNoThinkBlock) {
+  auto tokenizer = Tokenizer::FromFile(std::string(DEDIT_TOKENIZER_TEST_DIR) +
+                                       "/../../checkpoints/tiny/target/"
+                                       "tokenizer.json");
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  ASSERT_FALSE((*tokenizer)->TokenToId("<think>").has_value());
+  const std::vector<ChatMessage> chat = {{"user", "Add 1 and 2."}};
+  for (bool thinking : {false, true}) {
+    ChatTemplateOptions options;
+    options.enable_thinking = thinking;
+    auto ids = EncodeQwen3Chat(**tokenizer, chat, options);
+    ASSERT_TRUE(ids.ok()) << ids.status();
+    auto text = (*tokenizer)->Decode(*ids);
+    ASSERT_TRUE(text.ok()) << text.status();
+    EXPECT_EQ(*text,
+              "<|im_start|>user\nAdd 1 and 2.<|im_end|>\n"
+              "<|im_start|>assistant\n")
+        << "enable_thinking=" << thinking;
   }
 }
 
