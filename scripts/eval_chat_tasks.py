@@ -15,6 +15,12 @@ target-only one token for token, scores the answers
   scripts/eval_chat_tasks.py --build build --target DIR --tasks TASKS_DIR
       [--drafter DIR] [--methods ar,ngram,model] [--window 8]
       [--max_tokens 448] [--threads 1] [--limit N]
+      [--router HOST:PORT --stubs build/proto/python]
+
+With --router the same prompts also go through a running dedit-router
+(scripts/serve.sh) for each method, and "speculation_services" reports tau
+and speedup per family there (client-side time from first to last token),
+with the outputs checked against the in-process target-only ones.
 
 Speedup is decode tokens/s of the method over target-only in the same run
 (prefill excluded); do not report numbers taken while training runs.
@@ -53,6 +59,10 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--limit", type=int, default=0,
                     help="first N instances per family (0 = all)")
+    ap.add_argument("--router", default="",
+                    help="also measure through this dedit-router")
+    ap.add_argument("--stubs", default="",
+                    help="generated Python stubs (build/proto/python)")
     a = ap.parse_args()
 
     cli = os.path.join(a.build, "cli", "dedit-cli")
@@ -97,8 +107,13 @@ def main():
 
     base_method = "ar" if "ar" in results else next(iter(results))
     base = results[base_method]
+    services = {}
+    if a.router:
+        for method in a.methods.split(","):
+            services[method] = router_rows(a, method, ids)
     lossless = all(r["tokens"] == b["tokens"]
-                   for rows in results.values() for r, b in zip(rows, base))
+                   for group in (results, services)
+                   for rows in group.values() for r, b in zip(rows, base))
     with tempfile.TemporaryDirectory() as d:
         answers = os.path.join(d, "answers.jsonl")
         with open(answers, "w") as f:
@@ -117,29 +132,77 @@ def main():
         seconds = sum(r["timings"]["decode_s"] for r in rows)
         return tokens / seconds if seconds > 0 else 0.0, tokens
 
-    speculation = {}
-    for method, rows in results.items():
-        per = {}
-        for family in chat_tasks.FAMILIES + ["overall"]:
-            pick = [i for i, inst in enumerate(heldout)
-                    if family == "overall" or inst["family"] == family]
-            if not pick:
-                continue
-            m_rows = [rows[i] for i in pick]
-            b_rows = [base[i] for i in pick]
-            drafted = sum(r["drafted_rounds"] for r in m_rows)
-            tau = (sum(r["mean_acceptance_length"] * r["drafted_rounds"]
-                       for r in m_rows) / drafted) if drafted else 1.0
-            m_rate, tokens = rate(m_rows)
-            b_rate, _ = rate(b_rows)
-            per[family] = {"tau": round(tau, 3),
-                           "speedup": round(m_rate / b_rate, 3) if b_rate else 0,
-                           "tokens": tokens}
-        speculation[method] = per
-    print(json.dumps({"accuracy": accuracy, "speculation": speculation,
-                      "lossless": lossless, "baseline": base_method},
-                     indent=1))
+    def per_family(results):
+        speculation = {}
+        base = results.get("ar", next(iter(results.values())))
+        for method, rows in results.items():
+            per = {}
+            for family in chat_tasks.FAMILIES + ["overall"]:
+                pick = [i for i, inst in enumerate(heldout)
+                        if family == "overall" or inst["family"] == family]
+                if not pick:
+                    continue
+                m_rows = [rows[i] for i in pick]
+                b_rows = [base[i] for i in pick]
+                drafted = sum(r["drafted_rounds"] for r in m_rows)
+                tau = (sum(r["mean_acceptance_length"] * r["drafted_rounds"]
+                           for r in m_rows) / drafted) if drafted else 1.0
+                m_rate, tokens = rate(m_rows)
+                b_rate, _ = rate(b_rows)
+                per[family] = {"tau": round(tau, 3),
+                               "speedup": round(m_rate / b_rate, 3) if b_rate else 0,
+                               "tokens": tokens}
+            speculation[method] = per
+        return speculation
+
+    report = {"accuracy": accuracy, "speculation": per_family(results),
+              "lossless": lossless, "baseline": base_method}
+    if services:
+        report["speculation_services"] = per_family(services)
+    print(json.dumps(report, indent=1))
     return 0 if lossless else 1
+
+
+def router_rows(a, method, prompt_ids):
+    """One request per prompt through the router, rows shaped like
+    dedit-generate --json's (tokens, decode time, acceptance)."""
+    import time
+    sys.path.insert(0, a.stubs)
+    try:
+        import grpc
+        from dedit.v1 import generation_pb2, services_pb2_grpc
+    except ImportError as e:
+        sys.exit(f"eval_chat_tasks.py: --router needs Debian's python3-grpcio "
+                 f"and protobuf (run it with /usr/bin/python3): {e}")
+    stub = services_pb2_grpc.GenerationStub(grpc.insecure_channel(a.router))
+    rows = []
+    for ids in prompt_ids:
+        req = generation_pb2.GenerateRequest(max_tokens=a.max_tokens)
+        req.token_ids.ids.extend(ids)
+        if method == "ar":
+            req.disable_speculation = True
+        elif method == "ngram":
+            req.speculative_method = generation_pb2.SPECULATIVE_METHOD_NGRAM
+            req.window = a.window
+        else:
+            req.speculative_method = generation_pb2.SPECULATIVE_METHOD_MODEL
+            req.window = a.window
+            req.passes = a.passes
+        tokens, first, last, final = [], None, None, None
+        for resp in stub.Generate(req, timeout=600):
+            now = time.perf_counter()
+            if resp.token_ids:
+                first = first if first is not None else now
+                last = now
+                tokens.extend(resp.token_ids)
+            if resp.finished:
+                final = resp
+        acc = final.acceptance
+        rows.append({"tokens": tokens,
+                     "timings": {"decode_s": (last - first) if first else 0.0},
+                     "drafted_rounds": acc.drafted_rounds,
+                     "mean_acceptance_length": acc.mean_acceptance_length})
+    return rows
 
 
 def _write(d, instances):
