@@ -41,15 +41,10 @@ if [ -z "$MODEL_DIR" ]; then
   fi
   MODEL_DIR=$MODEL
 fi
-eval "$(python3 "$HERE/../model_info.py" limits "$MODEL_DIR/target" "$MODEL_DIR/drafter")"
-if [ "$WINDOW" -gt "$BLOCK_SIZE" ]; then
-  echo "bench/engine/run.sh: W=$WINDOW > the drafter's block size $BLOCK_SIZE; using $BLOCK_SIZE" >&2
-  WINDOW=$BLOCK_SIZE
-fi
-# Prompts of 16 ids; fewer new tokens when the context is short.
-if [ $((16 + MAX_TOKENS + WINDOW)) -gt "$MAX_POSITIONS" ]; then
-  MAX_TOKENS=$((MAX_POSITIONS - 16 - WINDOW))
-fi
+# Prompts of 16 ids; W and the token budget fitted to the pair.
+eval "$(python3 "$HERE/../model_info.py" fit "$MODEL_DIR/target" "$MODEL_DIR/drafter" \
+        "$WINDOW" 16 "$MAX_TOKENS")"
+MAX_TOKENS=$MAX_NEW_TOKENS
 echo "model $MODEL_DIR: vocab $VOCAB, context $MAX_POSITIONS, W=$WINDOW, $MAX_TOKENS tokens per prompt" >&2
 PROMPTS=$(mktemp)
 trap 'rm -f "$PROMPTS"' EXIT

@@ -60,15 +60,10 @@ if [ -z "$MODEL_DIR" ] && [ ! -f "$MODELS/target/config.json" ]; then
 fi
 # Everything model-specific comes from the pair's config.json files
 # (bench/model_info.py): any pair works, not only one vocabulary.
-eval "$(python3 "$ROOT/bench/model_info.py" limits "$MODELS/target" "$MODELS/drafter")"
-if [ "$W" -gt "$BLOCK_SIZE" ]; then
-  echo "run_bench.sh: W=$W > the drafter's block size $BLOCK_SIZE; using $BLOCK_SIZE" >&2
-  W=$BLOCK_SIZE
-fi
-if [ $((32 + MAX_TOKENS + W)) -gt "$MAX_POSITIONS" ]; then
-  MAX_TOKENS=$((MAX_POSITIONS - 32 - W))
-  echo "run_bench.sh: context of $MAX_POSITIONS: --max-tokens lowered to $MAX_TOKENS" >&2
-fi
+eval "$(python3 "$ROOT/bench/model_info.py" fit "$MODELS/target" "$MODELS/drafter" \
+        "$W" 32 "$MAX_TOKENS")"
+W=$WINDOW
+MAX_TOKENS=$MAX_NEW_TOKENS
 
 # Same prompts for every configuration: REQUESTS prompts of 32 ids.
 if [ -n "$PROMPTS_FILE" ]; then

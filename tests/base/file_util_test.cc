@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/base/temp_dir.h"
 
 namespace dedit {
 namespace {
@@ -27,34 +28,7 @@ using ::testing::HasSubstr;
 
 namespace fs = std::filesystem;
 
-// A fresh directory under /tmp, removed with its contents at scope exit.
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/file_util_test_XXXXXX";
-    const char* dir = ::mkdtemp(tmpl);
-    if (dir != nullptr) path_ = dir;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-  std::string Join(const std::string& name) const { return path_ + "/" + name; }
-
-  // Names of the entries in the directory, so a test can see that no
-  // temporary file was left behind.
-  std::vector<std::string> Entries() const {
-    std::vector<std::string> names;
-    for (const auto& entry : fs::directory_iterator(path_)) {
-      names.push_back(entry.path().filename().string());
-    }
-    return names;
-  }
-
- private:
-  std::string path_;
-};
+using testing::TempDir;
 
 std::string Slurp(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

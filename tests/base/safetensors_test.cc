@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/base/temp_dir.h"
 
 namespace dedit {
 namespace {
@@ -25,24 +26,7 @@ using ::testing::HasSubstr;
 
 namespace fs = std::filesystem;
 
-// A fresh directory under /tmp, removed with its contents at scope exit.
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/safetensors_test_XXXXXX";
-    const char* dir = ::mkdtemp(tmpl);
-    if (dir != nullptr) path_ = dir;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-  std::string Join(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
+using testing::TempDir;
 
 std::string LittleEndian64(uint64_t value) {
   std::string out(8, '\0');

@@ -561,32 +561,7 @@ TEST_F(TargetBatcherTest, CancelPrefillsAnswersAndDropsEveryPrompt) {
 
 // --- TargetWorker: the same steps behind the queue and the model thread.
 
-// A callback's value, handed across threads.
-template <typename T>
-class Pending {
- public:
-  std::function<void(T)> callback() {
-    auto promise = promise_;
-    return [promise](T value) { promise->set_value(std::move(value)); };
-  }
-  std::optional<T> Get() {
-    if (future_.wait_for(std::chrono::seconds(60)) !=
-        std::future_status::ready) {
-      ADD_FAILURE() << "callback not called";
-      return std::nullopt;
-    }
-    return future_.get();
-  }
-  bool ready() {
-    return future_.wait_for(std::chrono::seconds(0)) ==
-           std::future_status::ready;
-  }
-
- private:
-  std::shared_ptr<std::promise<T>> promise_ =
-      std::make_shared<std::promise<T>>();
-  std::future<T> future_ = promise_->get_future();
-};
+using testing::Pending;
 using PendingPrefill = Pending<std::vector<absl::StatusOr<int32_t>>>;
 using PendingVerify = Pending<absl::StatusOr<std::vector<VerifyOutcome>>>;
 
