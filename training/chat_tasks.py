@@ -20,8 +20,9 @@ enable_thinking=false on a tokenizer without <think>). An answer is the
 assistant turn's content.
 
 Answers (the format is ours): arithmetic shows its column steps before the
-result, so that a small model computes rather than recalls; the other
-families answer with the result alone.
+result in a fixed, zero-padded layout (see `columns`), so that a small model
+computes rather than recalls and every digit it reads sits at a fixed
+distance; the other families answer with the result alone.
 
 Functions come from the same corpus files and the same train/held-out
 split as `dedit-train` (FNV-1a of the path, 1 file in `heldout_every` held
@@ -77,44 +78,62 @@ def render_chat(user, answer=None):
 
 
 # --- arithmetic with column steps --------------------------------------------
+#
+# Fixed layout: operands are restated zero-padded to the family's widest
+# operand, every column clause has the same number of tokens (each digit and
+# sign is its own token under the Qwen3 pre-tokenizer) and results are
+# zero-padded too, so that every digit an answer reads sits at a fixed
+# distance from where it is written. A small model then needs relative-
+# position lookups only, no counting; the final number is still the value
+# (the scorer reads it as an integer).
 
-def add_steps(a, b):
-    """Column addition from the right: one clause per digit."""
-    da, db = str(a)[::-1], str(b)[::-1]
-    carry, steps, digits = 0, [], []
-    for i in range(max(len(da), len(db))):
-        x = int(da[i]) if i < len(da) else 0
-        y = int(db[i]) if i < len(db) else 0
-        s = x + y + carry
-        steps.append(f"{x}+{y}+{carry}={s}")
+def columns(x, y, width, sep="+"):
+    """Column clauses `a+b+c=ss` from the right over `width` digits of the
+    zero-padded x and y, and the (width + 1)-digit padded sum."""
+    dx, dy = str(x).zfill(width)[::-1], str(y).zfill(width)[::-1]
+    carry, clauses, digits = 0, [], []
+    for i in range(width):
+        s = int(dx[i]) + int(dy[i]) + carry
+        clauses.append(f"{dx[i]}{sep}{dy[i]}+{carry}={s:02d}")
         digits.append(str(s % 10))
         carry = s // 10
-    if carry:
-        digits.append(str(carry))
-    result = int("".join(reversed(digits)))
-    assert result == a + b
-    return steps, result
+    total = str(carry) + "".join(reversed(digits))
+    assert int(total) == x + y
+    return clauses, total
 
 
 def answer_add(a, b):
-    steps, result = add_steps(a, b)
-    return f"{'; '.join(steps)}. {a} + {b} = {result}"
+    clauses, total = columns(a, b, 5)
+    return (f"A={a:05d} B={b:05d}. {' '.join(clauses)}. "
+            f"A+B={total}")
+
+
+def partial_product(a, d):
+    """Clauses `a*d+c=ss` from the right over 4 digits, and the 5-digit
+    padded product."""
+    da = str(a).zfill(4)[::-1]
+    carry, clauses, digits = 0, [], []
+    for i in range(4):
+        s = int(da[i]) * d + carry
+        clauses.append(f"{da[i]}*{d}+{carry}={s:02d}")
+        digits.append(str(s % 10))
+        carry = s // 10
+    product = str(carry) + "".join(reversed(digits))
+    assert int(product) == a * d
+    return clauses, product
 
 
 def answer_multiply(a, b):
-    parts, lines = [], []
-    for place, digit in enumerate(reversed(str(b))):
-        d = int(digit)
-        partial = a * d * 10 ** place
-        parts.append(partial)
-        lines.append(f"{a}*{d}{'0' * place}={partial}")
-    total = parts[0]
-    for p in parts[1:]:
-        steps, s = add_steps(total, p)
-        lines.append(f"{total}+{p}: {'; '.join(steps)} = {s}")
-        total = s
-    assert total == a * b
-    return f"{'. '.join(lines)}. {a} * {b} = {total}"
+    b1, b0 = divmod(b, 10)
+    c0, p0 = partial_product(a, b0)
+    c1, p1 = partial_product(a, b1)
+    x, y = "0" + p0, p1 + "0"  # 6 digits each; the tens partial shifted
+    clauses, total = columns(int(x), int(y), 6)
+    total = total[1:]  # 9999 * 99 < 10**6: the seventh digit is always 0
+    assert int(total) == a * b
+    return (f"A={a:04d} B={b:02d}. {b0}: {' '.join(c0)} -> {p0}. "
+            f"{b1}: {' '.join(c1)} -> {p1}. {x}+{y}: {' '.join(clauses)}. "
+            f"A*B={total}")
 
 
 # --- Python functions from the corpus ----------------------------------------

@@ -175,45 +175,62 @@ absl::Status ForEachChatTask(
   return absl::OkStatus();
 }
 
+// Where the answer starts in a rendered instance: just after its assistant
+// header, where a chat client's prompt ends.
+absl::StatusOr<size_t> AnswerOffset(const std::string& jsonl_path,
+                                    int64_t line_no, absl::string_view text) {
+  static constexpr absl::string_view kAssistant = "<|im_start|>assistant\n";
+  const size_t at = text.find(kAssistant);
+  if (at == absl::string_view::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        jsonl_path, ":", line_no, ": no assistant turn in \"text\""));
+  }
+  return at + kAssistant.size();
+}
+
 }  // namespace
 
 absl::StatusOr<TokenStream> TokenizeChatTasks(const std::string& jsonl_path,
                                               const Tokenizer& tokenizer,
                                               int32_t eot_id) {
   TokenStream stream;
-  RETURN_IF_ERROR(ForEachChatTask(
-      jsonl_path, [&](int64_t line_no, const std::string& text) {
-        auto ids = tokenizer.Encode(text);
-        if (!ids.ok()) {
-          return Annotate(ids.status(), absl::StrCat(jsonl_path, ":", line_no));
-        }
-        stream.tokens.insert(stream.tokens.end(), ids->begin(), ids->end());
-        stream.tokens.push_back(eot_id);
-        ++stream.num_documents;
-        return absl::OkStatus();
-      }));
+  RETURN_IF_ERROR(ForEachChatTask(jsonl_path, [&](int64_t line_no,
+                                                  const std::string& text) {
+    ASSIGN_OR_RETURN(const size_t answer_at,
+                     AnswerOffset(jsonl_path, line_no, text));
+    const absl::string_view view(text);
+    for (const bool answer : {false, true}) {
+      auto ids = tokenizer.Encode(answer ? view.substr(answer_at)
+                                         : view.substr(0, answer_at));
+      if (!ids.ok()) {
+        return Annotate(ids.status(), absl::StrCat(jsonl_path, ":", line_no));
+      }
+      stream.tokens.insert(stream.tokens.end(), ids->begin(), ids->end());
+      stream.loss_mask.insert(stream.loss_mask.end(), ids->size(),
+                              answer ? 1 : 0);
+    }
+    stream.tokens.push_back(eot_id);
+    stream.loss_mask.push_back(1);
+    ++stream.num_documents;
+    return absl::OkStatus();
+  }));
   return stream;
 }
 
 absl::StatusOr<std::vector<std::vector<int32_t>>> ChatTaskPrompts(
     const std::string& jsonl_path, const Tokenizer& tokenizer) {
-  static constexpr absl::string_view kAssistant = "<|im_start|>assistant\n";
   std::vector<std::vector<int32_t>> prompts;
-  RETURN_IF_ERROR(ForEachChatTask(
-      jsonl_path, [&](int64_t line_no, const std::string& text) {
-        const size_t at = absl::string_view(text).find(kAssistant);
-        if (at == std::string::npos) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              jsonl_path, ":", line_no, ": no assistant turn in \"text\""));
-        }
-        auto ids = tokenizer.Encode(
-            absl::string_view(text).substr(0, at + kAssistant.size()));
-        if (!ids.ok()) {
-          return Annotate(ids.status(), absl::StrCat(jsonl_path, ":", line_no));
-        }
-        prompts.push_back(std::move(*ids));
-        return absl::OkStatus();
-      }));
+  RETURN_IF_ERROR(ForEachChatTask(jsonl_path, [&](int64_t line_no,
+                                                  const std::string& text) {
+    ASSIGN_OR_RETURN(const size_t answer_at,
+                     AnswerOffset(jsonl_path, line_no, text));
+    auto ids = tokenizer.Encode(absl::string_view(text).substr(0, answer_at));
+    if (!ids.ok()) {
+      return Annotate(ids.status(), absl::StrCat(jsonl_path, ":", line_no));
+    }
+    prompts.push_back(std::move(*ids));
+    return absl::OkStatus();
+  }));
   return prompts;
 }
 

@@ -60,6 +60,9 @@ absl::StatusOr<std::string> ReadCorpusText(const std::string& path);
 struct TokenStream {
   std::vector<int32_t> tokens;
   int64_t num_documents = 0;
+  // Per token: 1 when the model is trained to predict it. Empty = every
+  // token. Chat tasks train on answers only (see TokenizeChatTasks).
+  std::vector<uint8_t> loss_mask;
 };
 
 // Tokenizes the files of `split` (or loads `cache_path` when it exists and
@@ -73,8 +76,13 @@ absl::StatusOr<TokenStream> LoadOrBuildTokenStream(
 // The chat task suite (training/chat_tasks.py): every line of `jsonl_path`
 // is an instance whose "text" is a rendered conversation; each becomes a
 // document of the stream (special tokens such as <|im_start|> are
-// recognised, unlike in corpus text). INVALID_ARGUMENT naming the line for
-// a malformed instance; NOT_FOUND when the file is missing or has none.
+// recognised, unlike in corpus text). The prompt (through the assistant
+// header) and the answer are tokenized apart, exactly as a chat client's
+// prompt is, and `loss_mask` marks the answer, its <|im_end|> and the rest
+// of the instance: the target is trained on answers only, as in supervised
+// fine-tuning, because the prompts' random operands and words are noise that
+// would otherwise take most of the loss. INVALID_ARGUMENT naming the line
+// for a malformed instance; NOT_FOUND when the file is missing or has none.
 absl::StatusOr<TokenStream> TokenizeChatTasks(const std::string& jsonl_path,
                                               const Tokenizer& tokenizer,
                                               int32_t eot_id);

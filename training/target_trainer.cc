@@ -21,29 +21,58 @@
 namespace dedit::training {
 namespace {
 
-// [count, seq_len + 1] windows of `stream` at offsets drawn from `rng`.
-at::Tensor SampleWindows(const std::vector<int32_t>& stream, int count,
-                         int seq_len, std::mt19937_64& rng) {
-  const int64_t span = static_cast<int64_t>(stream.size()) - seq_len - 1;
+// Windows of a token stream: `tokens` [count, seq_len + 1] and `weights`
+// [count, seq_len], 1 where the label (the next token) is trained on.
+struct Windows {
+  at::Tensor tokens;
+  at::Tensor weights;
+};
+
+// `count` windows of `stream` at offsets drawn from `rng`.
+Windows SampleWindows(const TokenStream& stream, int count, int seq_len,
+                      std::mt19937_64& rng) {
+  const int64_t span = static_cast<int64_t>(stream.tokens.size()) - seq_len - 1;
   std::uniform_int_distribution<int64_t> offset(0, std::max<int64_t>(span, 0));
   std::vector<int64_t> ids;
+  std::vector<float> weights;
   ids.reserve(static_cast<size_t>(count) * (seq_len + 1));
+  weights.reserve(static_cast<size_t>(count) * seq_len);
   for (int i = 0; i < count; ++i) {
     const int64_t o = offset(rng);
-    for (int j = 0; j <= seq_len; ++j) ids.push_back(stream[o + j]);
+    for (int j = 0; j <= seq_len; ++j) ids.push_back(stream.tokens[o + j]);
+    for (int j = 1; j <= seq_len; ++j) {
+      weights.push_back(stream.loss_mask.empty() ? 1.0f
+                                                 : stream.loss_mask[o + j]);
+    }
   }
-  return at::tensor(ids, at::TensorOptions().dtype(at::kLong))
-      .view({count, seq_len + 1});
+  return {at::tensor(ids, at::TensorOptions().dtype(at::kLong))
+              .view({count, seq_len + 1}),
+          at::tensor(weights).view({count, seq_len})};
 }
 
-at::Tensor NextTokenLoss(const TrainableTarget& model,
-                         const at::Tensor& windows) {
-  const int64_t t = windows.size(1) - 1;
-  at::Tensor inputs = windows.narrow(1, 0, t);
-  at::Tensor labels = windows.narrow(1, 1, t);
+Windows Concat(const Windows& a, const Windows& b) {
+  return {at::cat({a.tokens, b.tokens}), at::cat({a.weights, b.weights})};
+}
+
+Windows Narrow(const Windows& w, int64_t start, int64_t length) {
+  return {w.tokens.narrow(0, start, length),
+          w.weights.narrow(0, start, length)};
+}
+
+// Mean cross-entropy over the trained labels; also returns their count.
+at::Tensor NextTokenLoss(const TrainableTarget& model, const Windows& windows,
+                         double* trained_labels = nullptr) {
+  const int64_t t = windows.tokens.size(1) - 1;
+  at::Tensor inputs = windows.tokens.narrow(1, 0, t);
+  at::Tensor labels = windows.tokens.narrow(1, 1, t);
   at::Tensor logits = model.Logits(model.Forward(inputs, {}, nullptr));
-  return at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}),
-                                labels.reshape({-1}));
+  at::Tensor per_token = at::cross_entropy_loss(
+      logits.reshape({-1, logits.size(-1)}), labels.reshape({-1}),
+      /*weight=*/{}, at::Reduction::None);
+  at::Tensor w = windows.weights.reshape({-1});
+  at::Tensor total = w.sum();
+  if (trained_labels != nullptr) *trained_labels = total.item<double>();
+  return (per_token * w).sum() / total.clamp_min(1.0);
 }
 
 std::string RunFingerprint(const TargetTrainingOptions& o,
@@ -52,7 +81,8 @@ std::string RunFingerprint(const TargetTrainingOptions& o,
       Qwen3ConfigToJson(c), "seq_len=", o.seq_len, " batch=", o.batch_size,
       " steps=", o.steps, " seed=", o.seed, " lr=", o.schedule.peak);
   if (!o.chat_tasks_dir.empty()) {
-    absl::StrAppend(&fingerprint, " chat_fraction=", o.chat_fraction);
+    absl::StrAppend(&fingerprint, " chat_fraction=", o.chat_fraction,
+                    " chat_loss=answers");
   }
   return fingerprint;
 }
@@ -155,24 +185,27 @@ absl::StatusOr<StageOutcome> RunTargetTraining(const TargetTrainingOptions& o) {
 
   // Fixed held-out windows, the same at every evaluation.
   std::mt19937_64 eval_rng(o.seed ^ 0x5eed5eedull);
-  const at::Tensor eval_windows =
-      SampleWindows(heldout.tokens, o.eval_windows, o.seq_len, eval_rng);
-  const at::Tensor task_eval_windows =
-      chat_windows > 0 ? SampleWindows(tasks_heldout.tokens, o.eval_windows,
-                                       o.seq_len, eval_rng)
-                       : at::Tensor();
-  auto heldout_loss = [&](const at::Tensor& eval_windows) {
+  const Windows eval_windows =
+      SampleWindows(heldout, o.eval_windows, o.seq_len, eval_rng);
+  // The held-out task loss is over answer tokens, as trained.
+  const Windows task_eval_windows =
+      chat_windows > 0
+          ? SampleWindows(tasks_heldout, o.eval_windows, o.seq_len, eval_rng)
+          : Windows();
+  auto heldout_loss = [&](const Windows& eval_windows) {
     at::NoGradGuard no_grad;
-    double sum = 0;
+    double sum = 0, n = 0;
     const int chunk = std::max(1, o.batch_size);
-    int64_t n = 0;
-    for (int64_t i = 0; i < eval_windows.size(0); i += chunk) {
-      const int64_t m = std::min<int64_t>(chunk, eval_windows.size(0) - i);
-      sum +=
-          NextTokenLoss(model, eval_windows.narrow(0, i, m)).item<double>() * m;
-      n += m;
+    for (int64_t i = 0; i < eval_windows.tokens.size(0); i += chunk) {
+      const int64_t m =
+          std::min<int64_t>(chunk, eval_windows.tokens.size(0) - i);
+      double labels = 0;
+      sum += NextTokenLoss(model, Narrow(eval_windows, i, m), &labels)
+                 .item<double>() *
+             labels;
+      n += labels;
     }
-    return sum / std::max<int64_t>(n, 1);
+    return sum / std::max(n, 1.0);
   };
   auto save = [&]() {
     return SaveTrainingState(state_path, model.parameters(), optimizer, step,
@@ -187,12 +220,11 @@ absl::StatusOr<StageOutcome> RunTargetTraining(const TargetTrainingOptions& o) {
     while (step < o.steps) {
       if (deadline.Expired()) break;
       std::mt19937_64 rng(o.seed * 0x9e3779b97f4a7c15ull + step);
-      at::Tensor windows = SampleWindows(
-          train.tokens, o.batch_size - chat_windows, o.seq_len, rng);
+      Windows windows =
+          SampleWindows(train, o.batch_size - chat_windows, o.seq_len, rng);
       if (chat_windows > 0) {
-        windows =
-            at::cat({windows, SampleWindows(tasks_train.tokens, chat_windows,
-                                            o.seq_len, rng)});
+        windows = Concat(
+            windows, SampleWindows(tasks_train, chat_windows, o.seq_len, rng));
       }
       at::Tensor loss = NextTokenLoss(model, windows);
       loss.backward();

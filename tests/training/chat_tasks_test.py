@@ -3,6 +3,7 @@
 their reference answers score 100%, wrong answers score 0, and the
 held-out functions never come from training files."""
 import json
+import random
 import os
 import subprocess
 import sys
@@ -62,8 +63,25 @@ def main():
             check(report[fam]["accuracy"] == 0.0, f"{fam}: a wrong answer scores 0")
 
     # Arithmetic steps compute the right result; renames touch names only.
-    check(chat_tasks.answer_add(99999, 1).endswith("= 100000"), "add carry")
-    check(chat_tasks.answer_multiply(9999, 99).endswith("= 989901"), "multiply")
+    check(chat_tasks.answer_add(99999, 1).endswith("A+B=100000"), "add carry")
+    check(chat_tasks.answer_multiply(9999, 99).endswith("A*B=989901"),
+          "multiply")
+    rng = random.Random(7)
+    for _ in range(2000):
+        a, b = rng.randint(0, 99999), rng.randint(0, 99999)
+        check(chat_tasks.last_number(chat_tasks.answer_add(a, b)) == a + b,
+              f"add {a} {b}")
+        a, b = rng.randint(0, 9999), rng.randint(0, 99)
+        check(chat_tasks.last_number(chat_tasks.answer_multiply(a, b)) == a * b,
+              f"multiply {a} {b}")
+    # The layout is fixed: every add answer has the same length, and so does
+    # every multiply answer.
+    check(len({len(chat_tasks.answer_add(rng.randint(0, 99999),
+                                          rng.randint(0, 99999)))
+               for _ in range(200)}) == 1, "add layout")
+    check(len({len(chat_tasks.answer_multiply(rng.randint(0, 9999),
+                                               rng.randint(0, 99)))
+               for _ in range(200)}) == 1, "multiply layout")
     src = "def f(x):\n    y = x  # x stays in comments\n    return 'x' + y"
     check(chat_tasks.rename(src, "x", "value") ==
           "def f(value):\n    y = value  # x stays in comments\n    return 'x' + y",
