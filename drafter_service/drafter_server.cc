@@ -89,6 +89,7 @@ absl::Status RunDrafterServer(const DrafterServerOptions& options) {
   DEditDrafter::Options drafter_options;
   drafter_options.device = device;
   drafter_options.dtype = dtype;
+  drafter_options.max_context_tokens = target_config.max_position_embeddings;
   ASSIGN_OR_RETURN(std::unique_ptr<DEditDrafter> drafter,
                    DEditDrafter::Load(options.drafter_dir, embed_tokens,
                                       lm_head, drafter_options));

@@ -11,6 +11,7 @@
 #include "base/checkpoint_layout.h"
 #include "base/status.h"
 #include "model/checkpoint_weights.h"
+#include "model/packed_attention.h"
 #include "model/torch_status.h"
 
 namespace dedit {
@@ -50,7 +51,7 @@ absl::StatusOr<std::unique_ptr<DEditDrafter>> DEditDrafter::FromArchive(
   RETURN_IF_ERROR(GuardTorch([&] {
     d->embed_tokens_ = embed_tokens.to(dev, dt);
     d->lm_head_ = lm_head.to(dev, dt);
-    d->rotary_ = Rotary(c.head_dim, c.rope_theta, dev);
+    d->rotary_ = Rotary(c.head_dim, c.rope_theta, dev, dt);
   }));
   ASSIGN_OR_RETURN(
       const NamedTensors weights,
@@ -64,53 +65,56 @@ absl::StatusOr<std::unique_ptr<DEditDrafter>> DEditDrafter::FromArchive(
                      BindDecoderLayer(weights, DrafterLayerTensorNames(l)));
     d->layers_.push_back(std::move(w));
   }
+  RETURN_IF_ERROR(GuardTorch([&] {
+    for (DecoderLayerWeights& w : d->layers_) PackDecoderLayer(c, &w);
+    KvPool::Shape shape;
+    shape.num_layers = c.num_hidden_layers;
+    shape.kv_heads = c.num_key_value_heads;
+    shape.head_dim = c.head_dim;
+    shape.slab_tokens =
+        (options.max_context_tokens > 0 ? options.max_context_tokens
+                                        : int64_t{c.max_position_embeddings}) +
+        config.block_size;
+    d->pool_ = std::make_unique<KvPool>(
+        shape, dt, dev, options.initial_context_slots, options.max_sequences);
+  }));
   return d;
 }
 
 absl::Status DEditDrafter::AddSequence(SequenceId id) {
-  if (contexts_.count(id)) {
-    return absl::AlreadyExistsError(absl::StrCat("sequence ", id, " exists"));
-  }
-  const Qwen3Config& c = config_.layers;
-  return GuardTorch([&] {
-    contexts_[id] = std::make_unique<KvCache>(
-        c.num_hidden_layers, c.num_key_value_heads, c.head_dim, options_.dtype,
-        options_.device, options_.initial_context_capacity);
-  });
+  absl::Status status;
+  RETURN_IF_ERROR(GuardTorch([&] { status = pool_->Add(id); }));
+  return status;
 }
 
 absl::Status DEditDrafter::RemoveSequence(SequenceId id) {
-  if (contexts_.erase(id) == 0) {
-    return absl::NotFoundError(absl::StrCat("unknown sequence ", id));
-  }
-  return absl::OkStatus();
+  absl::Status status;
+  RETURN_IF_ERROR(GuardTorch([&] { status = pool_->Remove(id); }));
+  return status;
 }
 
 absl::StatusOr<int64_t> DEditDrafter::ContextLength(SequenceId id) const {
-  auto it = contexts_.find(id);
-  if (it == contexts_.end()) {
+  if (!pool_->Contains(id)) {
     return absl::NotFoundError(absl::StrCat("unknown sequence ", id));
   }
-  return it->second->length();
+  return pool_->Length(id);
 }
 
-int64_t DEditDrafter::context_tokens() const {
-  int64_t n = 0;
-  for (const auto& [id, cache] : contexts_) n += cache->length();
-  return n;
+int64_t DEditDrafter::context_tokens() const { return pool_->total_length(); }
+
+int64_t DEditDrafter::max_context_tokens() const {
+  return pool_->slab_tokens() - config_.block_size;
 }
 
 absl::Status DEditDrafter::AppendContext(SequenceId id, int64_t start,
                                          const at::Tensor& features) {
-  auto it = contexts_.find(id);
-  if (it == contexts_.end()) {
+  if (!pool_->Contains(id)) {
     return absl::NotFoundError(absl::StrCat("unknown sequence ", id));
   }
-  KvCache& cache = *it->second;
-  if (start != cache.length()) {
+  if (start != pool_->Length(id)) {
     return absl::InvalidArgumentError(
         absl::StrCat("context for sequence ", id, " starts at ", start, " but ",
-                     cache.length(), " tokens are cached"));
+                     pool_->Length(id), " tokens are cached"));
   }
   if (!features.defined() || features.dim() != 2 ||
       features.size(1) != feature_width()) {
@@ -119,6 +123,11 @@ absl::Status DEditDrafter::AppendContext(SequenceId id, int64_t start,
   }
   const int64_t n = features.size(0);
   if (n == 0) return absl::OkStatus();
+  if (start + n > max_context_tokens()) {
+    return absl::OutOfRangeError(absl::StrCat(
+        "context for sequence ", id, " would hold ", start + n,
+        " tokens, past the drafter's limit of ", max_context_tokens()));
+  }
   const Qwen3Config& c = config_.layers;
   c10::InferenceMode inference_mode;
   return GuardTorch([&] {
@@ -131,7 +140,18 @@ absl::Status DEditDrafter::AppendContext(SequenceId id, int64_t start,
             .to(options_.device);
     at::Tensor cos, sin;
     rotary_.Tables(pos, options_.dtype, &cos, &sin);
-    cache.Reserve(start + n);
+    std::vector<int64_t> rows;
+    rows.reserve(n * c.num_key_value_heads);
+    const int slot = pool_->Slot(id);
+    for (int64_t i = 0; i < n; ++i) {
+      for (int h = 0; h < c.num_key_value_heads; ++h) {
+        rows.push_back(pool_->FlatIndex(slot, h, start + i));
+      }
+    }
+    const at::Tensor flat_rows =
+        at::tensor(rows, at::TensorOptions().dtype(at::kLong))
+            .to(options_.device);
+    pool_->MarkWritten(id, start + n);
     for (int l = 0; l < c.num_hidden_layers; ++l) {
       const DecoderLayerWeights& w = layers_[l];
       at::Tensor k =
@@ -139,9 +159,9 @@ absl::Status DEditDrafter::AppendContext(SequenceId id, int64_t start,
                              c.head_dim, w.k_norm, c.rms_norm_eps, cos, sin);
       at::Tensor v = at::linear(ctx, w.v_proj)
                          .view({n, c.num_key_value_heads, c.head_dim});
-      cache.Write(l, start, k, v);
+      pool_->Write(l, flat_rows, k, v);
     }
-    cache.SetLength(start + n);
+    pool_->SetLength(id, start + n);
   });
 }
 
@@ -150,18 +170,17 @@ absl::Status DEditDrafter::ValidateRequests(
   std::unordered_set<SequenceId> seen;
   const int vocab = static_cast<int>(embed_tokens_.size(0));
   for (const DraftRequest& r : requests) {
-    auto it = contexts_.find(r.sequence);
-    if (it == contexts_.end()) {
+    if (!pool_->Contains(r.sequence)) {
       return absl::NotFoundError(absl::StrCat("unknown sequence ", r.sequence));
     }
     if (!seen.insert(r.sequence).second) {
       return absl::InvalidArgumentError(
           absl::StrCat("sequence ", r.sequence, " drafted twice in one call"));
     }
-    if (r.start != it->second->length()) {
+    if (r.start != pool_->Length(r.sequence)) {
       return absl::FailedPreconditionError(absl::StrCat(
           "draft for sequence ", r.sequence, " at ", r.start, " but ",
-          it->second->length(), " context tokens are cached"));
+          pool_->Length(r.sequence), " context tokens are cached"));
     }
     if (r.window < 2 || r.window > config_.block_size) {
       return absl::InvalidArgumentError(
@@ -190,71 +209,108 @@ absl::StatusOr<std::vector<DraftResult>> DEditDrafter::Draft(
 
 std::vector<DraftResult> DEditDrafter::RunDraft(
     const std::vector<DraftRequest>& requests) {
-  std::vector<DraftResult> results(requests.size());
-  int max_passes = 0;
-  for (const DraftRequest& r : requests)
+  const c10::Device dev = options_.device;
+  const int64_t num = static_cast<int64_t>(requests.size());
+  int max_passes = 0, max_slots = 0;
+  for (const DraftRequest& r : requests) {
     max_passes = std::max(max_passes, r.passes);
+    max_slots = std::max(max_slots, r.window - 1);
+  }
+  // Block inputs live on the device between passes: [bonus, MASK x (W-1)]
+  // for P1, [bonus, y(k-1)] for the edits. `source` = [bonus of each
+  // request; latest tokens [num, max_slots] flattened; the mask token].
+  std::vector<int64_t> bonus;
+  for (const DraftRequest& r : requests) bonus.push_back(r.bonus);
+  bonus.push_back(config_.mask_token_id);
+  auto long_opts = at::TensorOptions().dtype(at::kLong);
+  at::Tensor source =
+      at::cat({at::tensor(bonus, long_opts).to(dev),
+               at::full({num * max_slots}, config_.mask_token_id,
+                        long_opts.device(dev))});
+  const int64_t mask_at = num;  // bonus[num] is the mask token
+  std::vector<std::vector<size_t>> actives;
+  std::vector<at::Tensor> pass_tokens, pass_confidences;
   for (int p = 0; p < max_passes; ++p) {
     std::vector<size_t> active;
     for (size_t i = 0; i < requests.size(); ++i) {
       if (requests[i].passes > p) active.push_back(i);
     }
-    RunPass(requests, active, &results);
+    std::vector<int64_t> gather, positions, head_rows, slots;
+    for (size_t i : active) {
+      const DraftRequest& r = requests[i];
+      for (int j = 0; j < r.window; ++j) {
+        if (j == 0) {
+          gather.push_back(static_cast<int64_t>(i));
+        } else {
+          const int64_t slot =
+              num + 1 + static_cast<int64_t>(i) * max_slots + (j - 1);
+          gather.push_back(p == 0 ? mask_at : slot);
+          head_rows.push_back(static_cast<int64_t>(positions.size()));
+          slots.push_back(slot - (num + 1));
+        }
+        positions.push_back(r.start + j);
+      }
+    }
+    at::Tensor ids =
+        source.index_select(0, at::tensor(gather, long_opts).to(dev));
+    auto [tokens, confidences] =
+        RunPass(requests, active, ids, positions, head_rows);
+    // The next pass reads this one's tokens from the device.
+    source.narrow(0, num + 1, num * max_slots)
+        .index_copy_(0, at::tensor(slots, long_opts).to(dev), tokens);
+    actives.push_back(std::move(active));
+    pass_tokens.push_back(tokens);
+    pass_confidences.push_back(confidences);
+  }
+  // One copy back for every pass.
+  at::Tensor tokens_cpu =
+      at::cat(pass_tokens).to(at::kCPU, at::kInt).contiguous();
+  at::Tensor conf_cpu = at::cat(pass_confidences).to(at::kCPU).contiguous();
+  const int32_t* tok = tokens_cpu.data_ptr<int32_t>();
+  const float* cf = conf_cpu.data_ptr<float>();
+  std::vector<DraftResult> results(requests.size());
+  int64_t row = 0;
+  for (const std::vector<size_t>& active : actives) {
+    for (size_t i : active) {
+      const int slots = requests[i].window - 1;
+      DraftPass pass;
+      pass.tokens.assign(tok + row, tok + row + slots);
+      pass.confidences.assign(cf + row, cf + row + slots);
+      row += slots;
+      results[i].passes.push_back(std::move(pass));
+    }
   }
   return results;
 }
 
-void DEditDrafter::RunPass(const std::vector<DraftRequest>& requests,
-                           const std::vector<size_t>& active,
-                           std::vector<DraftResult>* results) {
+std::pair<at::Tensor, at::Tensor> DEditDrafter::RunPass(
+    const std::vector<DraftRequest>& requests,
+    const std::vector<size_t>& active, const at::Tensor& ids,
+    const std::vector<int64_t>& positions,
+    const std::vector<int64_t>& head_rows) {
   const Qwen3Config& c = config_.layers;
   const c10::Device dev = options_.device;
-  // Block inputs: [bonus, MASK x (W-1)] for P1, [bonus, y(k-1)] for edits.
-  std::vector<int64_t> ids, positions, offsets, head_rows;
+  std::vector<AttentionSegment> segments;
   for (size_t i : active) {
     const DraftRequest& r = requests[i];
-    const DraftResult& prev = (*results)[i];
-    offsets.push_back(static_cast<int64_t>(ids.size()));
-    for (int j = 0; j < r.window; ++j) {
-      int64_t token = r.bonus;
-      if (j > 0) {
-        token = prev.passes.empty() ? config_.mask_token_id
-                                    : prev.passes.back().tokens[j - 1];
-        head_rows.push_back(static_cast<int64_t>(ids.size()));
-      }
-      ids.push_back(token);
-      positions.push_back(r.start + j);
-    }
+    // The block attends to the whole context and, bidirectionally (or
+    // causally for the causal editor), to itself: its K/V is written into
+    // the slab past the context, transiently (the length does not move).
+    segments.push_back(
+        {pool_->Slot(r.sequence), r.start, r.window, causal_editor_});
+    pool_->MarkWritten(r.sequence, r.start + r.window);
   }
-  const int64_t n = static_cast<int64_t>(ids.size());
   auto long_opts = at::TensorOptions().dtype(at::kLong);
-  at::Tensor x =
-      at::embedding(embed_tokens_, at::tensor(ids, long_opts).to(dev));
+  const PackedAttention attention(segments, *pool_, c.num_attention_heads);
+  at::Tensor x = at::embedding(embed_tokens_, ids);
   at::Tensor cos, sin;
-  rotary_.Tables(at::tensor(positions, long_opts).to(dev), options_.dtype, &cos,
-                 &sin);
-  const int64_t q_width = int64_t{c.num_attention_heads} * c.head_dim;
+  rotary_.HeadTables(at::tensor(positions, long_opts).to(dev), options_.dtype,
+                     &cos, &sin);
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const DecoderLayerWeights& w = layers_[l];
-    auto [q, k, v] = ProjectQkv(x, w, c, cos, sin);
-    at::Tensor attn = at::empty({n, q_width}, x.options());
-    for (size_t a = 0; a < active.size(); ++a) {
-      const DraftRequest& r = requests[active[a]];
-      const KvCache& ctx = *contexts_.at(r.sequence);
-      const int64_t off = offsets[a];
-      // Keys/values = [context ; block]; the block's K/V is transient.
-      at::Tensor keys = at::cat(
-          {ctx.Keys(l, r.start), k.narrow(0, off, r.window).transpose(0, 1)},
-          1);
-      at::Tensor values = at::cat(
-          {ctx.Values(l, r.start), v.narrow(0, off, r.window).transpose(0, 1)},
-          1);
-      attn.narrow(0, off, r.window)
-          .copy_(GroupedAttention(q.narrow(0, off, r.window), keys, values,
-                                  /*causal_offset=*/-1,
-                                  causal_editor_ ? r.start : -1));
-    }
-    x = FinishDecoderLayer(x, attn, w, c);
+    auto [q, k, v] = ProjectQkvPacked(x, w, c, rotary_, cos, sin);
+    attention.WriteKv(pool_.get(), l, k, v);
+    x = FinishDecoderLayerPacked(x, attention.Run(q, *pool_, l), w, c);
   }
   at::Tensor rows = x.index_select(0, at::tensor(head_rows, long_opts).to(dev));
   at::Tensor logits =
@@ -264,19 +320,7 @@ void DEditDrafter::RunPass(const std::vector<DraftRequest>& requests,
   auto [max_logit, argmax] = logits.max(-1);
   at::Tensor conf =
       at::exp(logits - max_logit.unsqueeze(1)).sum(-1).reciprocal();
-  at::Tensor tokens_cpu = argmax.to(at::kCPU, at::kInt).contiguous();
-  at::Tensor conf_cpu = conf.to(at::kCPU).contiguous();
-  const int32_t* tok = tokens_cpu.data_ptr<int32_t>();
-  const float* cf = conf_cpu.data_ptr<float>();
-  int64_t row = 0;
-  for (size_t i : active) {
-    const int slots = requests[i].window - 1;
-    DraftPass pass;
-    pass.tokens.assign(tok + row, tok + row + slots);
-    pass.confidences.assign(cf + row, cf + row + slots);
-    row += slots;
-    (*results)[i].passes.push_back(std::move(pass));
-  }
+  return {argmax, conf};
 }
 
 }  // namespace dedit

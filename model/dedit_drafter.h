@@ -30,7 +30,7 @@
 #include "base/model_config.h"
 #include "base/safetensors.h"
 #include "engine/draft.h"
-#include "model/kv_cache.h"
+#include "model/kv_pool.h"
 #include "model/qwen3_model.h"
 #include "model/transformer_ops.h"
 
@@ -41,7 +41,12 @@ class DEditDrafter {
   struct Options {
     c10::Device device = c10::Device(c10::kCPU);
     at::ScalarType dtype = at::kFloat;
-    int64_t initial_context_capacity = 64;
+    // Context pool (model/kv_pool.h): the longest context a sequence can
+    // have (0 = the config's max_position_embeddings; set the target's),
+    // the slabs allocated up front and the most sequences it may hold.
+    int64_t max_context_tokens = 0;
+    int initial_context_slots = 4;
+    int max_sequences = 1 << 16;
   };
 
   // `embed_tokens` and `lm_head` are the target's ([vocab, hidden]); they are
@@ -65,10 +70,12 @@ class DEditDrafter {
 
   absl::Status AddSequence(SequenceId id);
   absl::Status RemoveSequence(SequenceId id);
-  bool HasSequence(SequenceId id) const { return contexts_.count(id) > 0; }
+  bool HasSequence(SequenceId id) const { return pool_->Contains(id); }
   absl::StatusOr<int64_t> ContextLength(SequenceId id) const;
-  size_t num_sequences() const { return contexts_.size(); }
+  size_t num_sequences() const { return pool_->size(); }
   int64_t context_tokens() const;
+  // The longest context a sequence may have.
+  int64_t max_context_tokens() const;
 
   // Appends the context features ([n, feature_width], any dtype/device) of
   // committed tokens at positions start .. start + n - 1.
@@ -89,10 +96,14 @@ class DEditDrafter {
   absl::Status ValidateRequests(
       const std::vector<DraftRequest>& requests) const;
   std::vector<DraftResult> RunDraft(const std::vector<DraftRequest>& requests);
-  // One pass over the blocks of `active` requests; fills their next pass.
-  void RunPass(const std::vector<DraftRequest>& requests,
-               const std::vector<size_t>& active,
-               std::vector<DraftResult>* results);
+  // One pass over the blocks of `active` requests, whose input ids (on the
+  // device) are `ids`; returns the argmax and confidence of every head row
+  // (slots 1..W-1 of each block, in order), on the device.
+  std::pair<at::Tensor, at::Tensor> RunPass(
+      const std::vector<DraftRequest>& requests,
+      const std::vector<size_t>& active, const at::Tensor& ids,
+      const std::vector<int64_t>& positions,
+      const std::vector<int64_t>& head_rows);
 
   DrafterConfig config_;
   Options options_;
@@ -101,7 +112,9 @@ class DEditDrafter {
   at::Tensor fc_, hidden_norm_, final_norm_;
   std::vector<DecoderLayerWeights> layers_;
   Rotary rotary_;
-  std::unordered_map<SequenceId, std::unique_ptr<KvCache>> contexts_;
+  // Each slab holds the context's K/V, then the block's transient K/V
+  // written past the context length by every pass.
+  std::unique_ptr<KvPool> pool_;
 };
 
 }  // namespace dedit

@@ -24,6 +24,7 @@ absl::StatusOr<std::unique_ptr<InProcessStack>> InProcessStack::Load(
     DEditDrafter::Options dopts;
     dopts.device = device;
     dopts.dtype = dtype;
+    dopts.max_context_tokens = s->target_->config().max_position_embeddings;
     ASSIGN_OR_RETURN(
         s->drafter_,
         DEditDrafter::Load(options.drafter_dir, s->target_->embed_tokens(),

@@ -11,6 +11,7 @@
 #include "base/checkpoint_layout.h"
 #include "base/status.h"
 #include "model/checkpoint_weights.h"
+#include "model/packed_attention.h"
 #include "model/torch_status.h"
 
 namespace dedit {
@@ -76,70 +77,62 @@ absl::StatusOr<std::unique_ptr<Qwen3Model>> Qwen3Model::FromArchive(
     m->layers_.push_back(std::move(w));
   }
   const c10::Device dev = options.device;
-  RETURN_IF_ERROR(GuardTorch(
-      [&] { m->rotary_ = Rotary(config.head_dim, config.rope_theta, dev); }));
+  RETURN_IF_ERROR(GuardTorch([&] {
+    for (DecoderLayerWeights& w : m->layers_) PackDecoderLayer(config, &w);
+    m->rotary_ = Rotary(config.head_dim, config.rope_theta, dev, options.dtype);
+    KvPool::Shape shape;
+    shape.num_layers = config.num_hidden_layers;
+    shape.kv_heads = config.num_key_value_heads;
+    shape.head_dim = config.head_dim;
+    shape.slab_tokens = config.max_position_embeddings;
+    m->pool_ = std::make_unique<KvPool>(shape, options.dtype, dev,
+                                        options.initial_kv_slots,
+                                        options.max_sequences);
+  }));
   return m;
 }
 
 absl::Status Qwen3Model::AddSequence(SequenceId id) {
-  if (caches_.count(id)) {
-    return absl::AlreadyExistsError(absl::StrCat("sequence ", id, " exists"));
-  }
-  return GuardTorch([&] {
-    caches_[id] = std::make_unique<KvCache>(
-        config_.num_hidden_layers, config_.num_key_value_heads,
-        config_.head_dim, options_.dtype, options_.device,
-        options_.initial_kv_capacity);
-  });
+  absl::Status status;
+  RETURN_IF_ERROR(GuardTorch([&] { status = pool_->Add(id); }));
+  return status;
 }
 
 absl::Status Qwen3Model::RemoveSequence(SequenceId id) {
-  if (caches_.erase(id) == 0) {
-    return absl::NotFoundError(absl::StrCat("unknown sequence ", id));
-  }
-  return absl::OkStatus();
+  absl::Status status;
+  RETURN_IF_ERROR(GuardTorch([&] { status = pool_->Remove(id); }));
+  return status;
 }
 
 absl::StatusOr<int64_t> Qwen3Model::Length(SequenceId id) const {
-  auto it = caches_.find(id);
-  if (it == caches_.end()) {
+  if (!pool_->Contains(id)) {
     return absl::NotFoundError(absl::StrCat("unknown sequence ", id));
   }
-  return it->second->length();
+  return pool_->Length(id);
 }
 
 absl::Status Qwen3Model::Truncate(SequenceId id, int64_t length) {
-  auto it = caches_.find(id);
-  if (it == caches_.end()) {
+  if (!pool_->Contains(id)) {
     return absl::NotFoundError(absl::StrCat("unknown sequence ", id));
   }
-  if (length < 0 || length > it->second->length()) {
+  if (length < 0 || length > pool_->Length(id)) {
     return absl::InvalidArgumentError(
         absl::StrCat("cannot truncate sequence ", id, " of length ",
-                     it->second->length(), " to ", length));
+                     pool_->Length(id), " to ", length));
   }
-  it->second->SetLength(length);
+  pool_->SetLength(id, length);
   return absl::OkStatus();
 }
 
-int64_t Qwen3Model::cached_tokens() const {
-  int64_t n = 0;
-  for (const auto& [id, cache] : caches_) n += cache->length();
-  return n;
-}
+int64_t Qwen3Model::cached_tokens() const { return pool_->total_length(); }
 
-int64_t Qwen3Model::cache_bytes() const {
-  int64_t n = 0;
-  for (const auto& [id, cache] : caches_) n += cache->nbytes();
-  return n;
-}
+int64_t Qwen3Model::cache_bytes() const { return pool_->nbytes(); }
 
 absl::Status Qwen3Model::ValidateSegments(
     const std::vector<TargetSegment>& segments) const {
   std::unordered_set<SequenceId> seen;
   for (const TargetSegment& s : segments) {
-    auto it = caches_.find(s.sequence);
-    if (it == caches_.end()) {
+    if (!pool_->Contains(s.sequence)) {
       return absl::NotFoundError(absl::StrCat("unknown sequence ", s.sequence));
     }
     if (!seen.insert(s.sequence).second) {
@@ -150,10 +143,10 @@ absl::Status Qwen3Model::ValidateSegments(
       return absl::InvalidArgumentError(
           absl::StrCat("empty segment for sequence ", s.sequence));
     }
-    if (s.start != it->second->length()) {
+    if (s.start != pool_->Length(s.sequence)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "segment of sequence ", s.sequence, " starts at ", s.start,
-          " but its cache holds ", it->second->length(), " tokens"));
+          " but its cache holds ", pool_->Length(s.sequence), " tokens"));
     }
     if (s.start + static_cast<int64_t>(s.tokens.size()) >
         config_.max_position_embeddings) {
@@ -193,47 +186,38 @@ TargetForwardResult Qwen3Model::RunForward(
   TargetForwardResult result;
 
   std::vector<int64_t> ids, positions, logit_index;
-  std::vector<KvCache*> caches;
+  std::vector<AttentionSegment> attention_segments;
   for (const TargetSegment& s : segments) {
     const int64_t base = static_cast<int64_t>(ids.size());
+    const int64_t len = static_cast<int64_t>(s.tokens.size());
     result.token_offsets.push_back(base);
     result.logit_offsets.push_back(static_cast<int64_t>(logit_index.size()));
-    for (size_t i = 0; i < s.tokens.size(); ++i) {
+    for (int64_t i = 0; i < len; ++i) {
       ids.push_back(s.tokens[i]);
-      positions.push_back(s.start + static_cast<int64_t>(i));
+      positions.push_back(s.start + i);
     }
     for (int r : s.logit_rows) logit_index.push_back(base + r);
-    KvCache* cache = caches_.at(s.sequence).get();
-    cache->Reserve(s.start + static_cast<int64_t>(s.tokens.size()));
-    caches.push_back(cache);
+    attention_segments.push_back(
+        {pool_->Slot(s.sequence), s.start, len, /*causal=*/true});
+    pool_->MarkWritten(s.sequence, s.start + len);
   }
-  const int64_t n = static_cast<int64_t>(ids.size());
   auto long_opts = at::TensorOptions().dtype(at::kLong);
   at::Tensor ids_t = at::tensor(ids, long_opts).to(dev);
   at::Tensor pos_t = at::tensor(positions, long_opts).to(dev);
+  const PackedAttention attention(attention_segments, *pool_,
+                                  c.num_attention_heads);
 
   at::Tensor x = at::embedding(embed_tokens_, ids_t);
   at::Tensor cos, sin;
-  rotary_.Tables(pos_t, options_.dtype, &cos, &sin);
+  rotary_.HeadTables(pos_t, options_.dtype, &cos, &sin);
 
   // Features may name a layer twice; keep one tensor per requested id.
   std::vector<at::Tensor> features(options_.feature_layer_ids.size());
-  const int64_t q_width = int64_t{c.num_attention_heads} * c.head_dim;
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const DecoderLayerWeights& w = layers_[l];
-    auto [q, k, v] = ProjectQkv(x, w, c, cos, sin);
-    at::Tensor attn = at::empty({n, q_width}, x.options());
-    for (size_t s = 0; s < segments.size(); ++s) {
-      const int64_t off = result.token_offsets[s];
-      const int64_t len = static_cast<int64_t>(segments[s].tokens.size());
-      const int64_t start = segments[s].start;
-      caches[s]->Write(l, start, k.narrow(0, off, len), v.narrow(0, off, len));
-      attn.narrow(0, off, len)
-          .copy_(GroupedAttention(q.narrow(0, off, len),
-                                  caches[s]->Keys(l, start + len),
-                                  caches[s]->Values(l, start + len), start));
-    }
-    x = FinishDecoderLayer(x, attn, w, c);
+    auto [q, k, v] = ProjectQkvPacked(x, w, c, rotary_, cos, sin);
+    attention.WriteKv(pool_.get(), l, k, v);
+    x = FinishDecoderLayerPacked(x, attention.Run(q, *pool_, l), w, c);
     for (size_t f = 0; f < features.size(); ++f) {
       if (options_.feature_layer_ids[f] == l) features[f] = x;
     }
@@ -245,10 +229,14 @@ TargetForwardResult Qwen3Model::RunForward(
     result.logits =
         at::linear(RmsNorm(rows, final_norm_, c.rms_norm_eps), lm_head_)
             .to(at::kFloat);
+    at::Tensor greedy =
+        result.logits.argmax(-1).to(at::kCPU, at::kInt).contiguous();
+    result.greedy.assign(greedy.data_ptr<int32_t>(),
+                         greedy.data_ptr<int32_t>() + greedy.numel());
   }
-  for (size_t s = 0; s < segments.size(); ++s) {
-    caches[s]->SetLength(segments[s].start +
-                         static_cast<int64_t>(segments[s].tokens.size()));
+  for (const TargetSegment& s : segments) {
+    pool_->SetLength(s.sequence,
+                     s.start + static_cast<int64_t>(s.tokens.size()));
   }
   return result;
 }

@@ -30,7 +30,7 @@
 #include "base/model_config.h"
 #include "base/safetensors.h"
 #include "engine/draft.h"
-#include "model/kv_cache.h"
+#include "model/kv_pool.h"
 #include "model/transformer_ops.h"
 
 namespace dedit {
@@ -48,6 +48,9 @@ struct TargetForwardResult {
   // [total logit rows, vocab] fp32, segment after segment.
   at::Tensor logits;
   std::vector<int64_t> logit_offsets;  // first row of each segment
+  // The argmax of every logit row, computed on the device for the whole
+  // batch and copied back once: what greedy verification reads.
+  std::vector<int32_t> greedy;
   // [total tokens, n_ids * hidden] in the model dtype; undefined when the
   // model has no feature layers.
   at::Tensor features;
@@ -61,7 +64,10 @@ class Qwen3Model {
     at::ScalarType dtype = at::kFloat;
     // Decoder layers whose outputs form the context features (may be empty).
     std::vector<int> feature_layer_ids;
-    int64_t initial_kv_capacity = 64;
+    // KV pool: slabs allocated up front (it doubles when full) and the
+    // most sequences it may hold (model/kv_pool.h).
+    int initial_kv_slots = 4;
+    int max_sequences = 1 << 16;
   };
 
   static absl::StatusOr<std::unique_ptr<Qwen3Model>> Load(
@@ -79,11 +85,11 @@ class Qwen3Model {
 
   absl::Status AddSequence(SequenceId id);
   absl::Status RemoveSequence(SequenceId id);
-  bool HasSequence(SequenceId id) const { return caches_.count(id) > 0; }
+  bool HasSequence(SequenceId id) const { return pool_->Contains(id); }
   absl::StatusOr<int64_t> Length(SequenceId id) const;
   // Drops cached tokens at positions >= length. REQUIRES length <= Length().
   absl::Status Truncate(SequenceId id, int64_t length);
-  size_t num_sequences() const { return caches_.size(); }
+  size_t num_sequences() const { return pool_->size(); }
   int64_t cached_tokens() const;  // sum of lengths over sequences
   int64_t cache_bytes() const;
 
@@ -108,7 +114,7 @@ class Qwen3Model {
   at::Tensor embed_tokens_, lm_head_, final_norm_;
   std::vector<DecoderLayerWeights> layers_;
   Rotary rotary_;
-  std::unordered_map<SequenceId, std::unique_ptr<KvCache>> caches_;
+  std::unique_ptr<KvPool> pool_;
 };
 
 // Loads only the target's embedding and lm_head (tied → the embedding), for a

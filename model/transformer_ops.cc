@@ -12,15 +12,52 @@
 namespace dedit {
 
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  if (x.scalar_type() == at::kFloat) {  // no casts: 6 ops
+    return x * at::rsqrt(x.pow(2).mean({-1}, true) + eps) * weight;
+  }
   at::Tensor xf = x.to(at::kFloat);
   at::Tensor normed = xf * at::rsqrt(xf.pow(2).mean({-1}, true) + eps);
   return weight * normed.to(x.scalar_type());
 }
 
-Rotary::Rotary(int head_dim, double theta, c10::Device device) {
+at::Tensor RmsNormalize(const at::Tensor& x, double eps) {
+  if (x.scalar_type() == at::kFloat) {
+    return x * at::rsqrt(x.pow(2).mean({-1}, true) + eps);
+  }
+  at::Tensor xf = x.to(at::kFloat);
+  return (xf * at::rsqrt(xf.pow(2).mean({-1}, true) + eps)).to(x.scalar_type());
+}
+
+Rotary::Rotary(int head_dim, double theta, c10::Device device,
+               at::ScalarType dtype) {
   at::Tensor idx =
       at::arange(0, head_dim, 2, at::TensorOptions().dtype(at::kDouble));
   inv_freq_ = at::pow(theta, -(idx / head_dim)).to(at::kFloat).to(device);
+  // rotate_half(x) = [-x2, x1]: output j < half takes -x[j + half], output
+  // j >= half takes x[j - half].
+  const int64_t half = head_dim / 2;
+  at::Tensor r = at::zeros({head_dim, head_dim});
+  for (int64_t j = 0; j < half; ++j) {
+    r[j + half][j] = -1.0;
+    r[j][j + half] = 1.0;
+  }
+  rotate_half_ = r.to(device, dtype);
+}
+
+void Rotary::HeadTables(const at::Tensor& positions, at::ScalarType dtype,
+                        at::Tensor* cos, at::Tensor* sin) const {
+  Tables(positions, dtype, cos, sin);
+  *cos = cos->unsqueeze(1);
+  *sin = sin->unsqueeze(1);
+}
+
+at::Tensor Rotary::ApplyPacked(const at::Tensor& x, const at::Tensor& cos,
+                               const at::Tensor& sin) const {
+  at::Tensor rotated =
+      at::matmul(x, x.scalar_type() == rotate_half_.scalar_type()
+                        ? rotate_half_
+                        : rotate_half_.to(x.scalar_type()));
+  return at::addcmul(x * cos, rotated, sin);
 }
 
 void Rotary::Tables(const at::Tensor& positions, at::ScalarType dtype,
@@ -103,6 +140,61 @@ QkvProjection ProjectQkv(const at::Tensor& x, const DecoderLayerWeights& w,
   p.v = at::linear(h, w.v_proj)
             .view({x.size(0), c.num_key_value_heads, c.head_dim});
   return p;
+}
+
+void PackDecoderLayer(const Qwen3Config& c, DecoderLayerWeights* w) {
+  const at::ScalarType dt = w->q_proj.scalar_type();
+  // Folding is done in fp32, then cast once.
+  auto fold = [&](const at::Tensor& proj, const at::Tensor& norm) {
+    return (proj.to(at::kFloat) * norm.to(at::kFloat).unsqueeze(0))
+        .to(dt)
+        .t()
+        .contiguous();
+  };
+  at::Tensor qkv = at::cat({w->q_proj, w->k_proj, w->v_proj}, 0);
+  w->qkv_t = fold(qkv, w->input_layernorm);
+  w->o_t = w->o_proj.t().contiguous();
+  w->gate_up_t =
+      fold(at::cat({w->gate_proj, w->up_proj}, 0), w->post_attention_layernorm);
+  w->down_t = w->down_proj.t().contiguous();
+  const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+  w->qk_norm = at::cat({(w->q_norm.to(at::kFloat) * scale)
+                            .unsqueeze(0)
+                            .expand({c.num_attention_heads, c.head_dim}),
+                        w->k_norm.to(at::kFloat)
+                            .unsqueeze(0)
+                            .expand({c.num_key_value_heads, c.head_dim})},
+                       0)
+                   .to(dt)
+                   .contiguous();
+}
+
+QkvProjection ProjectQkvPacked(const at::Tensor& x,
+                               const DecoderLayerWeights& w,
+                               const Qwen3Config& c, const Rotary& rotary,
+                               const at::Tensor& cos, const at::Tensor& sin) {
+  const int64_t n = x.size(0);
+  const int64_t heads = c.num_attention_heads, kv = c.num_key_value_heads;
+  const int64_t hd = c.head_dim;
+  at::Tensor qkv = at::mm(RmsNormalize(x, c.rms_norm_eps), w.qkv_t);
+  at::Tensor qk = qkv.narrow(1, 0, (heads + kv) * hd).view({n, heads + kv, hd});
+  qk = rotary.ApplyPacked(RmsNorm(qk, w.qk_norm, c.rms_norm_eps), cos, sin);
+  QkvProjection p;
+  p.q = qk.narrow(1, 0, heads);
+  p.k = qk.narrow(1, heads, kv);
+  p.v = qkv.narrow(1, (heads + kv) * hd, kv * hd).view({n, kv, hd});
+  return p;
+}
+
+at::Tensor FinishDecoderLayerPacked(const at::Tensor& x, const at::Tensor& attn,
+                                    const DecoderLayerWeights& w,
+                                    const Qwen3Config& c) {
+  at::Tensor y = at::addmm(x, attn, w.o_t);
+  const int64_t inter = w.gate_up_t.size(1) / 2;
+  at::Tensor gu = at::mm(RmsNormalize(y, c.rms_norm_eps), w.gate_up_t);
+  return at::addmm(
+      y, at::silu(gu.narrow(1, 0, inter)) * gu.narrow(1, inter, inter),
+      w.down_t);
 }
 
 at::Tensor FinishDecoderLayer(const at::Tensor& x, const at::Tensor& attn,

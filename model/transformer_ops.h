@@ -22,11 +22,16 @@ namespace dedit {
 // back to x's dtype, then scaled by `weight`. Normalises the last dimension.
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps);
 
+// RMSNorm without the weight: x * rsqrt(mean(x^2) + eps), in 5 ops for fp32.
+at::Tensor RmsNormalize(const at::Tensor& x, double eps);
+
 // Rotary embedding (NeoX rotate-half) for head_dim `head_dim`.
 class Rotary {
  public:
   Rotary() = default;
-  Rotary(int head_dim, double theta, c10::Device device);
+  // `dtype`: the dtype ApplyPacked runs in (its rotation matrix's).
+  Rotary(int head_dim, double theta, c10::Device device,
+         at::ScalarType dtype = at::kFloat);
 
   // cos/sin tables [n, head_dim] in `dtype` for absolute `positions` (int64).
   void Tables(const at::Tensor& positions, at::ScalarType dtype,
@@ -35,8 +40,18 @@ class Rotary {
   static at::Tensor Apply(const at::Tensor& x, const at::Tensor& cos,
                           const at::Tensor& sin);
 
+  // The inference path: tables [n, 1, head_dim] made once per forward for
+  // every layer, and RoPE in three ops, rotate-half as a matmul with a
+  // signed permutation (exact: one non-zero term per output).
+  void HeadTables(const at::Tensor& positions, at::ScalarType dtype,
+                  at::Tensor* cos, at::Tensor* sin) const;
+  // x: [n, heads, head_dim]; cos/sin from HeadTables.
+  at::Tensor ApplyPacked(const at::Tensor& x, const at::Tensor& cos,
+                         const at::Tensor& sin) const;
+
  private:
-  at::Tensor inv_freq_;  // [head_dim / 2], fp32
+  at::Tensor inv_freq_;     // [head_dim / 2], fp32
+  at::Tensor rotate_half_;  // [head_dim, head_dim] fp32: x @ R = rotate_half(x)
 };
 
 // Grouped-query attention for one sequence.
@@ -51,12 +66,41 @@ at::Tensor GroupedAttention(const at::Tensor& q, const at::Tensor& k,
                             const at::Tensor& v, int64_t causal_offset,
                             int64_t block_causal_from = -1);
 
+// q: [n, heads, hd]; k, v: [n, kv_heads, hd].
+struct QkvProjection {
+  at::Tensor q, k, v;
+};
+
 // Weights of one Qwen3 decoder layer ([out, in] linear weights).
 struct DecoderLayerWeights {
   at::Tensor input_layernorm, post_attention_layernorm;
   at::Tensor q_proj, k_proj, v_proj, o_proj, q_norm, k_norm;
   at::Tensor gate_proj, up_proj, down_proj;
+  // Packed at load for inference (PackDecoderLayer), each a transposed
+  // [in, out] matrix for one mm/addmm: [q; k; v] with input_layernorm
+  // folded in, o_proj, [gate; up] with post_attention_layernorm folded in,
+  // down_proj; and the q and k norm weights per head ([heads + kv_heads,
+  // head_dim]), the q rows scaled by 1/sqrt(head_dim) (the attention
+  // scale, which commutes with RoPE).
+  at::Tensor qkv_t, o_t, gate_up_t, down_t, qk_norm;
 };
+
+// Fills the packed weights of `w` from its separate ones. Folding the norm
+// weights and the attention scale changes rounding only (<1e-5 relative in
+// f32).
+void PackDecoderLayer(const Qwen3Config& c, DecoderLayerWeights* w);
+
+// The inference path of a decoder layer over packed weights (few ops: one
+// mm for q, k and v, one RMSNorm and one RoPE for q and k together, one mm
+// for gate and up, the residual adds fused into addmm). q comes out
+// pre-scaled by 1/sqrt(head_dim). cos/sin from Rotary::HeadTables.
+QkvProjection ProjectQkvPacked(const at::Tensor& x,
+                               const DecoderLayerWeights& w,
+                               const Qwen3Config& c, const Rotary& rotary,
+                               const at::Tensor& cos, const at::Tensor& sin);
+at::Tensor FinishDecoderLayerPacked(const at::Tensor& x, const at::Tensor& attn,
+                                    const DecoderLayerWeights& w,
+                                    const Qwen3Config& c);
 
 // down(silu(gate(x)) * up(x)).
 at::Tensor SwiGluMlp(const at::Tensor& x, const DecoderLayerWeights& w);
@@ -64,9 +108,6 @@ at::Tensor SwiGluMlp(const at::Tensor& x, const DecoderLayerWeights& w);
 // The attention inputs of one decoder layer for tokens `x` ([n, hidden]):
 // h = input_layernorm(x); q = RoPE(q_norm(q_proj(h))), k = RoPE(k_norm(
 // k_proj(h))), v = v_proj(h). q: [n, heads, hd]; k, v: [n, kv_heads, hd].
-struct QkvProjection {
-  at::Tensor q, k, v;
-};
 QkvProjection ProjectQkv(const at::Tensor& x, const DecoderLayerWeights& w,
                          const Qwen3Config& c, const at::Tensor& cos,
                          const at::Tensor& sin);

@@ -24,6 +24,11 @@ absl::Status PublishRows(const TargetForwardResult& forward, size_t segment,
 absl::StatusOr<std::vector<int32_t>> Choose(const TargetForwardResult& forward,
                                             size_t segment, int64_t rows,
                                             TokenSampler& sampler) {
+  if (sampler.greedy() && !forward.greedy.empty()) {
+    // The batch's argmax, computed once per forward.
+    const auto first = forward.greedy.begin() + forward.logit_offsets[segment];
+    return std::vector<int32_t>(first, first + rows);
+  }
   return GuardTorch([&] {
     return sampler.Choose(
         forward.logits.narrow(0, forward.logit_offsets[segment], rows));

@@ -39,7 +39,7 @@ cat > "$B/cxxflags" <<F
 F
 SRCS="base/file_util.cc base/safetensors.cc base/model_config.cc
   engine/speculative_engine.cc engine/sampling_params.cc engine/acceptance.cc
-  model/tensor_io.cc model/transformer_ops.cc model/kv_cache.cc model/qwen3_model.cc
+  model/tensor_io.cc model/transformer_ops.cc model/kv_pool.cc model/packed_attention.cc model/qwen3_model.cc
   model/dedit_drafter.cc model/sampling.cc model/verify_commit.cc model/local_backends.cc
   model/tiny_model.cc model/in_process.cc model/cpu_threads.cc
   tests/model/test_util.cc tests/model/qwen3_model_test.cc tests/model/dedit_drafter_test.cc

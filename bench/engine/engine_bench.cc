@@ -1,0 +1,292 @@
+// dedit-engine-bench: what one round costs on this engine, in one process
+// (bench/README.md, "Engine efficiency"):
+//   * ATen ops per target decode forward and per drafter pass (RecordFunction
+//     callbacks), all ops and top-level ops only (what the caller
+//     dispatched; nested ops run inside them), per layer;
+//   * decode(1 token) ms, verify(W) ms and draft(K) ms for one sequence, and
+//     the ratios verify(W)/decode and draft(K)/decode;
+//   * engine tokens/s at each --concurrency, target-only and speculative
+//     (the SpeculativeEngine over the in-process backends, greedy,
+//     ignore_eos), and the ratio to one sequence;
+//   * peak RSS (VmHWM) after the largest concurrency.
+// One JSON object per line on stdout.
+//
+//   dedit-engine-bench --target DIR [--drafter DIR] [--threads 1]
+//       [--window 16] [--passes 1] [--concurrency 1,4,16,64]
+//       [--prompt_tokens 32] [--max_tokens 64] [--method model|ngram]
+#include <ATen/Functions.h>
+#include <ATen/record_function.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "model/cpu_threads.h"
+#include "model/in_process.h"
+
+ABSL_FLAG(std::string, target, "", "target model folder");
+ABSL_FLAG(std::string, drafter, "", "drafter model folder (optional)");
+ABSL_FLAG(int, threads, 1, "libtorch threads");
+ABSL_FLAG(int, window, 16, "W for verify and speculative runs");
+ABSL_FLAG(int, passes, 1, "K for the speculative runs");
+ABSL_FLAG(std::string, concurrency, "1,4,16,64", "concurrent sequences");
+ABSL_FLAG(int, prompt_tokens, 32, "prompt length of the throughput runs");
+ABSL_FLAG(int, max_tokens, 64, "new tokens per sequence");
+ABSL_FLAG(int, context, 64, "cached tokens before the timed forwards");
+ABSL_FLAG(int, reps, 30, "repetitions of each timed forward");
+ABSL_FLAG(std::string, method, "model", "speculative method: model or ngram");
+ABSL_FLAG(bool, print_ops, false,
+          "print the top-level ATen ops of one decode forward and one drafter "
+          "pass to stderr");
+
+namespace dedit {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Counts ATen ops on this thread while `active` is set.
+struct OpCounter {
+  std::atomic<bool> active{false};
+  int64_t all = 0, top = 0;
+  int depth = 0;
+  bool print_names = false;  // --print_ops: top-level op names to stderr
+};
+OpCounter* g_counter = nullptr;
+
+void InstallOpCounter(OpCounter* counter) {
+  g_counter = counter;
+  at::addGlobalCallback(
+      at::RecordFunctionCallback(
+          [](const at::RecordFunction& fn)
+              -> std::unique_ptr<at::ObserverContext> {
+            if (g_counter->active) {
+              ++g_counter->all;
+              if (g_counter->depth++ == 0) {
+                ++g_counter->top;
+                if (g_counter->print_names) std::cerr << fn.name() << "\n";
+              }
+            }
+            return nullptr;
+          },
+          [](const at::RecordFunction&, at::ObserverContext*) {
+            if (g_counter->active) --g_counter->depth;
+          })
+          .scopes({at::RecordScope::FUNCTION}));
+}
+
+template <typename Fn>
+std::pair<int64_t, int64_t> CountOps(OpCounter& c, Fn fn) {
+  c.all = c.top = 0;
+  c.depth = 0;
+  c.active = true;
+  fn();
+  c.active = false;
+  return {c.all, c.top};
+}
+
+template <typename Fn>
+double MedianMs(int reps, Fn fn) {
+  std::vector<double> ms;
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = Clock::now();
+    fn();
+    ms.push_back(
+        std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+std::vector<int32_t> RandomIds(std::mt19937& rng, int n, int vocab) {
+  std::uniform_int_distribution<int> d(0, std::max(0, vocab - 200));
+  std::vector<int32_t> ids(n);
+  for (int32_t& t : ids) t = d(rng);
+  return ids;
+}
+
+int64_t PeakRssKb() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6));
+  }
+  return -1;
+}
+
+void Check(const absl::Status& s, const char* what) {
+  if (!s.ok()) {
+    std::cerr << "dedit-engine-bench: " << what << ": " << s << "\n";
+    std::exit(1);
+  }
+}
+
+int Main() {
+  SetCpuThreads(absl::GetFlag(FLAGS_threads));
+  InProcessStack::Options o;
+  o.target_dir = absl::GetFlag(FLAGS_target);
+  o.drafter_dir = absl::GetFlag(FLAGS_drafter);
+  auto stack = InProcessStack::Load(o);
+  Check(stack.status(), "load");
+  Qwen3Model& target = (*stack)->target();
+  DEditDrafter* drafter = (*stack)->drafter();
+  const Qwen3Config& c = target.config();
+  const int W = absl::GetFlag(FLAGS_window);
+  const int ctx = absl::GetFlag(FLAGS_context);
+  const int reps = absl::GetFlag(FLAGS_reps);
+  std::mt19937 rng(7);
+  OpCounter counter;
+  counter.print_names = absl::GetFlag(FLAGS_print_ops);
+  InstallOpCounter(&counter);
+
+  // One sequence with `ctx` cached tokens; decode(1) and verify(W) forwards
+  // roll back after each repetition.
+  const SequenceId seq = 1;
+  Check(target.AddSequence(seq), "add");
+  const std::vector<int32_t> prompt = RandomIds(rng, ctx, c.vocab_size);
+  Check(target.Forward({{seq, prompt, 0, {ctx - 1}}}).status(), "prefill");
+  auto forward = [&](int n) {
+    TargetSegment s{seq, RandomIds(rng, n, c.vocab_size), ctx, {}};
+    for (int i = 0; i < n; ++i) s.logit_rows.push_back(i);
+    Check(target.Forward({s}).status(), "forward");
+    Check(target.Truncate(seq, ctx), "truncate");
+  };
+  forward(1);  // warm-up
+  forward(W);
+  auto [decode_all, decode_top] = CountOps(counter, [&] { forward(1); });
+  const double decode_ms = MedianMs(reps, [&] { forward(1); });
+  const double verify_ms = MedianMs(reps, [&] { forward(W); });
+  nlohmann::json ops = {
+      {"what", "ops"},
+      {"target_layers", c.num_hidden_layers},
+      {"target_decode_ops_all", decode_all},
+      {"target_decode_ops_top", decode_top},
+      {"target_ops_per_layer_all",
+       static_cast<double>(decode_all) / c.num_hidden_layers},
+      {"target_ops_per_layer_top",
+       static_cast<double>(decode_top) / c.num_hidden_layers}};
+  nlohmann::json timing = {{"what", "forward_ms"},
+                           {"context", ctx},
+                           {"decode_ms", decode_ms},
+                           {"verify_ms", verify_ms},
+                           {"window", W},
+                           {"verify_over_decode", verify_ms / decode_ms}};
+  if (drafter != nullptr) {
+    Check(drafter->AddSequence(seq), "drafter add");
+    at::Tensor features = at::randn({ctx, drafter->feature_width()});
+    Check(drafter->AppendContext(seq, 0, features), "context");
+    std::vector<int32_t> bonus = RandomIds(rng, 1, c.vocab_size);
+    auto draft = [&](int passes) {
+      DraftRequest r;
+      r.sequence = seq;
+      r.start = ctx;
+      r.window = W;
+      r.passes = passes;
+      r.bonus = bonus[0];
+      Check(drafter->Draft({r}).status(), "draft");
+    };
+    draft(1);
+    auto [pass_all, pass_top] = CountOps(counter, [&] { draft(1); });
+    const int dl = drafter->config().layers.num_hidden_layers;
+    ops["drafter_layers"] = dl;
+    ops["drafter_pass_ops_all"] = pass_all;
+    ops["drafter_pass_ops_top"] = pass_top;
+    for (int k = 1; k <= 3; ++k) {
+      const double ms = MedianMs(reps, [&] { draft(k); });
+      timing["draft_ms_k" + std::to_string(k)] = ms;
+      timing["draft_over_decode_k" + std::to_string(k)] = ms / decode_ms;
+    }
+    Check(drafter->RemoveSequence(seq), "drafter remove");
+  }
+  Check(target.RemoveSequence(seq), "remove");
+  std::cout << ops.dump() << "\n" << timing.dump() << std::endl;
+
+  // Throughput through the engine.
+  std::vector<int> levels;
+  for (absl::string_view s :
+       absl::StrSplit(absl::GetFlag(FLAGS_concurrency), ',')) {
+    int v = 0;
+    if (absl::SimpleAtoi(s, &v) && v > 0) levels.push_back(v);
+  }
+  const int prompt_tokens = absl::GetFlag(FLAGS_prompt_tokens);
+  const int max_tokens = absl::GetFlag(FLAGS_max_tokens);
+  std::vector<std::string> modes = {"target_only"};
+  if (drafter != nullptr || absl::GetFlag(FLAGS_method) == "ngram") {
+    modes.push_back("speculative");
+  }
+  for (const std::string& mode : modes) {
+    double one = 0;
+    for (int n : levels) {
+      std::vector<GenerationRequest> requests;
+      for (int i = 0; i < n; ++i) {
+        GenerationRequest r;
+        r.prompt = RandomIds(rng, prompt_tokens, c.vocab_size);
+        r.max_new_tokens = max_tokens;
+        r.ignore_eos = true;
+        if (mode == "target_only") {
+          r.window = 1;
+          r.passes = 0;
+        } else {
+          r.window = W;
+          r.passes = absl::GetFlag(FLAGS_passes);
+          if (absl::GetFlag(FLAGS_method) == "ngram") {
+            r.method = DraftMethod::kNgram;
+            r.passes = 1;
+          }
+        }
+        requests.push_back(std::move(r));
+      }
+      const auto t0 = Clock::now();
+      auto results = (*stack)->engine().Generate(requests);
+      const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+      Check(results.status(), "generate");
+      int64_t tokens = 0;
+      std::vector<RoundRecord> rounds;
+      for (const GenerationResult& r : *results) {
+        tokens += static_cast<int64_t>(r.tokens.size());
+        rounds.insert(rounds.end(), r.rounds.begin(), r.rounds.end());
+      }
+      const double tps = tokens / s;
+      if (n == levels.front()) one = tps / n * levels.front();
+      nlohmann::json line = {
+          {"what", "throughput"},
+          {"mode", mode},
+          {"concurrency", n},
+          {"tokens", tokens},
+          {"seconds", s},
+          {"tokens_per_s", tps},
+          {"tau", Summarize(rounds).mean_acceptance_length()},
+          {"vs_first_level", one > 0 ? tps / one : 0.0}};
+      std::cout << line.dump() << std::endl;
+    }
+  }
+  std::cout << nlohmann::json{{"what", "memory"},
+                              {"peak_rss_kb", PeakRssKb()},
+                              {"max_concurrency",
+                               levels.empty() ? 0 : levels.back()},
+                              {"prompt_tokens", prompt_tokens}}
+                   .dump()
+            << std::endl;
+  return 0;
+}
+
+}  // namespace
+}  // namespace dedit
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  if (absl::GetFlag(FLAGS_target).empty()) {
+    std::cerr << "usage: dedit-engine-bench --target DIR [--drafter DIR] ...\n";
+    return 2;
+  }
+  return dedit::Main();
+}

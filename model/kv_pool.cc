@@ -1,0 +1,142 @@
+#include "model/kv_pool.h"
+
+#include <ATen/Functions.h>
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace dedit {
+
+KvPool::KvPool(const Shape& shape, at::ScalarType dtype, c10::Device device,
+               int initial_slots, int max_slots)
+    : shape_(shape),
+      dtype_(dtype),
+      device_(device),
+      max_slots_(std::max(max_slots, 1)),
+      k_(shape.num_layers),
+      v_(shape.num_layers) {
+  Grow(std::clamp(initial_slots, 1, max_slots_));
+}
+
+void KvPool::Grow(int slots) {
+  auto opts = at::TensorOptions().dtype(dtype_).device(device_);
+  const int used = static_cast<int>(slot_owner_.size());
+  for (int l = 0; l < shape_.num_layers; ++l) {
+    // Zeroed, so that never-written positions are finite (see the header).
+    at::Tensor k = at::zeros(
+        {slots, shape_.kv_heads, shape_.slab_tokens, shape_.head_dim}, opts);
+    at::Tensor v = at::zeros_like(k);
+    if (used > 0) {
+      k.narrow(0, 0, used).copy_(k_[l].narrow(0, 0, used));
+      v.narrow(0, 0, used).copy_(v_[l].narrow(0, 0, used));
+    }
+    k_[l] = std::move(k);
+    v_[l] = std::move(v);
+  }
+  high_water_.resize(slots, 0);
+  capacity_ = slots;
+}
+
+absl::Status KvPool::Add(SequenceId id) {
+  if (seqs_.count(id)) {
+    return absl::AlreadyExistsError(absl::StrCat("sequence ", id, " exists"));
+  }
+  const int slot = static_cast<int>(slot_owner_.size());
+  if (slot == capacity_) {
+    if (capacity_ >= max_slots_) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("KV pool full: ", max_slots_, " sequences of up to ",
+                       shape_.slab_tokens, " tokens"));
+    }
+    Grow(std::min(capacity_ * 2, max_slots_));
+  }
+  // A previous occupant's values are finite, but may be NaN if its model
+  // produced NaN: clear what it wrote.
+  if (high_water_[slot] > 0) {
+    for (int l = 0; l < shape_.num_layers; ++l) {
+      k_[l][slot].narrow(1, 0, high_water_[slot]).zero_();
+      v_[l][slot].narrow(1, 0, high_water_[slot]).zero_();
+    }
+    high_water_[slot] = 0;
+  }
+  seqs_[id] = Seq{slot, 0};
+  slot_owner_.push_back(id);
+  return absl::OkStatus();
+}
+
+void KvPool::CopySlot(int from, int to, int64_t n) {
+  if (n <= 0) return;
+  for (int l = 0; l < shape_.num_layers; ++l) {
+    k_[l][to].narrow(1, 0, n).copy_(k_[l][from].narrow(1, 0, n));
+    v_[l][to].narrow(1, 0, n).copy_(v_[l][from].narrow(1, 0, n));
+  }
+}
+
+absl::Status KvPool::Remove(SequenceId id) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) {
+    return absl::NotFoundError(absl::StrCat("unknown sequence ", id));
+  }
+  const int freed = it->second.slot;
+  seqs_.erase(it);
+  const int last = static_cast<int>(slot_owner_.size()) - 1;
+  if (freed != last) {
+    // Keep slots dense: the last sequence moves into the hole, carrying
+    // everything it wrote (its transient block included).
+    const SequenceId moved = slot_owner_[last];
+    const int64_t n = high_water_[last];
+    CopySlot(last, freed, n);
+    if (high_water_[freed] > n) {  // the removed sequence's tail
+      for (int l = 0; l < shape_.num_layers; ++l) {
+        k_[l][freed].narrow(1, n, high_water_[freed] - n).zero_();
+        v_[l][freed].narrow(1, n, high_water_[freed] - n).zero_();
+      }
+    }
+    high_water_[freed] = n;
+    slot_owner_[freed] = moved;
+    seqs_[moved].slot = freed;
+  }
+  slot_owner_.pop_back();
+  return absl::OkStatus();
+}
+
+void KvPool::SetLength(SequenceId id, int64_t length) {
+  Seq& s = seqs_.at(id);
+  s.length = length;
+  high_water_[s.slot] = std::max(high_water_[s.slot], length);
+}
+
+void KvPool::MarkWritten(SequenceId id, int64_t end) {
+  const int slot = seqs_.at(id).slot;
+  high_water_[slot] = std::max(high_water_[slot], end);
+}
+
+int64_t KvPool::total_length() const {
+  int64_t n = 0;
+  for (const auto& [id, s] : seqs_) n += s.length;
+  return n;
+}
+
+void KvPool::Write(int layer, const at::Tensor& flat_index, const at::Tensor& k,
+                   const at::Tensor& v) {
+  const int64_t rows =
+      int64_t{capacity_} * shape_.kv_heads * shape_.slab_tokens;
+  const int64_t n = k.size(0) * shape_.kv_heads;
+  k_[layer]
+      .view({rows, shape_.head_dim})
+      .index_copy_(0, flat_index, k.reshape({n, shape_.head_dim}));
+  v_[layer]
+      .view({rows, shape_.head_dim})
+      .index_copy_(0, flat_index, v.reshape({n, shape_.head_dim}));
+}
+
+int64_t KvPool::nbytes() const {
+  int64_t total = 0;
+  for (int l = 0; l < shape_.num_layers; ++l) {
+    total += k_[l].nbytes() + v_[l].nbytes();
+  }
+  return total;
+}
+
+}  // namespace dedit

@@ -1,0 +1,110 @@
+// Key/value storage for every sequence of one model: a pool of fixed-size
+// slabs, one per sequence, taken at admission.
+//
+// Each layer holds K and V as one tensor [slots, kv_heads, slab_tokens,
+// head_dim]. A sequence owns slot i for its whole life, so appending a
+// token never reallocates or copies, and Truncate() only moves the length:
+// rollback after a rejected draft costs nothing. Occupied slots are kept
+// dense ([0, size())): removing a sequence moves the last slot's tokens into
+// the freed one. A forward over any set of sequences therefore attends over
+// one strided view of the pool (model/packed_attention.h), with no gather
+// and no per-sequence attention call.
+//
+// The pool starts with `initial_slots` slots and doubles, copying, when a
+// sequence is added to a full pool (admission time only), up to
+// `max_slots`; beyond that Add() is RESOURCE_EXHAUSTED. slab_tokens is the
+// most a sequence can ever hold (the model's context limit), so memory is
+// slots x slab; docs/ARCHITECTURE.md §7 gives the sizes.
+//
+// Slab positions past a sequence's length hold stale but finite values: a
+// new occupant's slab is zeroed up to the previous occupant's high-water
+// mark, because padded attention multiplies them by zero weights and a
+// stale NaN would poison the product.
+//
+// Not thread-safe: the pool belongs to the model thread that owns the model.
+#ifndef DEDIT_MODEL_KV_POOL_H_
+#define DEDIT_MODEL_KV_POOL_H_
+
+#include <ATen/Tensor.h>
+
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/draft.h"
+
+namespace dedit {
+
+class KvPool {
+ public:
+  struct Shape {
+    int num_layers = 0;
+    int kv_heads = 0;
+    int head_dim = 0;
+    int64_t slab_tokens = 0;  // tokens one sequence can hold
+  };
+  KvPool(const Shape& shape, at::ScalarType dtype, c10::Device device,
+         int initial_slots = 4, int max_slots = 1 << 16);
+
+  const Shape& shape() const { return shape_; }
+  int64_t slab_tokens() const { return shape_.slab_tokens; }
+
+  // ALREADY_EXISTS for a known id; RESOURCE_EXHAUSTED past max_slots.
+  absl::Status Add(SequenceId id);
+  // NOT_FOUND for an unknown id.
+  absl::Status Remove(SequenceId id);
+  bool Contains(SequenceId id) const { return seqs_.count(id) > 0; }
+  size_t size() const { return slot_owner_.size(); }
+  int capacity_slots() const { return capacity_; }
+
+  // REQUIRES Contains(id).
+  int Slot(SequenceId id) const { return seqs_.at(id).slot; }
+  int64_t Length(SequenceId id) const { return seqs_.at(id).length; }
+  // Sets the number of valid tokens (after a forward's writes, or to roll
+  // back). REQUIRES 0 <= length <= slab_tokens().
+  void SetLength(SequenceId id, int64_t length);
+  // Records that positions below `end` of `id`'s slab were written (a
+  // transient block past the length counts).
+  void MarkWritten(SequenceId id, int64_t end);
+  int64_t total_length() const;
+
+  // [slots, kv_heads, slab_tokens, head_dim] of `layer`.
+  const at::Tensor& keys(int layer) const { return k_[layer]; }
+  const at::Tensor& values(int layer) const { return v_[layer]; }
+  // Writes k, v ([n, kv_heads, head_dim]) of `layer` at the flat rows
+  // `flat_index` ([n * kv_heads], from FlatIndex) in one op each.
+  void Write(int layer, const at::Tensor& flat_index, const at::Tensor& k,
+             const at::Tensor& v);
+  // The flat row of (slot, kv head, position) in Write's view.
+  int64_t FlatIndex(int slot, int head, int64_t position) const {
+    return (int64_t{slot} * shape_.kv_heads + head) * shape_.slab_tokens +
+           position;
+  }
+  // Bytes held on the device.
+  int64_t nbytes() const;
+
+ private:
+  struct Seq {
+    int slot = 0;
+    int64_t length = 0;
+  };
+  void Grow(int slots);
+  // Copies positions [0, n) of slot `from` into slot `to`, every layer.
+  void CopySlot(int from, int to, int64_t n);
+
+  Shape shape_;
+  at::ScalarType dtype_;
+  c10::Device device_;
+  int capacity_ = 0;
+  int max_slots_;
+  std::vector<at::Tensor> k_, v_;
+  std::unordered_map<SequenceId, Seq> seqs_;
+  std::vector<SequenceId> slot_owner_;  // dense: slot i → its sequence
+  std::vector<int64_t> high_water_;     // per slot: positions ever written
+};
+
+}  // namespace dedit
+
+#endif  // DEDIT_MODEL_KV_POOL_H_

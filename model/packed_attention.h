@@ -1,0 +1,80 @@
+// One attention call per decoder layer for a whole batch of segments, over
+// the KV pool (model/kv_pool.h).
+//
+// A segment is a run of new tokens of one sequence: a prefill chunk or a
+// verify block of the target, or a drafter block. Its queries are rows of a
+// packed [n, heads, head_dim] tensor; its keys are its slab's positions
+// [0, start + length) after WriteKv put the new tokens' K/V there. Queries
+// are padded to [slots in range, max_q] and keys to max_k over one strided
+// view of the pool (no gather, no copy of the cache), masked per segment:
+//   causal:     query i sees keys j <= start + i (the target; the causal
+//               editor's block);
+//   not causal: query i sees every key j < start + length (the drafter's
+//               bidirectional block over its context).
+// The plan (indices and mask) is built once per forward on the host and
+// moved to the device in one copy per tensor; every layer reuses it.
+//
+// Scores are computed in fp32 in query chunks, so one chunk's score tensor
+// holds at most `max_score_elements` floats (default 64 Mi = 256 MiB); the
+// peak is bounded whatever the context and prefill chunk.
+//
+// The matmul path builds on libtorch 1.13; GroupedAttention
+// (model/transformer_ops.h) is the per-sequence reference it is tested
+// against.
+#ifndef DEDIT_MODEL_PACKED_ATTENTION_H_
+#define DEDIT_MODEL_PACKED_ATTENTION_H_
+
+#include <ATen/Tensor.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "model/kv_pool.h"
+
+namespace dedit {
+
+struct AttentionSegment {
+  int slot = 0;
+  int64_t start = 0;   // keys [0, start) are already in the slab
+  int64_t length = 0;  // new tokens at [start, start + length)
+  bool causal = true;
+};
+
+class PackedAttention {
+ public:
+  // Segments in packed-row order; slots distinct. REQUIRES start + length
+  // <= pool.slab_tokens() for each.
+  PackedAttention(const std::vector<AttentionSegment>& segments,
+                  const KvPool& pool, int num_heads,
+                  int64_t max_score_elements = int64_t{64} << 20);
+
+  // Writes the new tokens' k, v ([n, kv_heads, head_dim]) into their slabs.
+  void WriteKv(KvPool* pool, int layer, const at::Tensor& k,
+               const at::Tensor& v) const;
+  // q: [n, heads, head_dim] packed, already scaled by 1/sqrt(head_dim)
+  // (ProjectQkvPacked folds the scale into the q norm) → [n, heads *
+  // head_dim].
+  at::Tensor Run(const at::Tensor& q, const KvPool& pool, int layer) const;
+
+  int64_t padded_queries() const { return max_q_; }
+  int64_t padded_keys() const { return max_k_; }
+
+ private:
+  int heads_;
+  int kv_heads_;
+  int64_t first_slot_ = 0, num_slots_ = 0, max_q_ = 0, max_k_ = 0;
+  int64_t query_chunk_ = 0;
+  at::Tensor q_index_;    // [slots * max_q] packed row of each padded row
+  at::Tensor out_index_;  // [n] padded row of each packed row
+  at::Tensor kv_index_;   // [n * kv_heads] flat pool rows (KvPool::Write)
+  at::Tensor blocked_;    // [slots, 1, 1, max_q, max_k] bool
+  // Padded layout == packed layout (every slot in range has a segment of
+  // max_q tokens, in slot order): no gathers. Nothing blocked (one decode
+  // token over its whole slab): no mask.
+  bool identity_layout_ = false;
+  bool any_blocked_ = true;
+};
+
+}  // namespace dedit
+
+#endif  // DEDIT_MODEL_PACKED_ATTENTION_H_

@@ -1,0 +1,203 @@
+#include "model/kv_pool.h"
+
+#include <ATen/Functions.h>
+#include <ATen/TensorOperators.h>
+
+#include <cmath>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "model/packed_attention.h"
+#include "model/transformer_ops.h"
+#include "tests/model/test_util.h"
+
+namespace dedit {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::TestDevice;
+
+KvPool::Shape SmallShape() {
+  KvPool::Shape s;
+  s.num_layers = 2;
+  s.kv_heads = 2;
+  s.head_dim = 4;
+  s.slab_tokens = 16;
+  return s;
+}
+
+// Writes `n` tokens of random K/V for `id` at [start, start + n) of every
+// layer and moves its length; returns them ([layer] of [n, kv, hd]).
+std::vector<std::pair<at::Tensor, at::Tensor>> Append(KvPool& pool,
+                                                      SequenceId id,
+                                                      int64_t start,
+                                                      int64_t n) {
+  const KvPool::Shape& s = pool.shape();
+  std::vector<int64_t> rows;
+  for (int64_t i = 0; i < n; ++i) {
+    for (int h = 0; h < s.kv_heads; ++h) {
+      rows.push_back(pool.FlatIndex(pool.Slot(id), h, start + i));
+    }
+  }
+  at::Tensor index = at::tensor(rows, at::kLong).to(TestDevice());
+  std::vector<std::pair<at::Tensor, at::Tensor>> written;
+  for (int l = 0; l < s.num_layers; ++l) {
+    at::Tensor k = at::randn({n, s.kv_heads, s.head_dim}).to(TestDevice());
+    at::Tensor v = at::randn({n, s.kv_heads, s.head_dim}).to(TestDevice());
+    pool.Write(l, index, k, v);
+    written.emplace_back(k, v);
+  }
+  pool.SetLength(id, start + n);
+  return written;
+}
+
+// K of `id` at positions [start, start + n) of `layer`: [n, kv, hd].
+at::Tensor KeysOf(const KvPool& pool, SequenceId id, int layer, int64_t start,
+                  int64_t n) {
+  return pool.keys(layer)[pool.Slot(id)].narrow(1, start, n).transpose(0, 1);
+}
+
+TEST(KvPoolTest, AppendWritesInPlaceAndTruncateOnlyMovesTheLength) {
+  KvPool pool(SmallShape(), at::kFloat, TestDevice(), /*initial_slots=*/2);
+  ASSERT_TRUE(pool.Add(1).ok());
+  const void* storage = pool.keys(0).data_ptr();
+  auto first = Append(pool, 1, 0, 5);
+  auto second = Append(pool, 1, 5, 3);
+  EXPECT_EQ(pool.Length(1), 8);
+  // Appending never reallocated.
+  EXPECT_EQ(pool.keys(0).data_ptr(), storage);
+  EXPECT_TRUE(at::equal(KeysOf(pool, 1, 1, 0, 5), first[1].first));
+  EXPECT_TRUE(at::equal(KeysOf(pool, 1, 1, 5, 3), second[1].first));
+  // Truncate, then overwrite the dropped positions.
+  pool.SetLength(1, 6);
+  EXPECT_EQ(pool.Length(1), 6);
+  auto rewritten = Append(pool, 1, 6, 2);
+  EXPECT_TRUE(at::equal(KeysOf(pool, 1, 0, 0, 5), first[0].first));
+  EXPECT_TRUE(at::equal(KeysOf(pool, 1, 0, 6, 2), rewritten[0].first));
+  EXPECT_EQ(pool.total_length(), 8);
+}
+
+TEST(KvPoolTest, ReleaseKeepsSlotsDenseAndDataIntact) {
+  KvPool pool(SmallShape(), at::kFloat, TestDevice(), /*initial_slots=*/4);
+  for (SequenceId id : {10, 11, 12}) ASSERT_TRUE(pool.Add(id).ok());
+  auto a = Append(pool, 10, 0, 4);
+  auto c = Append(pool, 12, 0, 7);
+  EXPECT_EQ(pool.Slot(12), 2);
+  ASSERT_TRUE(pool.Remove(10).ok());
+  EXPECT_EQ(pool.size(), 2u);
+  EXPECT_FALSE(pool.Contains(10));
+  // The last sequence moved into the hole with its tokens.
+  EXPECT_EQ(pool.Slot(12), 0);
+  EXPECT_EQ(pool.Length(12), 7);
+  EXPECT_TRUE(at::equal(KeysOf(pool, 12, 1, 0, 7), c[1].first));
+  EXPECT_TRUE(at::equal(pool.values(1)[0].narrow(1, 0, 7).transpose(0, 1),
+                        c[1].second));
+  // A new sequence gets a fresh, zeroed slab.
+  ASSERT_TRUE(pool.Add(13).ok());
+  EXPECT_EQ(pool.Length(13), 0);
+  EXPECT_EQ(pool.keys(0)[pool.Slot(13)].abs().sum().item<float>(), 0.0f);
+  EXPECT_EQ(pool.Remove(10).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(pool.Add(12).code(), absl::StatusCode::kAlreadyExists);
+}
+
+TEST(KvPoolTest, ReusedSlotsAreClearedOfStaleValues) {
+  KvPool pool(SmallShape(), at::kFloat, TestDevice(), /*initial_slots=*/1);
+  ASSERT_TRUE(pool.Add(1).ok());
+  Append(pool, 1, 0, 9);
+  pool.keys(0)[0].fill_(std::numeric_limits<float>::quiet_NaN());
+  ASSERT_TRUE(pool.Remove(1).ok());
+  ASSERT_TRUE(pool.Add(2).ok());
+  EXPECT_FALSE(pool.keys(0)[0].narrow(1, 0, 9).isnan().any().item<bool>());
+}
+
+TEST(KvPoolTest, GrowsByDoublingUpToTheLimitThenIsExhausted) {
+  KvPool pool(SmallShape(), at::kFloat, TestDevice(), /*initial_slots=*/1,
+              /*max_slots=*/3);
+  ASSERT_TRUE(pool.Add(1).ok());
+  auto a = Append(pool, 1, 0, 6);
+  ASSERT_TRUE(pool.Add(2).ok());  // grows 1 → 2, copying
+  ASSERT_TRUE(pool.Add(3).ok());  // 2 → 3 (capped)
+  EXPECT_EQ(pool.capacity_slots(), 3);
+  EXPECT_TRUE(at::equal(KeysOf(pool, 1, 0, 0, 6), a[0].first));
+  absl::Status full = pool.Add(4);
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(full.message(), HasSubstr("KV pool full"));
+  // Releasing makes room again.
+  ASSERT_TRUE(pool.Remove(2).ok());
+  EXPECT_TRUE(pool.Add(4).ok());
+  EXPECT_GT(pool.nbytes(), 0);
+}
+
+// Packed attention over the pool equals the per-sequence reference
+// (GroupedAttention) for a mix of prefill chunks, decode steps and
+// bidirectional or block-causal drafter blocks, on sparse slots, with and
+// without query chunking.
+TEST(PackedAttentionTest, EqualsPerSequenceReference) {
+  KvPool::Shape shape;
+  shape.num_layers = 1;
+  shape.kv_heads = 2;
+  shape.head_dim = 8;
+  shape.slab_tokens = 40;
+  const int heads = 6;  // group 3
+  KvPool pool(shape, at::kFloat, TestDevice(), 2);
+  struct Case {
+    SequenceId id;
+    int64_t cached, length;
+    bool causal;
+  };
+  const std::vector<Case> cases = {{1, 0, 9, true},    // prefill
+                                   {2, 17, 1, true},   // decode
+                                   {3, 5, 6, false},   // bidirectional block
+                                   {4, 30, 1, true},   // unused in batch 2
+                                   {5, 12, 7, true}};  // verify block
+  for (const Case& c : cases) {
+    ASSERT_TRUE(pool.Add(c.id).ok());
+    if (c.cached > 0) Append(pool, c.id, 0, c.cached);
+  }
+  // Batches: everything; a gap in the slot range (padded rows); a decode
+  // batch over consecutive slots (no gathers); one decode token alone (no
+  // gathers, no mask).
+  const std::vector<std::vector<Case>> batches = {
+      cases,
+      {cases[0], cases[1], cases[2], cases[4]},
+      {{1, 0, 1, true}, {2, 17, 1, true}, {3, 5, 1, true}},
+      {{5, 12, 1, true}}};
+  for (const std::vector<Case>& batch : batches) {
+    for (const int64_t budget : {int64_t{64} << 20, int64_t{200}}) {
+      std::vector<AttentionSegment> segs;
+      int64_t n = 0;
+      for (const Case& c : batch) {
+        segs.push_back({pool.Slot(c.id), c.cached, c.length, c.causal});
+        n += c.length;
+      }
+      PackedAttention attention(segs, pool, heads, budget);
+      at::Tensor q = at::randn({n, heads, shape.head_dim}).to(TestDevice());
+      at::Tensor k =
+          at::randn({n, shape.kv_heads, shape.head_dim}).to(TestDevice());
+      at::Tensor v = at::randn_like(k);
+      attention.WriteKv(&pool, 0, k, v);
+      // Run takes q pre-scaled (ProjectQkvPacked folds the scale in).
+      at::Tensor out = attention.Run(
+          q / std::sqrt(static_cast<double>(shape.head_dim)), pool, 0);
+      ASSERT_EQ(out.size(0), n);
+      int64_t off = 0;
+      for (const Case& c : batch) {
+        const int slot = pool.Slot(c.id);
+        const int64_t total = c.cached + c.length;
+        at::Tensor keys = pool.keys(0)[slot].narrow(1, 0, total);
+        at::Tensor values = pool.values(0)[slot].narrow(1, 0, total);
+        at::Tensor ref = GroupedAttention(q.narrow(0, off, c.length), keys,
+                                          values, c.causal ? c.cached : -1,
+                                          /*block_causal_from=*/-1);
+        const double diff =
+            (out.narrow(0, off, c.length) - ref).abs().max().item<double>();
+        EXPECT_LT(diff, 1e-5) << "sequence " << c.id << " in a batch of "
+                              << batch.size() << ", budget " << budget;
+        off += c.length;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dedit
