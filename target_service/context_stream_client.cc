@@ -47,30 +47,24 @@ void ContextStreamClient::Stop(int drain_ms) {
 
 absl::Status ContextStreamClient::OnContext(SequenceId sequence, int64_t start,
                                             const at::Tensor& features) {
-  v1::ContextChunk chunk;
-  chunk.set_sequence(sequence);
-  chunk.set_start(start);
-  // bf16 on the wire (docs/ARCHITECTURE.md §3): half the bytes of f32.
-  absl::Status status = GuardTorch([&] {
-    const at::Tensor cpu = features.to(at::kCPU, at::kBFloat16).contiguous();
-    SetWireTensor(WireDtype::kBFloat16, cpu.sizes().vec(), cpu.data_ptr(),
-                  static_cast<size_t>(cpu.numel() * cpu.element_size()),
-                  chunk.mutable_features());
-  });
-  if (!status.ok()) return status;
-  Enqueue(std::move(chunk));
+  Pending pending;
+  pending.chunk.set_sequence(sequence);
+  pending.chunk.set_start(start);
+  pending.features = features;
+  pending.bytes = features.numel() * 2;  // bf16
+  Enqueue(std::move(pending));
   return absl::OkStatus();
 }
 
 void ContextStreamClient::OnRelease(SequenceId sequence) {
-  v1::ContextChunk chunk;
-  chunk.set_sequence(sequence);
-  chunk.set_release(true);
-  Enqueue(std::move(chunk));
+  Pending pending;
+  pending.chunk.set_sequence(sequence);
+  pending.chunk.set_release(true);
+  Enqueue(std::move(pending));
 }
 
-void ContextStreamClient::Enqueue(v1::ContextChunk chunk) {
-  const int64_t bytes = static_cast<int64_t>(chunk.features().data().size());
+void ContextStreamClient::Enqueue(Pending pending) {
+  const int64_t bytes = pending.bytes;
   absl::MutexLock lock(&mu_);
   // Without a drafter to read them, chunks would only pile up; the drafter
   // drops sequences whose context has a gap anyway.
@@ -80,7 +74,7 @@ void ContextStreamClient::Enqueue(v1::ContextChunk chunk) {
     return;
   }
   queued_bytes_ += bytes;
-  queue_.push_back(std::move(chunk));
+  queue_.push_back(std::move(pending));
 }
 
 void ContextStreamClient::Run() {
@@ -125,7 +119,7 @@ void ContextStreamClient::WriteLoop(
   bool alive = writer->Write(v1::ContextChunk());
   connected_.store(alive);
   while (alive) {
-    v1::ContextChunk chunk;
+    Pending pending;
     {
       absl::MutexLock lock(&mu_);
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -136,9 +130,27 @@ void ContextStreamClient::WriteLoop(
           (stopping_ && std::chrono::steady_clock::now() > stop_deadline_)) {
         return;
       }
-      chunk = std::move(queue_.front());
+      pending = std::move(queue_.front());
       queue_.pop_front();
-      queued_bytes_ -= static_cast<int64_t>(chunk.features().data().size());
+      queued_bytes_ -= pending.bytes;
+    }
+    v1::ContextChunk& chunk = pending.chunk;
+    if (pending.features.defined()) {
+      // bf16 on the wire (docs/ARCHITECTURE.md §3): half the bytes of f32.
+      const absl::Status status = GuardTorch([&] {
+        const at::Tensor cpu =
+            pending.features.to(at::kCPU, at::kBFloat16).contiguous();
+        SetWireTensor(WireDtype::kBFloat16, cpu.sizes().vec(), cpu.data_ptr(),
+                      static_cast<size_t>(cpu.numel() * cpu.element_size()),
+                      chunk.mutable_features());
+      });
+      pending.features = at::Tensor();
+      if (!status.ok()) {
+        // The drafter sees a gap and drops the sequence's context: speed
+        // lost, never correctness.
+        dropped_chunks_.fetch_add(1);
+        continue;
+      }
     }
     const int64_t bytes = static_cast<int64_t>(chunk.ByteSizeLong());
     alive = writer->Write(chunk);

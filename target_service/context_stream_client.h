@@ -3,7 +3,10 @@
 // Drafter.StreamContext call.
 //
 // The model thread only enqueues (OnContext/OnRelease never block on the
-// network); a writer thread owns the call. When the drafter is down the
+// network, and the features tensor is queued as it is: the copy to the host
+// and the bf16 conversion run on the writer thread, so a device-to-host copy
+// never stalls the model thread before Verify is answered); a writer thread
+// owns the call. When the drafter is down the
 // writer reconnects with backoff and chunks are dropped meanwhile: the
 // drafter then lacks those sequences' context, their drafts fail, and the
 // router decodes them target-only — speed lost, never correctness. A bounded
@@ -59,7 +62,13 @@ class ContextStreamClient : public ContextPublisher {
   int64_t dropped_chunks() const { return dropped_chunks_.load(); }
 
  private:
-  void Enqueue(v1::ContextChunk chunk) ABSL_LOCKS_EXCLUDED(mu_);
+  // A chunk waiting for the writer: its features are serialized there.
+  struct Pending {
+    v1::ContextChunk chunk;
+    at::Tensor features;  // undefined for a release marker
+    int64_t bytes = 0;    // bf16 bytes on the wire
+  };
+  void Enqueue(Pending pending) ABSL_LOCKS_EXCLUDED(mu_);
   void Run() ABSL_LOCKS_EXCLUDED(mu_);
   // Writes until the queue is drained and stopping, or the call breaks.
   void WriteLoop(grpc::ClientWriter<v1::ContextChunk>* writer)
@@ -72,7 +81,7 @@ class ContextStreamClient : public ContextPublisher {
   std::atomic<int64_t> dropped_chunks_{0};
 
   absl::Mutex mu_;
-  std::deque<v1::ContextChunk> queue_ ABSL_GUARDED_BY(mu_);
+  std::deque<Pending> queue_ ABSL_GUARDED_BY(mu_);
   int64_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::chrono::steady_clock::time_point stop_deadline_ ABSL_GUARDED_BY(mu_);
