@@ -4,6 +4,7 @@
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -101,16 +102,24 @@ absl::Status RunDrafterServer(const DrafterServerOptions& options) {
 
   auto registry = std::make_shared<prometheus::Registry>();
   DrafterMetrics metrics(*registry, options.worker.max_passes);
+  // Health (docs/ARCHITECTURE.md, "Health"): "" turns SERVING after the
+  // warm-up, dedit.v1.Drafter also needs an attached context stream
+  // (drafter_service.h); both NOT_SERVING for good on a sticky device
+  // error. Declared before the worker, whose thread may set it.
+  ServiceReadiness readiness(kReadinessService);
   DrafterWorkerOptions worker_options = options.worker;
   worker_options.cpu_threads = options.cpu_threads;
   DrafterWorker worker(
       std::move(drafter),
       [&metrics](const DrafterBatchStats& s) { metrics.Observe(s); },
       worker_options);
+  worker.SetPoisonListener([&readiness](const absl::Status& poisoned) {
+    std::fprintf(stderr, "dedit-drafter: %s; health NOT_SERVING\n",
+                 poisoned.ToString().c_str());
+    readiness.SetPoisoned();
+  });
   worker.Start();
 
-  // Readiness follows the attached context streams (drafter_service.h).
-  ServiceReadiness readiness(kReadinessService);
   DrafterServiceImpl service(
       &worker, {model_name, options.device},
       [&readiness](int streams) { readiness.Set(streams > 0); }, nullptr);
@@ -120,6 +129,7 @@ absl::Status RunDrafterServer(const DrafterServerOptions& options) {
                               drafter_config.block_size);
   serve.readiness = &readiness;
   ServeHooks hooks;
+  hooks.warm_up = [&worker] { return worker.AwaitWarmUp(); };
   // Context streams never end on their own: finish them so that they do
   // not hold the drain to its deadline (the target reconnects).
   hooks.before_drain = [&service] { service.FinishStreams(); };

@@ -102,6 +102,13 @@ DrafterServiceImpl::DrafterServiceImpl(
 
 DrafterServiceImpl::~DrafterServiceImpl() = default;
 
+bool DrafterServiceImpl::RefusePoisoned(grpc::ServerUnaryReactor* reactor) {
+  const absl::Status poisoned = worker_->poisoned();
+  if (poisoned.ok()) return false;
+  reactor->Finish(ToGrpcStatus(poisoned));
+  return true;
+}
+
 void DrafterServiceImpl::Attach(ContextStreamReader* reader) {
   absl::MutexLock lock(&mu_);
   readers_.insert(reader);
@@ -133,6 +140,7 @@ grpc::ServerUnaryReactor* DrafterServiceImpl::Draft(
     grpc::CallbackServerContext* context, const v1::DraftRequest* request,
     v1::DraftResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (RefusePoisoned(reactor)) return reactor;
   std::vector<DraftRequest> requests;
   requests.reserve(request->items_size());
   for (const v1::DraftItem& d : request->items()) {
@@ -166,6 +174,7 @@ grpc::ServerUnaryReactor* DrafterServiceImpl::Release(
     const v1::DrafterReleaseRequest* request,
     v1::DrafterReleaseResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (RefusePoisoned(reactor)) return reactor;
   worker_->Release(std::vector<SequenceId>(request->sequences().begin(),
                                            request->sequences().end()),
                    [reactor, response](int released) {

@@ -5,8 +5,9 @@
 // Readiness: the drafter can only draft for sequences whose context the
 // target streams to it, so the named health service "dedit.v1.Drafter" is
 // SERVING only while at least one context stream is attached (the router
-// checks it before speculating again); the overall health ("") stays
-// SERVING for liveness probes.
+// checks it before speculating again); the overall health ("") is SERVING
+// from the warm-up on for liveness probes. Both are NOT_SERVING before the
+// warm-up and after a sticky device error (drafter_server.cc).
 #ifndef DEDIT_DRAFTER_SERVICE_DRAFTER_SERVICE_H_
 #define DEDIT_DRAFTER_SERVICE_DRAFTER_SERVICE_H_
 
@@ -58,6 +59,9 @@ class DrafterServiceImpl final : public v1::Drafter::CallbackService {
 
  private:
   friend class ContextStreamReader;
+  // A poisoned worker (model/model_thread.h) fails Draft and Release at
+  // once with its INTERNAL error; Info still answers, context is dropped.
+  bool RefusePoisoned(grpc::ServerUnaryReactor* reactor);
   void Attach(ContextStreamReader* reader) ABSL_LOCKS_EXCLUDED(mu_);
   void Detach(ContextStreamReader* reader) ABSL_LOCKS_EXCLUDED(mu_);
 

@@ -1,13 +1,17 @@
 #include "drafter_service/drafter_worker.h"
 
+#include <ATen/Functions.h>
 #include <c10/core/InferenceMode.h>
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "base/status.h"
 #include "model/cpu_threads.h"
+#include "model/torch_status.h"
 
 namespace dedit {
 namespace {
@@ -33,16 +37,61 @@ DrafterWorker::DrafterWorker(std::unique_ptr<DEditDrafter> drafter,
 
 DrafterWorker::~DrafterWorker() { Stop(); }
 
+absl::Status DrafterWorker::WarmUp() {
+  // The worker runs this before it takes any work, so no client sequence
+  // exists yet (AddSequence would refuse an existing id).
+  constexpr SequenceId kWarmUpSequence = std::numeric_limits<SequenceId>::max();
+  constexpr int64_t kContextTokens = 4;
+  RETURN_IF_ERROR(drafter_->AddSequence(kWarmUpSequence));
+  absl::Status status = GuardTorch([&] {
+    return drafter_->AppendContext(
+        kWarmUpSequence, 0,
+        at::zeros({kContextTokens, drafter_->feature_width()}));
+  });
+  if (status.ok()) {
+    DraftRequest request;
+    request.sequence = kWarmUpSequence;
+    request.start = kContextTokens;
+    request.bonus = 0;
+    request.window = drafter_->config().block_size;
+    request.passes = 1;
+    // The tokens come back to the host: an asynchronous device error shows
+    // here, not in the first client's draft.
+    absl::StatusOr<std::vector<DraftResult>> drafted = RunDraft({request});
+    status = drafted.status();
+    if (drafted.ok() && drafted->size() != 1) {
+      status = absl::InternalError("the warm-up draft returned no result");
+    }
+  }
+  const absl::Status removed = drafter_->RemoveSequence(kWarmUpSequence);
+  RETURN_IF_ERROR(status);
+  return removed;
+}
+
+absl::StatusOr<std::vector<DraftResult>> DrafterWorker::RunDraft(
+    const std::vector<DraftRequest>& batch) {
+  if (options_.before_forward_for_test) {
+    absl::Status injected = options_.before_forward_for_test();
+    if (!injected.ok()) {
+      NoteModelError(injected);
+      return injected;
+    }
+  }
+  absl::StatusOr<std::vector<DraftResult>> drafted = drafter_->Draft(batch);
+  if (!drafted.ok()) NoteModelError(drafted.status());
+  return drafted;
+}
+
 void DrafterWorker::AddContext(SequenceId sequence, int64_t start,
                                at::Tensor features) {
   absl::MutexLock lock(&mu_);
-  if (stopping_) return;
+  if (stopping_ || !PoisonedLocked().ok()) return;
   new_context_.push_back({sequence, start, std::move(features), false});
 }
 
 void DrafterWorker::ReleaseFromStream(SequenceId sequence) {
   absl::MutexLock lock(&mu_);
-  if (stopping_) return;
+  if (stopping_ || !PoisonedLocked().ok()) return;
   new_context_.push_back({sequence, 0, at::Tensor(), true});
 }
 
@@ -53,15 +102,18 @@ void DrafterWorker::Draft(std::vector<DraftRequest> requests, DraftDone done) {
   job.state.resize(requests.size());
   job.requests = std::move(requests);
   job.done = std::move(done);
+  absl::Status refused;
   {
     absl::MutexLock lock(&mu_);
-    if (!stopping_) {
+    refused = PoisonedLocked();
+    if (refused.ok() && stopping_) refused = ShuttingDown();
+    if (refused.ok()) {
       new_drafts_.push_back(std::move(job));
       return;
     }
   }
-  job.done(std::vector<absl::StatusOr<DraftResult>>(job.requests.size(),
-                                                    ShuttingDown()));
+  job.done(
+      std::vector<absl::StatusOr<DraftResult>>(job.requests.size(), refused));
 }
 
 bool DrafterWorker::HasQueuedWork() const {
@@ -113,6 +165,12 @@ void DrafterWorker::Run() {
     ApplyReleases(inbox.releases);
     for (DraftJob& job : inbox.drafts) waiting_.push_back(std::move(job));
     inbox = Inbox();
+    const absl::Status poisoned = this->poisoned();
+    if (!poisoned.ok()) {
+      // No draft runs again (model/model_thread.h).
+      FailAll(inbox, poisoned);
+      continue;
+    }
     const auto now = std::chrono::steady_clock::now();
     std::vector<DraftJob> ready;
     for (auto it = waiting_.begin(); it != waiting_.end();) {
@@ -132,14 +190,18 @@ void DrafterWorker::Run() {
     inbox.drafts.swap(new_drafts_);
     inbox.releases.swap(new_releases_);
   }
+  FailAll(inbox, ShuttingDown());
+}
+
+void DrafterWorker::FailAll(Inbox& inbox, const absl::Status& status) {
   for (ReleaseJob& job : inbox.releases) {
     if (job.done) job.done(0);
   }
   for (DraftJob& job : waiting_) inbox.drafts.push_back(std::move(job));
   waiting_.clear();
   for (DraftJob& job : inbox.drafts) {
-    job.done(std::vector<absl::StatusOr<DraftResult>>(job.requests.size(),
-                                                      ShuttingDown()));
+    job.done(
+        std::vector<absl::StatusOr<DraftResult>>(job.requests.size(), status));
   }
 }
 
@@ -160,6 +222,7 @@ void DrafterWorker::RemoveSequence(SequenceId id) {
 }
 
 void DrafterWorker::ApplyContext(ContextEvent& e) {
+  if (!poisoned().ok()) return;  // the device is not used again
   if (e.release) {
     RemoveSequence(e.sequence);
     return;
@@ -179,6 +242,7 @@ void DrafterWorker::ApplyContext(ContextEvent& e) {
           ? drafter_->AppendContext(e.sequence, e.start, e.features)
           : absl::DataLossError("context gap");
   if (!status.ok()) {
+    NoteModelError(status);
     (void)drafter_->RemoveSequence(e.sequence);
     broken_.insert(e.sequence);
   }
@@ -251,7 +315,7 @@ void DrafterWorker::RunDrafts(std::vector<DraftJob>& jobs) {
   absl::StatusOr<std::vector<DraftResult>> drafted = std::vector<DraftResult>();
   if (!batch.empty()) {
     const auto t0 = std::chrono::steady_clock::now();
-    drafted = drafter_->Draft(batch);
+    drafted = RunDraft(batch);
     if (observer_) {
       DrafterBatchStats stats;
       stats.sequences = static_cast<int>(batch.size());

@@ -18,6 +18,12 @@
 //   worker.AddContext(seq, 0, features);       // from the context stream
 //   worker.Draft(requests, [](std::vector<absl::StatusOr<DraftResult>> r) {});
 //
+// Before any work the model thread runs a warm-up (WarmUp(): a dummy
+// sequence, a few tokens of zero context, one draft pass, dropped again;
+// health turns SERVING only after it, model/model_thread.h). A Draft
+// answered with a sticky device error poisons the worker: every later call
+// fails with INTERNAL naming that error.
+//
 // Thread-safe; callbacks run on the model thread, with no lock held, and
 // must not block.
 #ifndef DEDIT_DRAFTER_SERVICE_DRAFTER_WORKER_H_
@@ -49,6 +55,11 @@ struct DrafterWorkerOptions {
   // libtorch CPU threads of the model thread (0 = default; OpenMP's count
   // is per calling thread, so it is set there).
   int cpu_threads = 0;
+  // Test seam, empty in production: runs on the model thread before every
+  // DEditDrafter::Draft call (the warm-up's included); a non-OK status
+  // fails that call as if the drafter had returned it, e.g. a sticky
+  // "libtorch: CUDA error: ..." to poison the worker.
+  std::function<absl::Status()> before_forward_for_test;
 };
 
 // One batched Draft call, for metrics.
@@ -78,9 +89,11 @@ class DrafterWorker : public ModelThread {
   const DrafterConfig& config() const { return drafter_->config(); }
   const DrafterWorkerOptions& options() const { return options_; }
 
-  // Start(), Stop() and Release() (answers how many of the sequences had
-  // context) are ModelThread's. Stop() answers waiting drafts with
-  // UNAVAILABLE (queued releases with 0) and joins.
+  // Start(), Stop(), Release() (answers how many of the sequences had
+  // context), AwaitWarmUp() and poisoned() are ModelThread's. Stop()
+  // answers waiting drafts with UNAVAILABLE (queued releases with 0) and
+  // joins. Once poisoned, drafts are answered with poisoned() at once and
+  // context is dropped.
 
   // Context stream events, applied in arrival order (dropped once stopping).
   void AddContext(SequenceId sequence, int64_t start, at::Tensor features)
@@ -116,7 +129,15 @@ class DrafterWorker : public ModelThread {
     std::vector<ReleaseJob> releases;
   };
 
+  absl::Status WarmUp() override;
   void Run() override;
+  // Answers every draft in `inbox` and waiting_ with `status`, releases
+  // with 0; drops the context events.
+  void FailAll(Inbox& inbox, const absl::Status& status);
+  // DEditDrafter::Draft after the before_forward_for_test seam; an error
+  // goes to NoteModelError.
+  absl::StatusOr<std::vector<DraftResult>> RunDraft(
+      const std::vector<DraftRequest>& batch);
   // Waits for work (or until the earliest waiting draft's context deadline;
   // at most max_batch_wait_us more for further Draft calls) and swaps the
   // queues into `inbox`; false when stopping.

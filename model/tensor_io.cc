@@ -147,12 +147,4 @@ absl::StatusOr<c10::Device> ParseDevice(const std::string& name) {
       absl::StrCat("bad device '", name, "' (cpu, cuda, cuda:N)"));
 }
 
-absl::Status FromTorchError(const c10::Error& error) {
-  const std::string msg = error.what_without_backtrace();
-  if (msg.find("out of memory") != std::string::npos) {
-    return absl::ResourceExhaustedError(absl::StrCat("libtorch: ", msg));
-  }
-  return absl::InternalError(absl::StrCat("libtorch: ", msg));
-}
-
 }  // namespace dedit

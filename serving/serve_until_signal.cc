@@ -30,6 +30,18 @@ absl::Status ServeUntilSignal(const ServeOptions& options,
   ASSIGN_OR_RETURN(
       std::unique_ptr<MetricsEndpoint> metrics,
       StartMetricsEndpoint(options.metrics_address, std::move(registry)));
+  if (hooks.warm_up) {
+    const absl::Status warm_up = hooks.warm_up();
+    if (!warm_up.ok()) {
+      return absl::Status(warm_up.code(),
+                          absl::StrCat("warm-up failed: ", warm_up.message()));
+    }
+  }
+  if (options.readiness != nullptr) {
+    options.readiness->SetWarmedUp();
+  } else {
+    health->SetServingStatus("", true);
+  }
   RETURN_IF_ERROR(
       WriteReadyFile(options.ready_file, server.port, metrics->port()));
   std::fprintf(stderr, "%s: %s, gRPC port %d, metrics port %d\n",

@@ -1,12 +1,15 @@
 // The serve sequence every dedit binary runs once its service is built:
-// gRPC with health and reflection, /metrics, the ready file, then SIGTERM
-// or SIGINT → NOT_SERVING → drain with a deadline → stop the workers.
+// gRPC with health and reflection, /metrics, the model's warm-up, health
+// SERVING and the ready file, then SIGTERM or SIGINT → NOT_SERVING → drain
+// with a deadline → stop the workers.
 //
 //   ServeOptions serve;                  // from the binary's options
 //   serve.binary = "dedit-target";
 //   serve.banner = "model tiny on cpu";
 //   serve.listen_address = "0.0.0.0:50051";
+//   serve.readiness = &readiness;        // service_readiness.h
 //   ServeHooks hooks;
+//   hooks.warm_up = [&] { return worker.AwaitWarmUp(); };
 //   hooks.after_drain = [&] { worker.Stop(); };
 //   return ServeUntilSignal(serve, {&service}, registry, hooks);
 //
@@ -37,9 +40,12 @@ struct ServeOptions {
   // How long in-flight RPCs may run after the signal before gRPC cancels
   // them.
   int drain_timeout_ms = 10000;
-  // A named health service whose status the binary sets from its own
-  // threads (service_readiness.h); published while serving, detached
-  // before the drain and on every early return. Not owned; may be null.
+  // The named health service and the overall status "" of a model
+  // service, which the binary sets from its own threads
+  // (service_readiness.h); published from the start, marked warmed up
+  // after the warm_up hook, detached before the drain and on every early
+  // return. Not owned; null (the router) → "" turns SERVING after the
+  // warm_up hook and stays so until the drain.
   ServiceReadiness* readiness = nullptr;
 };
 
@@ -50,9 +56,14 @@ ServeOptions ServeOptionsFor(const std::string& host, int port,
                              int metrics_port, std::string ready_file,
                              int drain_timeout_ms);
 
-// What a binary adds to the shutdown. Both hooks are optional and run on
-// the thread that called ServeUntilSignal.
+// What a binary adds to the startup and the shutdown. Every hook is
+// optional and runs on the thread that called ServeUntilSignal.
 struct ServeHooks {
+  // Once the server and /metrics are up (health NOT_SERVING): blocks until
+  // the model ran its warm-up forward (ModelThread::AwaitWarmUp). Health
+  // turns SERVING only after it returned OK; an error is returned from
+  // ServeUntilSignal, so the binary exits non-zero and never serves.
+  std::function<absl::Status()> warm_up;
   // After the signal, once every health service reports NOT_SERVING and
   // before the drain starts: end what would otherwise hold the drain to
   // its deadline (the drafter finishes its context streams here).
@@ -64,23 +75,25 @@ struct ServeHooks {
 
 // Serves `services` on options.listen_address and `registry` on
 // options.metrics_address until SIGTERM or SIGINT, then drains:
-//   1. gRPC server with health (SERVING) and reflection; readiness
-//      published
+//   1. gRPC server with health (every status NOT_SERVING) and reflection;
+//      readiness published
 //   2. /metrics endpoint
-//   3. ready file with both bound ports; "<binary>: <banner>, gRPC port N,
+//   3. warm_up; then readiness.SetWarmedUp() (or "" SERVING without one)
+//   4. ready file with both bound ports; "<binary>: <banner>, gRPC port N,
 //      metrics port M" on stderr
-//   4. wait for SIGTERM/SIGINT; "<binary>: signal S, draining"
-//   5. readiness detached; health NOT_SERVING (every service name);
+//   5. wait for SIGTERM/SIGINT; "<binary>: signal S, draining" (a signal
+//      during the warm-up is taken here, after it)
+//   6. readiness detached; health NOT_SERVING (every service name);
 //      before_drain
-//   6. Shutdown with deadline now + drain_timeout_ms: new calls are
+//   7. Shutdown with deadline now + drain_timeout_ms: new calls are
 //      refused, running ones finish or are cancelled at the deadline
-//   7. after_drain; /metrics and the server are torn down
-// Returns OK after the drain. A failure in steps 1-3 is returned at once
+//   8. after_drain; /metrics and the server are torn down
+// Returns OK after the drain. A failure in steps 1-4 is returned at once
 // (UNAVAILABLE when a port cannot be bound, INVALID_ARGUMENT for a bad
-// metrics address, the file-system error naming the ready file when it
-// cannot be written, e.g. NOT_FOUND), and neither before_drain nor
-// after_drain runs: the caller's own objects stop their threads as they
-// are destroyed.
+// metrics address, the warm-up's error prefixed "warm-up failed: ", the
+// file-system error naming the ready file when it cannot be written, e.g.
+// NOT_FOUND), and neither before_drain nor after_drain runs: the caller's
+// own objects stop their threads as they are destroyed.
 // REQUIRES: BlockShutdownSignals() ran before any thread started, and no
 // other thread waits for the shutdown signals.
 absl::Status ServeUntilSignal(const ServeOptions& options,

@@ -25,7 +25,7 @@ absl::StatusOr<StartedServer> StartGrpcServer(
   if (started.server == nullptr || started.port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", address));
   }
-  started.server->GetHealthCheckService()->SetServingStatus(true);
+  started.server->GetHealthCheckService()->SetServingStatus("", false);
   return started;
 }
 

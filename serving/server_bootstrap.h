@@ -34,8 +34,10 @@ struct StartedServer {
 };
 
 // Starts a server on `address` ("host:port", port 0 = ephemeral) with the
-// default health service (overall status SERVING), reflection, and
-// kMaxMessageBytes both ways. UNAVAILABLE when it cannot listen.
+// default health service, reflection, and kMaxMessageBytes both ways. The
+// overall health status "" starts NOT_SERVING: the caller turns it SERVING
+// once the process can serve (ServeUntilSignal: after the warm-up).
+// UNAVAILABLE when it cannot listen.
 absl::StatusOr<StartedServer> StartGrpcServer(
     const std::string& address, const std::vector<grpc::Service*>& services);
 

@@ -5,6 +5,7 @@
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <memory>
 
@@ -16,11 +17,14 @@
 #include "model/tensor_io.h"
 #include "serving/serve_until_signal.h"
 #include "serving/server_bootstrap.h"
+#include "serving/service_readiness.h"
 #include "target_service/context_stream_client.h"
 #include "target_service/target_service.h"
 
 namespace dedit {
 namespace {
+
+constexpr char kReadinessService[] = "dedit.v1.Target";
 
 // docs/ARCHITECTURE.md §4, target side.
 struct TargetMetrics {
@@ -105,6 +109,10 @@ absl::Status RunTargetServer(const TargetServerOptions& options) {
         });
     stream->Start();
   }
+  // Health: "" and dedit.v1.Target turn SERVING after the warm-up and
+  // NOT_SERVING for good on a sticky device error (docs/ARCHITECTURE.md,
+  // "Health"). Declared before the worker, whose thread may set it.
+  ServiceReadiness readiness(kReadinessService, /*ready=*/true);
   TargetWorkerOptions worker_options = options.worker;
   worker_options.cpu_threads = options.cpu_threads;
   TargetWorker worker(
@@ -118,6 +126,11 @@ absl::Status RunTargetServer(const TargetServerOptions& options) {
         }
       },
       worker_options);
+  worker.SetPoisonListener([&readiness](const absl::Status& poisoned) {
+    std::fprintf(stderr, "dedit-target: %s; health NOT_SERVING\n",
+                 poisoned.ToString().c_str());
+    readiness.SetPoisoned();
+  });
   worker.Start();
 
   TargetServiceImpl service(&worker, stream.get(),
@@ -125,7 +138,9 @@ absl::Status RunTargetServer(const TargetServerOptions& options) {
   ServeOptions serve = options.serve;
   serve.binary = "dedit-target";
   serve.banner = absl::StrCat("model ", model_name, " on ", options.device);
+  serve.readiness = &readiness;
   ServeHooks hooks;
+  hooks.warm_up = [&worker] { return worker.AwaitWarmUp(); };
   hooks.after_drain = [&] {
     worker.Stop();
     if (stream) stream->Stop(1000);

@@ -6,10 +6,18 @@
 
 namespace dedit {
 
+bool TargetServiceImpl::RefusePoisoned(grpc::ServerUnaryReactor* reactor) {
+  const absl::Status poisoned = worker_->poisoned();
+  if (poisoned.ok()) return false;
+  reactor->Finish(ToGrpcStatus(poisoned));
+  return true;
+}
+
 grpc::ServerUnaryReactor* TargetServiceImpl::Prefill(
     grpc::CallbackServerContext* context, const v1::PrefillRequest* request,
     v1::PrefillResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (RefusePoisoned(reactor)) return reactor;
   std::vector<TargetPrefillItem> items;
   items.reserve(request->items_size());
   for (const v1::PrefillItem& p : request->items()) {
@@ -47,6 +55,7 @@ grpc::ServerUnaryReactor* TargetServiceImpl::Verify(
     grpc::CallbackServerContext* context, const v1::VerifyRequest* request,
     v1::VerifyResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (RefusePoisoned(reactor)) return reactor;
   std::vector<VerifyWork> items;
   items.reserve(request->items_size());
   for (const v1::VerifyItem& v : request->items()) {
@@ -76,6 +85,7 @@ grpc::ServerUnaryReactor* TargetServiceImpl::Release(
     grpc::CallbackServerContext* context, const v1::ReleaseRequest* request,
     v1::ReleaseResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (RefusePoisoned(reactor)) return reactor;
   worker_->Release(std::vector<SequenceId>(request->sequences().begin(),
                                            request->sequences().end()),
                    [reactor, response](int released) {

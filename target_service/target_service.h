@@ -40,6 +40,10 @@ class TargetServiceImpl final : public v1::Target::CallbackService {
                                  v1::TargetInfoResponse* response) override;
 
  private:
+  // A poisoned worker (model/model_thread.h) fails Prefill, Verify and
+  // Release at once with its INTERNAL error; Info still answers.
+  bool RefusePoisoned(grpc::ServerUnaryReactor* reactor);
+
   TargetWorker* worker_;
   const ContextStreamClient* stream_;
   Identity identity_;

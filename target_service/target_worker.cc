@@ -1,9 +1,11 @@
 #include "target_service/target_worker.h"
 
+#include <ATen/Functions.h>
 #include <c10/core/InferenceMode.h>
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <optional>
 #include <unordered_set>
 #include <utility>
@@ -12,6 +14,7 @@
 #include "absl/time/time.h"
 #include "base/status.h"
 #include "model/cpu_threads.h"
+#include "model/torch_status.h"
 #include "model/verify_commit.h"
 
 namespace dedit {
@@ -46,6 +49,42 @@ TargetBatcher::TargetBatcher(std::unique_ptr<Qwen3Model> model,
       publisher_(publisher),
       observer_(std::move(observer)),
       options_(options) {}
+
+absl::Status TargetBatcher::WarmUp() {
+  // The worker runs this before it takes any work, so no client sequence
+  // exists yet (AddSequence would refuse an existing id).
+  constexpr SequenceId kWarmUpSequence = std::numeric_limits<SequenceId>::max();
+  const Qwen3Config& config = model_->config();
+  const int n = static_cast<int>(
+      std::clamp<int64_t>(config.max_position_embeddings - 1, 1, 4));
+  TargetSegment segment{kWarmUpSequence, {}, 0, {n - 1}};
+  for (int i = 0; i < n; ++i) segment.tokens.push_back(i % config.vocab_size);
+  RETURN_IF_ERROR(model_->AddSequence(kWarmUpSequence));
+  absl::StatusOr<TargetForwardResult> forward = Forward({segment});
+  absl::Status status = forward.status();
+  if (status.ok()) {
+    // Back on the host: an asynchronous device error shows here, not in
+    // the first client's forward.
+    absl::StatusOr<bool> finite = GuardTorch(
+        [&] { return at::isfinite(forward->logits.cpu()).all().item<bool>(); });
+    status = finite.status();
+    if (finite.ok() && !*finite) {
+      status =
+          absl::InternalError("the warm-up forward gave non-finite logits");
+    }
+  }
+  const absl::Status removed = model_->RemoveSequence(kWarmUpSequence);
+  RETURN_IF_ERROR(status);
+  return removed;
+}
+
+absl::StatusOr<TargetForwardResult> TargetBatcher::Forward(
+    const std::vector<TargetSegment>& segments) {
+  if (options_.before_forward_for_test) {
+    RETURN_IF_ERROR(options_.before_forward_for_test());
+  }
+  return model_->Forward(segments);
+}
 
 void TargetBatcher::Step(std::vector<TargetReleaseJob> releases,
                          std::vector<TargetPrefillJob> prefills,
@@ -236,7 +275,7 @@ absl::StatusOr<TargetForwardResult> TargetBatcher::RunPlan(
     const TargetForwardPlan& plan) {
   if (plan.segments.empty()) return TargetForwardResult();
   const auto t0 = std::chrono::steady_clock::now();
-  absl::StatusOr<TargetForwardResult> forward = model_->Forward(plan.segments);
+  absl::StatusOr<TargetForwardResult> forward = Forward(plan.segments);
   if (observer_) {
     TargetForwardStats stats;
     stats.segments = static_cast<int>(plan.segments.size());
@@ -372,31 +411,59 @@ TargetWorker::TargetWorker(std::unique_ptr<Qwen3Model> model,
 
 TargetWorker::~TargetWorker() { Stop(); }
 
+absl::Status TargetWorker::RefusalLocked() const {
+  RETURN_IF_ERROR(PoisonedLocked());
+  return stopping_ ? ShuttingDown() : absl::OkStatus();
+}
+
+TargetWorker::PrefillDone TargetWorker::NotingErrors(PrefillDone done) {
+  return [this, done = std::move(done)](
+             std::vector<absl::StatusOr<int32_t>> results) {
+    for (const absl::StatusOr<int32_t>& r : results) {
+      if (!r.ok()) NoteModelError(r.status());
+    }
+    done(std::move(results));
+  };
+}
+
+TargetWorker::VerifyDone TargetWorker::NotingErrors(VerifyDone done) {
+  return [this, done = std::move(done)](
+             absl::StatusOr<std::vector<VerifyOutcome>> result) {
+    if (!result.ok()) NoteModelError(result.status());
+    done(std::move(result));
+  };
+}
+
 void TargetWorker::Prefill(std::vector<TargetPrefillItem> items,
                            PrefillDone done, bool with_verify) {
-  TargetPrefillJob job{std::move(items), std::move(done), with_verify};
+  TargetPrefillJob job{std::move(items), NotingErrors(std::move(done)),
+                       with_verify};
+  absl::Status refused;
   {
     absl::MutexLock lock(&mu_);
-    if (!stopping_) {
+    refused = RefusalLocked();
+    if (refused.ok()) {
       new_prefills_.push_back(std::move(job));
       return;
     }
   }
-  job.done(
-      std::vector<absl::StatusOr<int32_t>>(job.items.size(), ShuttingDown()));
+  job.done(std::vector<absl::StatusOr<int32_t>>(job.items.size(), refused));
 }
 
 void TargetWorker::Verify(std::vector<VerifyWork> items, VerifyDone done,
                           bool with_prefill) {
-  TargetVerifyJob job{std::move(items), std::move(done), with_prefill};
+  TargetVerifyJob job{std::move(items), NotingErrors(std::move(done)),
+                      with_prefill};
+  absl::Status refused;
   {
     absl::MutexLock lock(&mu_);
-    if (!stopping_) {
+    refused = RefusalLocked();
+    if (refused.ok()) {
       new_verifies_.push_back(std::move(job));
       return;
     }
   }
-  job.done(ShuttingDown());
+  job.done(refused);
 }
 
 bool TargetWorker::CompanionMissing() const {
@@ -441,8 +508,15 @@ bool TargetWorker::TakeWork(Inbox& inbox) {
 void TargetWorker::Run() {
   Inbox inbox;
   while (TakeWork(inbox)) {
-    batcher_.Step(std::move(inbox.releases), std::move(inbox.prefills),
-                  std::move(inbox.verifies));
+    const absl::Status poisoned = this->poisoned();
+    if (poisoned.ok()) {
+      batcher_.Step(std::move(inbox.releases), std::move(inbox.prefills),
+                    std::move(inbox.verifies));
+    } else {
+      // No forward runs again (model/model_thread.h).
+      FailInbox(inbox, poisoned);
+      batcher_.CancelPrefills(poisoned);
+    }
     inbox = Inbox();
     PublishSnapshot();
   }
@@ -453,16 +527,19 @@ void TargetWorker::Run() {
     inbox.prefills.swap(new_prefills_);
     inbox.verifies.swap(new_verifies_);
   }
-  for (TargetPrefillJob& job : inbox.prefills) {
-    job.done(
-        std::vector<absl::StatusOr<int32_t>>(job.items.size(), ShuttingDown()));
-  }
+  FailInbox(inbox, ShuttingDown());
   batcher_.CancelPrefills(ShuttingDown());
-  for (TargetVerifyJob& job : inbox.verifies) job.done(ShuttingDown());
+  PublishSnapshot();
+}
+
+void TargetWorker::FailInbox(Inbox& inbox, const absl::Status& status) {
+  for (TargetPrefillJob& job : inbox.prefills) {
+    job.done(std::vector<absl::StatusOr<int32_t>>(job.items.size(), status));
+  }
+  for (TargetVerifyJob& job : inbox.verifies) job.done(status);
   for (TargetReleaseJob& job : inbox.releases) {
     if (job.done) job.done(0);
   }
-  PublishSnapshot();
 }
 
 void TargetWorker::PublishSnapshot() { snapshot_.Set(batcher_.snapshot()); }

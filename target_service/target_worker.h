@@ -12,6 +12,11 @@
 //     model thread swaps the queues out under the lock and runs
 //     TargetBatcher::Step without it.
 //
+// Before any step, WarmUp() runs one small prefill forward of a dummy
+// sequence (TargetWorker: on the model thread, before health turns
+// SERVING; model/model_thread.h), and a call answered with a sticky device
+// error poisons the worker: every later call fails with INTERNAL.
+//
 // One step (TargetBatcher::Step):
 //   1. ApplyReleases: releases first (they free KV capacity); a prompt
 //      still being prefilled is answered CANCELLED;
@@ -86,6 +91,11 @@ struct TargetWorkerOptions {
   // libtorch CPU threads of the model thread (0 = libtorch's default).
   // OpenMP's thread count is per calling thread, so it is set there.
   int cpu_threads = 0;
+  // Test seam, empty in production: runs on the model thread before every
+  // model forward (the warm-up's included); a non-OK status fails that
+  // forward as if the model had returned it, e.g. a sticky
+  // "libtorch: CUDA error: ..." to poison the worker.
+  std::function<absl::Status()> before_forward_for_test;
 };
 
 // One forward, for metrics.
@@ -167,6 +177,12 @@ class TargetBatcher {
   // thread; everything else about the model is the driving thread's.
   const Qwen3Model& model() const { return *model_; }
 
+  // A prefill forward of a few tokens of a dummy sequence that is dropped
+  // again (the worker runs it before serving, model/model_thread.h); the
+  // logits are copied back and must be finite. Nothing else is changed;
+  // the observer is not told (it feeds the serving metrics).
+  absl::Status WarmUp();
+
   // Steps 1-5 in order.
   void Step(std::vector<TargetReleaseJob> releases,
             std::vector<TargetPrefillJob> prefills,
@@ -222,6 +238,9 @@ class TargetBatcher {
     int64_t reserved_tokens = 0;
   };
 
+  // model_->Forward, after the before_forward_for_test seam.
+  absl::StatusOr<TargetForwardResult> Forward(
+      const std::vector<TargetSegment>& segments);
   absl::Status CheckPrompt(const TargetPrefillItem& item) const;
   absl::Status CheckVerify(const TargetVerifyJob& job) const;
   // PlanForward's halves: the verify calls that check out go in whole (the
@@ -268,9 +287,12 @@ class TargetWorker : public ModelThread {
   const Qwen3Config& config() const { return batcher_.model().config(); }
   const Qwen3Model& model() const { return batcher_.model(); }
 
-  // Start(), Stop() and Release() are ModelThread's. Stop() answers queued
-  // calls and prompts still being prefilled with UNAVAILABLE (queued
-  // releases with 0) and joins the model thread.
+  // Start(), Stop(), Release(), AwaitWarmUp() and poisoned() are
+  // ModelThread's: the thread runs TargetBatcher::WarmUp() first. Stop()
+  // answers queued calls and prompts still being prefilled with UNAVAILABLE
+  // (queued releases with 0) and joins the model thread. Once poisoned
+  // (a call was answered with a sticky device error), calls and prompts
+  // still being prefilled are answered with poisoned() instead, at once.
 
   // `with_verify`: the client sent a Verify call together with this one;
   // the next forward waits (bounded) for it so that both share it.
@@ -290,10 +312,18 @@ class TargetWorker : public ModelThread {
     std::vector<TargetVerifyJob> verifies;
   };
 
+  absl::Status WarmUp() override { return batcher_.WarmUp(); }
   void Run() override;
   // Waits for work (at most max_batch_wait_us more for an announced
   // companion call) and swaps the queues into `inbox`; false when stopping.
   bool TakeWork(Inbox& inbox) ABSL_LOCKS_EXCLUDED(mu_);
+  // Answers everything in `inbox` with `status` (releases with 0).
+  static void FailInbox(Inbox& inbox, const absl::Status& status);
+  // Why a new call is refused at once (poisoned, then stopping), or OK.
+  absl::Status RefusalLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `done`, after every error it is given went to NoteModelError.
+  PrefillDone NotingErrors(PrefillDone done);
+  VerifyDone NotingErrors(VerifyDone done);
   bool HasQueuedWork() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool CompanionMissing() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PublishSnapshot() ABSL_LOCKS_EXCLUDED(mu_);

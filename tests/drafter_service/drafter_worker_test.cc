@@ -1,7 +1,8 @@
 // DrafterWorker through its API on a tiny random pair: context applied in
 // arrival order, drafts batched on the model thread, bounded waits for late
-// context, gaps, releases and shutdown. The in-process DEditDrafter over the
-// same weights is the reference for every draft.
+// context, gaps, releases, shutdown, the warm-up and poisoning by a sticky
+// device error (injected through before_forward_for_test). The in-process
+// DEditDrafter over the same weights is the reference for every draft.
 #include "drafter_service/drafter_worker.h"
 
 #include <chrono>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/match.h"
 #include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
 #include "tests/model/test_util.h"
@@ -50,8 +52,9 @@ class DrafterWorkerTest : public ::testing::Test {
   }
 
   // A worker over a second copy of the pair's drafter; the pair's copy is
-  // the in-process reference.
-  std::unique_ptr<DrafterWorker> MakeWorker(DrafterWorkerOptions options) {
+  // the in-process reference. Started unless `start` is false.
+  std::unique_ptr<DrafterWorker> MakeWorker(DrafterWorkerOptions options,
+                                            bool start = true) {
     DEditDrafter::Options opts;
     opts.device = TestDevice();
     auto drafter = DEditDrafter::Load(pair_->dir + "/drafter",
@@ -66,7 +69,11 @@ class DrafterWorkerTest : public ::testing::Test {
           batches_.push_back(s);
         },
         options);
-    worker->Start();
+    worker->SetPoisonListener([this](const absl::Status& poisoned) {
+      absl::MutexLock lock(&mu_);
+      poison_events_.push_back(poisoned);
+    });
+    if (start) worker->Start();
     return worker;
   }
 
@@ -111,11 +118,16 @@ class DrafterWorkerTest : public ::testing::Test {
     absl::MutexLock lock(&mu_);
     return batches_;
   }
+  std::vector<absl::Status> poison_events() {
+    absl::MutexLock lock(&mu_);
+    return poison_events_;
+  }
 
   TinyModelSpec spec_;
   std::unique_ptr<testing::TinyPair> pair_;
   absl::Mutex mu_;
   std::vector<DrafterBatchStats> batches_ ABSL_GUARDED_BY(mu_);
+  std::vector<absl::Status> poison_events_ ABSL_GUARDED_BY(mu_);
 };
 
 TEST_F(DrafterWorkerTest, DraftsMatchTheInProcessDrafter) {
@@ -269,6 +281,122 @@ TEST_F(DrafterWorkerTest, StopAnswersWaitingDraftsUnavailable) {
   Pending<int> released;
   worker->Release({1}, released.callback());
   EXPECT_EQ(released.Get(), 0);
+}
+
+TEST_F(DrafterWorkerTest, WarmUpDraftRunsBeforeTheWorkerIsWarm) {
+  testing::ForwardSeam seam;
+  DrafterWorkerOptions options;
+  options.before_forward_for_test = seam.hook();
+  auto worker = MakeWorker(options, /*start=*/false);
+  ASSERT_NE(worker, nullptr);
+  EXPECT_EQ(worker->AwaitWarmUp().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(worker->warmed_up());
+  EXPECT_EQ(seam.forwards(), 0);
+  seam.HoldNext();
+  worker->Start();
+  ASSERT_TRUE(seam.AwaitHeld());  // the warm-up draft, on the thread
+  EXPECT_FALSE(worker->warmed_up());
+  seam.Resume();
+  EXPECT_TRUE(worker->AwaitWarmUp().ok());
+  EXPECT_TRUE(worker->warmed_up());
+  EXPECT_EQ(seam.forwards(), 1);
+  EXPECT_TRUE(batches().empty());  // the warm-up is not a metric
+  Sync(*worker);
+  EXPECT_EQ(worker->snapshot().num_sequences, 0);  // nothing left behind
+  EXPECT_EQ(worker->snapshot().context_tokens, 0);
+  // And the worker drafts as usual.
+  const at::Tensor a = Features(RandomPrompt(9, 128, 8));
+  worker->AddContext(1, 0, a);
+  Pending<DraftResults> pending;
+  worker->Draft({{1, 9, 3, 4, 2}}, pending.callback());
+  auto results = pending.Get();
+  ASSERT_TRUE(results.has_value());
+  ASSERT_TRUE((*results)[0].ok()) << (*results)[0].status();
+  ExpectSameDraft(*(*results)[0], Reference({{1, a}}, {{1, 9, 3, 4, 2}})[0]);
+}
+
+TEST_F(DrafterWorkerTest, FailedWarmUpPoisonsTheWorker) {
+  testing::ForwardSeam seam;
+  seam.FailNext(
+      {absl::InternalError("libtorch: CUDA error: no kernel image "
+                           "is available for execution on the "
+                           "device")});
+  DrafterWorkerOptions options;
+  options.before_forward_for_test = seam.hook();
+  auto worker = MakeWorker(options);
+  ASSERT_NE(worker, nullptr);
+  const absl::Status warm_up = worker->AwaitWarmUp();
+  EXPECT_EQ(warm_up.code(), absl::StatusCode::kInternal);
+  EXPECT_TRUE(absl::StrContains(warm_up.message(), "no kernel image"))
+      << warm_up;
+  EXPECT_EQ(worker->poisoned().code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(poison_events().size(), 1u);
+}
+
+TEST_F(DrafterWorkerTest, StickyDeviceErrorPoisonsTheWorkerForGood) {
+  testing::ForwardSeam seam;
+  DrafterWorkerOptions options;
+  options.before_forward_for_test = seam.hook();
+  auto worker = MakeWorker(options);
+  ASSERT_NE(worker, nullptr);
+  ASSERT_TRUE(worker->AwaitWarmUp().ok());
+  const at::Tensor a = Features(RandomPrompt(9, 128, 9));
+  worker->AddContext(1, 0, a);
+  seam.FailNext({absl::InternalError(testing::kCudaIllegalAccess)});
+  Pending<DraftResults> failed;
+  worker->Draft({{1, 9, 3, 4, 1}}, failed.callback());
+  auto results = failed.Get();
+  ASSERT_TRUE(results.has_value());
+  EXPECT_EQ((*results)[0].status().code(), absl::StatusCode::kInternal);
+  const int forwards = seam.forwards();
+
+  const absl::Status poisoned = worker->poisoned();
+  EXPECT_EQ(poisoned.code(), absl::StatusCode::kInternal);
+  EXPECT_TRUE(absl::StrContains(poisoned.message(), "illegal memory access"))
+      << poisoned;
+  ASSERT_EQ(poison_events().size(), 1u);
+  EXPECT_EQ(poison_events()[0], poisoned);
+  worker->AddContext(2, 0, a);  // dropped
+  Pending<DraftResults> again;
+  worker->Draft({{1, 9, 3, 4, 1}, {2, 9, 3, 4, 1}}, again.callback());
+  results = again.Get();
+  ASSERT_TRUE(results.has_value());
+  ASSERT_EQ(results->size(), 2u);
+  EXPECT_EQ((*results)[0].status(), poisoned);
+  EXPECT_EQ((*results)[1].status(), poisoned);
+  Pending<int> released;
+  worker->Release({1}, released.callback());
+  EXPECT_EQ(released.Get(), 0);
+  EXPECT_EQ(seam.forwards(), forwards);
+  EXPECT_EQ(poison_events().size(), 1u);
+}
+
+TEST_F(DrafterWorkerTest, NonStickyErrorsDoNotPoison) {
+  testing::ForwardSeam seam;
+  DrafterWorkerOptions options;
+  options.before_forward_for_test = seam.hook();
+  auto worker = MakeWorker(options);
+  ASSERT_NE(worker, nullptr);
+  ASSERT_TRUE(worker->AwaitWarmUp().ok());
+  worker->AddContext(1, 0, Features(RandomPrompt(6, 128, 10)));
+  seam.FailNext({absl::ResourceExhaustedError(testing::kCudaOutOfMemory),
+                 absl::InternalError("libtorch: CUDA error: out of memory"),
+                 absl::InvalidArgumentError("libtorch: CUDA error: made up")});
+  for (int i = 0; i < 3; ++i) {
+    Pending<DraftResults> pending;
+    worker->Draft({{1, 6, 3, 4, 1}}, pending.callback());
+    auto results = pending.Get();
+    ASSERT_TRUE(results.has_value());
+    EXPECT_FALSE((*results)[0].ok()) << i;
+  }
+  EXPECT_TRUE(worker->poisoned().ok()) << worker->poisoned();
+  EXPECT_TRUE(poison_events().empty());
+  Pending<DraftResults> pending;
+  worker->Draft({{1, 6, 3, 4, 1}}, pending.callback());
+  auto results = pending.Get();
+  ASSERT_TRUE(results.has_value());
+  EXPECT_TRUE((*results)[0].ok()) << (*results)[0].status();
 }
 
 }  // namespace

@@ -12,6 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "model/dedit_drafter.h"
 #include "model/qwen3_model.h"
@@ -77,6 +81,79 @@ class Pending {
       std::make_shared<std::promise<T>>();
   std::future<T> future_ = promise_->get_future();
 };
+
+// The workers' before_forward_for_test seam (target_service/target_worker.h,
+// drafter_service/drafter_worker.h) as a test drives it: counts the model
+// forwards, can hold the next one until Resume(), and can fail the next
+// ones with given statuses. Thread-safe; hook() may outlive it.
+class ForwardSeam {
+ public:
+  std::function<absl::Status()> hook() const {
+    return [state = state_] {
+      absl::MutexLock lock(&state->mu);
+      ++state->forwards;
+      if (state->hold) {
+        state->hold = false;
+        state->held = true;
+        state->mu.Await(absl::Condition(&state->resumed));
+      }
+      if (state->fail.empty()) return absl::OkStatus();
+      absl::Status status = state->fail.front();
+      state->fail.erase(state->fail.begin());
+      return status;
+    };
+  }
+  int forwards() const {
+    absl::MutexLock lock(&state_->mu);
+    return state_->forwards;
+  }
+  // The next forward waits in the seam until Resume().
+  void HoldNext() {
+    absl::MutexLock lock(&state_->mu);
+    state_->hold = true;
+    state_->held = state_->resumed = false;
+  }
+  // Whether a forward is waiting in the seam within 60 s.
+  bool AwaitHeld() {
+    absl::MutexLock lock(&state_->mu);
+    return state_->mu.AwaitWithTimeout(absl::Condition(&state_->held),
+                                       absl::Seconds(60));
+  }
+  void Resume() {
+    absl::MutexLock lock(&state_->mu);
+    state_->resumed = true;
+  }
+  // The next forwards fail with these statuses, one each, in order.
+  void FailNext(std::vector<absl::Status> statuses) {
+    absl::MutexLock lock(&state_->mu);
+    for (absl::Status& s : statuses) state_->fail.push_back(std::move(s));
+  }
+
+ private:
+  struct State {
+    absl::Mutex mu;
+    int forwards ABSL_GUARDED_BY(mu) = 0;
+    bool hold ABSL_GUARDED_BY(mu) = false;
+    bool held ABSL_GUARDED_BY(mu) = false;
+    bool resumed ABSL_GUARDED_BY(mu) = false;
+    std::vector<absl::Status> fail ABSL_GUARDED_BY(mu);
+  };
+  std::shared_ptr<State> state_ = std::make_shared<State>();
+};
+
+// Error messages as libtorch 1.13 words them (FromTorchError adds the
+// "libtorch: " prefix); model/torch_status.h classifies them.
+inline constexpr char kCudaIllegalAccess[] =
+    "libtorch: CUDA error: an illegal memory access was encountered\n"
+    "CUDA kernel errors might be asynchronously reported at some other API "
+    "call,so the stacktrace below might be incorrect.\nFor debugging "
+    "consider passing CUDA_LAUNCH_BLOCKING=1.";
+inline constexpr char kCudaOutOfMemory[] =
+    "libtorch: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.15 "
+    "GiB total capacity; 76.80 GiB already allocated; 1.05 GiB free; 77.02 "
+    "GiB reserved in total by PyTorch) If reserved memory is >> allocated "
+    "memory try setting max_split_size_mb to avoid fragmentation.  See "
+    "documentation for Memory Management and PYTORCH_CUDA_ALLOC_CONF";
 
 }  // namespace dedit::testing
 

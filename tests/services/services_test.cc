@@ -333,6 +333,43 @@ TEST_F(ServicesTest, DrafterKilledMidStreamThenRestarted) {
   EXPECT_EQ(after.last.acceptance().fallback_rounds(), 0);
 }
 
+grpc::health::v1::HealthCheckResponse::ServingStatus Health(
+    const std::shared_ptr<grpc::Channel>& channel, const std::string& name) {
+  auto health = grpc::health::v1::Health::NewStub(channel);
+  grpc::ClientContext c;
+  c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service(name);
+  grpc::health::v1::HealthCheckResponse response;
+  if (!health->Check(&c, request, &response).ok()) {
+    return grpc::health::v1::HealthCheckResponse::UNKNOWN;
+  }
+  return response.status();
+}
+
+// Once a model service has written its ready file, its warm-up forward has
+// run (and left nothing behind) and its health is SERVING, overall and
+// named (the drafter's name also needs the target's context stream).
+TEST_F(ServicesTest, ModelServicesServeOnlyWarmedUp) {
+  constexpr auto kServing = grpc::health::v1::HealthCheckResponse::SERVING;
+  EXPECT_EQ(Health(cluster_.TargetChannel(), ""), kServing);
+  EXPECT_EQ(Health(cluster_.TargetChannel(), "dedit.v1.Target"), kServing);
+  EXPECT_EQ(Health(cluster_.DrafterChannel(), ""), kServing);
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        return Health(cluster_.DrafterChannel(), "dedit.v1.Drafter") ==
+               kServing;
+      },
+      10000));
+  const v1::TargetInfoResponse target = TargetInfo();
+  EXPECT_EQ(target.num_sequences(), 0);
+  EXPECT_EQ(target.cached_tokens(), 0);
+  EXPECT_EQ(target.reserved_tokens(), 0);
+  const v1::DrafterInfoResponse drafter = DrafterInfo();
+  EXPECT_EQ(drafter.num_sequences(), 0);
+  EXPECT_EQ(drafter.context_tokens(), 0);
+}
+
 // The target going away fails requests promptly with UNAVAILABLE; the
 // router itself keeps answering health checks and /metrics.
 TEST_F(ServicesTest, TargetKilledClientsGetUnavailable) {

@@ -1,6 +1,7 @@
-// dedit::serving in one process: ServeUntilSignal's sequence (ready file,
-// health, /metrics, signal → NOT_SERVING → before_drain → drain of an
-// in-flight RPC → after_drain), its startup errors, ServiceReadiness and
+// dedit::serving in one process: ServeUntilSignal's sequence (warm-up,
+// ready file, health, /metrics, signal → NOT_SERVING → before_drain →
+// drain of an in-flight RPC → after_drain), its startup errors (a failed
+// warm-up among them), ServiceReadiness (warm-up, readiness, poison) and
 // the /metrics endpoint. The signals are sent to this process, so main()
 // blocks them before gtest or gRPC start a thread.
 #include <arpa/inet.h>
@@ -27,6 +28,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/cleanup/cleanup.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -281,6 +283,12 @@ TEST_F(ServeUntilSignalTest, SigintAlsoDrainsAndMetricsServesOnlyMetrics) {
   StartServing(&service);
   int grpc_port = 0, metrics_port = 0;
   ASSERT_TRUE(WaitForReadyFile(options_.ready_file, &grpc_port, &metrics_port));
+  // No readiness and no warm-up (the router): "" is SERVING once ready.
+  EXPECT_EQ(
+      CheckHealth(grpc::CreateChannel(absl::StrCat("127.0.0.1:", grpc_port),
+                                      grpc::InsecureChannelCredentials()),
+                  ""),
+      HealthCheckResponse::SERVING);
   absl::StatusOr<std::string> other = HttpGet(metrics_port, "/other");
   ASSERT_TRUE(other.ok()) << other.status();
   EXPECT_THAT(*other, HasSubstr("HTTP/1.1 404"));
@@ -314,6 +322,97 @@ TEST_F(ServeUntilSignalTest, StartupErrorsReturnWithoutRunningTheHooks) {
   readiness.Set(true);  // detached on the early returns
 }
 
+TEST_F(ServeUntilSignalTest, HealthTurnsServingOnlyAfterTheWarmUp) {
+  SlowInfoService service(std::chrono::milliseconds(0));
+  ServiceReadiness readiness(kNamedService, /*ready=*/true);
+  options_.readiness = &readiness;
+  // A Unix socket: the address is known before the ready file is written.
+  const std::string address = absl::StrCat("unix:", dir_, "/grpc.sock");
+  options_.listen_address = address;
+  absl::Notification warming, warmed;
+  hooks_.warm_up = [&] {
+    warming.Notify();
+    warmed.WaitForNotification();
+    return absl::OkStatus();
+  };
+  StartServing(&service);
+  absl::Cleanup stop = [&] {
+    if (!warmed.HasBeenNotified()) warmed.Notify();
+    EXPECT_TRUE(StopServing(SIGTERM).ok());
+  };
+  ASSERT_TRUE(warming.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  auto channel =
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  // Warming up: the server answers, every status NOT_SERVING, no ready
+  // file yet.
+  EXPECT_EQ(CheckHealth(channel, ""), HealthCheckResponse::NOT_SERVING);
+  EXPECT_EQ(CheckHealth(channel, kNamedService),
+            HealthCheckResponse::NOT_SERVING);
+  EXPECT_FALSE(std::filesystem::exists(options_.ready_file));
+  EXPECT_FALSE(readiness.live());
+
+  warmed.Notify();
+  int grpc_port = 0, metrics_port = 0;
+  ASSERT_TRUE(WaitForReadyFile(options_.ready_file, &grpc_port, &metrics_port));
+  EXPECT_EQ(CheckHealth(channel, ""), HealthCheckResponse::SERVING);
+  EXPECT_EQ(CheckHealth(channel, kNamedService), HealthCheckResponse::SERVING);
+}
+
+TEST_F(ServeUntilSignalTest, FailedWarmUpIsReturnedAndNeverServes) {
+  SlowInfoService service(std::chrono::milliseconds(0));
+  ServiceReadiness readiness(kNamedService, /*ready=*/true);
+  options_.readiness = &readiness;
+  int hooks_run = 0;
+  hooks_.warm_up = [] {
+    return absl::InternalError("libtorch: CUDA error: device-side assert");
+  };
+  hooks_.before_drain = [&] { ++hooks_run; };
+  hooks_.after_drain = [&] { ++hooks_run; };
+  const absl::Status served =
+      ServeUntilSignal(options_, {&service}, registry_, hooks_);
+  EXPECT_EQ(served.code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(served.message(),
+              HasSubstr("warm-up failed: libtorch: CUDA error"));
+  EXPECT_FALSE(std::filesystem::exists(options_.ready_file));
+  EXPECT_FALSE(readiness.live());
+  EXPECT_FALSE(readiness.serving());
+  EXPECT_EQ(hooks_run, 0);
+}
+
+TEST_F(ServeUntilSignalTest, PoisonTurnsOverallAndNamedNotServing) {
+  SlowInfoService service(std::chrono::milliseconds(0));
+  ServiceReadiness readiness(kNamedService, /*ready=*/true);
+  options_.readiness = &readiness;
+  hooks_.warm_up = [] { return absl::OkStatus(); };
+  StartServing(&service);
+  int grpc_port = 0, metrics_port = 0;
+  ASSERT_TRUE(WaitForReadyFile(options_.ready_file, &grpc_port, &metrics_port));
+  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", grpc_port),
+                                     grpc::InsecureChannelCredentials());
+  EXPECT_EQ(CheckHealth(channel, ""), HealthCheckResponse::SERVING);
+  EXPECT_EQ(CheckHealth(channel, kNamedService), HealthCheckResponse::SERVING);
+  readiness.SetPoisoned();  // from the model thread, on a sticky error
+  EXPECT_EQ(CheckHealth(channel, ""), HealthCheckResponse::NOT_SERVING);
+  EXPECT_EQ(CheckHealth(channel, kNamedService),
+            HealthCheckResponse::NOT_SERVING);
+  readiness.Set(true);  // for good
+  EXPECT_EQ(CheckHealth(channel, ""), HealthCheckResponse::NOT_SERVING);
+  EXPECT_EQ(CheckHealth(channel, kNamedService),
+            HealthCheckResponse::NOT_SERVING);
+  EXPECT_TRUE(StopServing(SIGTERM).ok());
+}
+
+TEST(StartGrpcServerTest, OverallHealthStartsNotServing) {
+  SlowInfoService service(std::chrono::milliseconds(0));
+  absl::StatusOr<StartedServer> server =
+      StartGrpcServer("127.0.0.1:0", {&service});
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server->port),
+                                     grpc::InsecureChannelCredentials());
+  EXPECT_EQ(CheckHealth(channel, ""), HealthCheckResponse::NOT_SERVING);
+  server->server->Shutdown();
+}
+
 // Records what a health service is told.
 class FakeHealth final : public grpc::HealthCheckServiceInterface {
  public:
@@ -329,7 +428,9 @@ class FakeHealth final : public grpc::HealthCheckServiceInterface {
 TEST(ServiceReadinessTest, PublishesTheLatestStatusOnlyWhileAttached) {
   ServiceReadiness readiness("svc");
   FakeHealth health;
+  readiness.SetWarmedUp();
   EXPECT_FALSE(readiness.serving());
+  EXPECT_TRUE(readiness.live());
   readiness.Set(true);  // recorded, nothing attached
   readiness.PublishTo(&health);
   readiness.Set(false);
@@ -337,12 +438,39 @@ TEST(ServiceReadinessTest, PublishesTheLatestStatusOnlyWhileAttached) {
   readiness.PublishTo(nullptr);
   readiness.Set(false);  // recorded only
   EXPECT_FALSE(readiness.serving());
-  EXPECT_THAT(health.calls, ElementsAre("svc=1", "svc=0", "svc=1"));
+  EXPECT_THAT(health.calls,
+              ElementsAre("=1", "svc=1", "=1", "svc=0", "=1", "svc=1"));
+}
+
+TEST(ServiceReadinessTest, WarmUpGatesBothStatusesAndPoisonEndsThem) {
+  ServiceReadiness readiness("svc", /*ready=*/true);
+  FakeHealth health;
+  readiness.PublishTo(&health);  // before the warm-up: NOT_SERVING
+  EXPECT_FALSE(readiness.live());
+  EXPECT_FALSE(readiness.serving());
+  readiness.Set(true);
+  readiness.SetWarmedUp();
+  EXPECT_TRUE(readiness.live());
+  EXPECT_TRUE(readiness.serving());
+  readiness.Set(false);  // the named status alone
+  readiness.Set(true);
+  readiness.SetPoisoned();
+  readiness.Set(true);
+  readiness.SetWarmedUp();
+  EXPECT_FALSE(readiness.live());
+  EXPECT_FALSE(readiness.serving());
+  EXPECT_THAT(health.calls, ElementsAre("=0", "svc=0",  // attached
+                                        "=0", "svc=0",  // Set(true)
+                                        "=1", "svc=1",  // warmed up
+                                        "=1", "svc=0", "=1", "svc=1",  // Set
+                                        "=0", "svc=0",  // poisoned
+                                        "=0", "svc=0", "=0", "svc=0"));
 }
 
 TEST(ServiceReadinessTest, ConcurrentSetsEndPublishedAsTheLastOne) {
   ServiceReadiness readiness("svc");
   FakeHealth health;
+  readiness.SetWarmedUp();
   readiness.PublishTo(&health);
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
@@ -353,7 +481,7 @@ TEST(ServiceReadinessTest, ConcurrentSetsEndPublishedAsTheLastOne) {
   for (std::thread& t : threads) t.join();
   readiness.Set(true);
   readiness.PublishTo(nullptr);
-  ASSERT_EQ(health.calls.size(), 4002u);
+  ASSERT_EQ(health.calls.size(), 8004u);
   EXPECT_EQ(health.calls.back(), "svc=1");
 }
 

@@ -1,6 +1,8 @@
-// TargetBatcher's steps (admission, planning, the forward, the commit) and
-// TargetWorker's queue, on a tiny random target. The in-process LocalVerifier
-// over the same weights is the reference for every token and feature row.
+// TargetBatcher's steps (admission, planning, the forward, the commit, the
+// warm-up) and TargetWorker's queue, warm-up and poisoning by a sticky
+// device error (injected through before_forward_for_test), on a tiny random
+// target. The in-process LocalVerifier over the same weights is the
+// reference for every token and feature row.
 #include "target_service/target_worker.h"
 
 #include <ATen/Functions.h>
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/match.h"
 #include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
 #include "model/local_backends.h"
@@ -559,6 +562,28 @@ TEST_F(TargetBatcherTest, CancelPrefillsAnswersAndDropsEveryPrompt) {
   EXPECT_EQ(batcher->snapshot().reserved_tokens, 0);
 }
 
+TEST_F(TargetBatcherTest, WarmUpRunsOneForwardAndLeavesNothingBehind) {
+  testing::ForwardSeam seam;
+  TargetWorkerOptions options;
+  options.before_forward_for_test = seam.hook();
+  auto batcher = MakeBatcher(options);
+  ASSERT_TRUE(batcher->WarmUp().ok());
+  EXPECT_EQ(seam.forwards(), 1);
+  EXPECT_TRUE(forwards_.empty());            // not in the serving metrics
+  EXPECT_TRUE(publisher_.events().empty());  // nothing for the drafter
+  const TargetWorkerSnapshot s = batcher->snapshot();
+  EXPECT_EQ(s.num_sequences, 0);
+  EXPECT_EQ(s.cached_tokens, 0);
+  EXPECT_EQ(s.reserved_tokens, 0);
+  EXPECT_EQ(batcher->model().num_sequences(), 0u);
+
+  // A failed warm-up forward is reported, and drops its sequence too.
+  seam.FailNext({absl::InternalError(testing::kCudaIllegalAccess)});
+  const absl::Status failed = batcher->WarmUp();
+  EXPECT_EQ(failed.code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(batcher->model().num_sequences(), 0u);
+}
+
 // --- TargetWorker: the same steps behind the queue and the model thread.
 
 using testing::Pending;
@@ -568,13 +593,18 @@ using PendingVerify = Pending<absl::StatusOr<std::vector<VerifyOutcome>>>;
 class TargetWorkerTest : public TargetBatcherTest {
  protected:
   std::unique_ptr<TargetWorker> MakeWorker(TargetWorkerOptions options) {
-    return std::make_unique<TargetWorker>(
+    auto worker = std::make_unique<TargetWorker>(
         LoadTarget(), &publisher_,
         [this](const TargetForwardStats& s) {
           absl::MutexLock lock(&stats_mu_);
           worker_forwards_.push_back(s);
         },
         options);
+    worker->SetPoisonListener([this](const absl::Status& poisoned) {
+      absl::MutexLock lock(&stats_mu_);
+      poison_events_.push_back(poisoned);
+    });
+    return worker;
   }
   // Returns once the worker has finished the step that was running, so its
   // snapshot is current: releases are answered in the next step, after the
@@ -590,8 +620,14 @@ class TargetWorkerTest : public TargetBatcherTest {
     return worker_forwards_;
   }
 
+  std::vector<absl::Status> poison_events() {
+    absl::MutexLock lock(&stats_mu_);
+    return poison_events_;
+  }
+
   absl::Mutex stats_mu_;
   std::vector<TargetForwardStats> worker_forwards_ ABSL_GUARDED_BY(stats_mu_);
+  std::vector<absl::Status> poison_events_ ABSL_GUARDED_BY(stats_mu_);
 };
 
 TEST_F(TargetWorkerTest, DecodesLikeGreedyTargetOnly) {
@@ -718,6 +754,133 @@ TEST_F(TargetWorkerTest, StoppedWorkerAnswersUnavailable) {
   Pending<int> released;
   worker->Release({1}, released.callback());
   EXPECT_EQ(released.Get(), 0);
+}
+
+TEST_F(TargetWorkerTest, WarmUpForwardRunsBeforeTheWorkerIsWarm) {
+  testing::ForwardSeam seam;
+  TargetWorkerOptions options;
+  options.before_forward_for_test = seam.hook();
+  auto worker = MakeWorker(options);
+  EXPECT_EQ(worker->AwaitWarmUp().code(),
+            absl::StatusCode::kFailedPrecondition);  // not started
+  EXPECT_FALSE(worker->warmed_up());
+  seam.HoldNext();
+  worker->Start();
+  ASSERT_TRUE(seam.AwaitHeld());  // the warm-up forward, on the thread
+  EXPECT_EQ(seam.forwards(), 1);
+  EXPECT_FALSE(worker->warmed_up());
+  // A call that arrives meanwhile waits for the warm-up.
+  PendingPrefill prefill;
+  worker->Prefill({Item(1, {1, 2, 3})}, prefill.callback());
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(prefill.ready());
+  seam.Resume();
+  EXPECT_TRUE(worker->AwaitWarmUp().ok());
+  EXPECT_TRUE(worker->warmed_up());
+  auto first = prefill.Get();
+  ASSERT_TRUE(first.has_value() && (*first)[0].ok());
+  EXPECT_EQ(seam.forwards(), 2);
+  EXPECT_EQ(worker_forwards().size(), 1u);  // the warm-up is not a metric
+  EXPECT_TRUE(worker->poisoned().ok());
+  EXPECT_TRUE(poison_events().empty());
+}
+
+TEST_F(TargetWorkerTest, FailedWarmUpPoisonsTheWorker) {
+  testing::ForwardSeam seam;
+  // Even an error that is not sticky: the device never ran a forward.
+  seam.FailNext({absl::ResourceExhaustedError(testing::kCudaOutOfMemory)});
+  TargetWorkerOptions options;
+  options.before_forward_for_test = seam.hook();
+  auto worker = MakeWorker(options);
+  worker->Start();
+  const absl::Status warm_up = worker->AwaitWarmUp();
+  EXPECT_EQ(warm_up.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(absl::StrContains(warm_up.message(), "out of memory")) << warm_up;
+  EXPECT_FALSE(worker->warmed_up());
+  EXPECT_EQ(worker->poisoned().code(), absl::StatusCode::kInternal);
+  EXPECT_TRUE(absl::StartsWith(worker->poisoned().message(),
+                               "warm-up forward failed: libtorch: CUDA out"))
+      << worker->poisoned();
+  EXPECT_EQ(poison_events().size(), 1u);
+  PendingVerify verify;
+  worker->Verify({{1, 1, {1}}}, verify.callback());
+  auto verified = verify.Get();
+  ASSERT_TRUE(verified.has_value());
+  EXPECT_EQ(verified->status().code(), absl::StatusCode::kInternal);
+  EXPECT_TRUE(absl::StrContains(verified->status().message(), "out of memory"))
+      << verified->status();
+}
+
+TEST_F(TargetWorkerTest, StickyDeviceErrorPoisonsTheWorkerForGood) {
+  testing::ForwardSeam seam;
+  TargetWorkerOptions options;
+  options.before_forward_for_test = seam.hook();
+  auto worker = MakeWorker(options);
+  worker->Start();
+  ASSERT_TRUE(worker->AwaitWarmUp().ok());
+  PendingPrefill ready;
+  worker->Prefill({Item(1, {1, 2, 3})}, ready.callback());
+  auto first = ready.Get();
+  ASSERT_TRUE(first.has_value() && (*first)[0].ok());
+
+  seam.FailNext({absl::InternalError(testing::kCudaIllegalAccess)});
+  PendingVerify verify;
+  worker->Verify({{1, 3, {*(*first)[0]}}}, verify.callback());
+  auto verified = verify.Get();
+  ASSERT_TRUE(verified.has_value());
+  EXPECT_EQ(verified->status().code(), absl::StatusCode::kInternal);
+  const int forwards = seam.forwards();
+
+  // Poisoned: the listener heard it once, and every later call fails at
+  // once with INTERNAL naming the original error, without a forward.
+  const absl::Status poisoned = worker->poisoned();
+  EXPECT_EQ(poisoned.code(), absl::StatusCode::kInternal);
+  EXPECT_TRUE(absl::StrContains(poisoned.message(), "illegal memory access"))
+      << poisoned;
+  ASSERT_EQ(poison_events().size(), 1u);
+  EXPECT_EQ(poison_events()[0], poisoned);
+  PendingPrefill prefill;
+  worker->Prefill({Item(2, {4, 5})}, prefill.callback());
+  auto refused = prefill.Get();
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_EQ((*refused)[0].status(), poisoned);
+  PendingVerify again;
+  worker->Verify({{1, 3, {1}}}, again.callback());
+  auto verified_again = again.Get();
+  ASSERT_TRUE(verified_again.has_value());
+  EXPECT_EQ(verified_again->status(), poisoned);
+  Pending<int> released;
+  worker->Release({1}, released.callback());
+  EXPECT_EQ(released.Get(), 0);
+  EXPECT_EQ(seam.forwards(), forwards);
+  EXPECT_EQ(poison_events().size(), 1u);
+}
+
+TEST_F(TargetWorkerTest, NonStickyErrorsDoNotPoison) {
+  testing::ForwardSeam seam;
+  TargetWorkerOptions options;
+  options.before_forward_for_test = seam.hook();
+  auto worker = MakeWorker(options);
+  worker->Start();
+  ASSERT_TRUE(worker->AwaitWarmUp().ok());
+  seam.FailNext({absl::ResourceExhaustedError(testing::kCudaOutOfMemory),
+                 absl::InternalError("libtorch: CUDA error: out of memory"),
+                 absl::InternalError("libtorch: index out of range in self"),
+                 absl::InvalidArgumentError("libtorch: CUDA error: made up")});
+  for (int i = 0; i < 4; ++i) {
+    PendingPrefill prefill;
+    worker->Prefill({Item(10 + i, {1, 2, 3})}, prefill.callback());
+    auto failed = prefill.Get();
+    ASSERT_TRUE(failed.has_value());
+    EXPECT_FALSE((*failed)[0].ok()) << i;
+  }
+  EXPECT_TRUE(worker->poisoned().ok()) << worker->poisoned();
+  EXPECT_TRUE(poison_events().empty());
+  PendingPrefill prefill;
+  worker->Prefill({Item(1, {1, 2, 3})}, prefill.callback());
+  auto first = prefill.Get();
+  ASSERT_TRUE(first.has_value());
+  EXPECT_TRUE((*first)[0].ok()) << (*first)[0].status();
 }
 
 }  // namespace
