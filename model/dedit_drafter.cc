@@ -2,6 +2,7 @@
 
 #include <ATen/Functions.h>
 #include <ATen/TensorOperators.h>
+#include <ATen/record_function.h>
 #include <c10/core/InferenceMode.h>
 
 #include <algorithm>
@@ -307,6 +308,8 @@ std::pair<at::Tensor, at::Tensor> DEditDrafter::RunPass(
   rotary_.HeadTables(at::tensor(positions, long_opts).to(dev), options_.dtype,
                      &cos, &sin);
   for (int l = 0; l < c.num_hidden_layers; ++l) {
+    // A profiler scope: dedit-engine-bench counts the ops of one layer.
+    RECORD_USER_SCOPE("dedit::decoder_layer");
     const DecoderLayerWeights& w = layers_[l];
     auto [q, k, v] = ProjectQkvPacked(x, w, c, rotary_, cos, sin);
     attention.WriteKv(pool_.get(), l, k, v);

@@ -34,6 +34,13 @@ void KvPool::Grow(int slots) {
     k_[l] = std::move(k);
     v_[l] = std::move(v);
   }
+  const int64_t rows = int64_t{slots} * shape_.kv_heads * shape_.slab_tokens;
+  k_rows_.assign(k_.size(), at::Tensor());
+  v_rows_.assign(v_.size(), at::Tensor());
+  for (int l = 0; l < shape_.num_layers; ++l) {
+    k_rows_[l] = k_[l].view({rows, shape_.head_dim});
+    v_rows_[l] = v_[l].view({rows, shape_.head_dim});
+  }
   high_water_.resize(slots, 0);
   capacity_ = slots;
 }
@@ -120,15 +127,9 @@ int64_t KvPool::total_length() const {
 
 void KvPool::Write(int layer, const at::Tensor& flat_index, const at::Tensor& k,
                    const at::Tensor& v) {
-  const int64_t rows =
-      int64_t{capacity_} * shape_.kv_heads * shape_.slab_tokens;
   const int64_t n = k.size(0) * shape_.kv_heads;
-  k_[layer]
-      .view({rows, shape_.head_dim})
-      .index_copy_(0, flat_index, k.reshape({n, shape_.head_dim}));
-  v_[layer]
-      .view({rows, shape_.head_dim})
-      .index_copy_(0, flat_index, v.reshape({n, shape_.head_dim}));
+  k_rows_[layer].index_copy_(0, flat_index, k.reshape({n, shape_.head_dim}));
+  v_rows_[layer].index_copy_(0, flat_index, v.reshape({n, shape_.head_dim}));
 }
 
 int64_t KvPool::nbytes() const {

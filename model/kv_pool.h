@@ -100,6 +100,8 @@ class KvPool {
   int capacity_ = 0;
   int max_slots_;
   std::vector<at::Tensor> k_, v_;
+  // k_, v_ viewed as [slots * kv_heads * slab_tokens, head_dim] (Write).
+  std::vector<at::Tensor> k_rows_, v_rows_;
   std::unordered_map<SequenceId, Seq> seqs_;
   std::vector<SequenceId> slot_owner_;  // dense: slot i → its sequence
   std::vector<int64_t> high_water_;     // per slot: positions ever written

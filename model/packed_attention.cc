@@ -76,36 +76,50 @@ at::Tensor PackedAttention::Run(const at::Tensor& q, const KvPool& pool,
   const int64_t group = heads_ / kv_heads_;
   const int64_t bk = num_slots_ * kv_heads_;
   const int64_t slab = pool.slab_tokens();
+  // Views of the pool over the slots in range (slots are contiguous):
+  // keys already transposed, [slots * kv, hd, max_k], and values
+  // [slots * kv, max_k, hd].
+  const int64_t offset = int64_t{first_slot_} * kv_heads_ * slab * hd;
+  at::Tensor keys_t =
+      pool.keys(layer).as_strided({bk, hd, max_k_}, {slab * hd, 1, hd}, offset);
+  at::Tensor values = pool.values(layer).as_strided({bk, max_k_, hd},
+                                                    {slab * hd, hd, 1}, offset);
+  auto attend = [&](const at::Tensor& qs, const at::Tensor& blocked) {
+    at::Tensor scores = at::bmm(qs, keys_t);  // [bk, rows, max_k]
+    if (scores.scalar_type() != at::kFloat) scores = scores.to(at::kFloat);
+    if (blocked.defined()) {
+      scores.view({num_slots_, kv_heads_, group, -1, max_k_})
+          .masked_fill_(blocked, -std::numeric_limits<float>::infinity());
+    }
+    at::Tensor probs = at::softmax(scores, -1);
+    if (probs.scalar_type() != values.scalar_type()) {
+      probs = probs.to(values.scalar_type());
+    }
+    return at::bmm(probs, values);  // [bk, rows, hd]
+  };
+  if (identity_layout_ && max_q_ == 1) {
+    // Decode: one query per slot, heads in kv-major order already.
+    at::Tensor out = attend(q.reshape({bk, group, hd}),
+                            any_blocked_ ? blocked_ : at::Tensor());
+    return out.view({n, heads_ * hd});
+  }
   // [slots, max_q, kv, group, hd] → [slots, kv, group, max_q, hd]: query head
   // h uses kv head h / group.
   at::Tensor rows = q.reshape({n, heads_ * hd});
   if (!identity_layout_) rows = rows.index_select(0, q_index_);
   at::Tensor qp = rows.view({num_slots_, max_q_, kv_heads_, group, hd})
                       .permute({0, 2, 3, 1, 4});
-  // Views of the pool: [slots * kv, max_k, hd] (slots are contiguous).
-  const int64_t offset = int64_t{first_slot_} * kv_heads_ * slab * hd;
-  at::Tensor keys =
-      pool.keys(layer).as_strided({bk, max_k_, hd}, {slab * hd, hd, 1}, offset);
-  at::Tensor values = pool.values(layer).as_strided({bk, max_k_, hd},
-                                                    {slab * hd, hd, 1}, offset);
   std::vector<at::Tensor> chunks;
   for (int64_t c0 = 0; c0 < max_q_; c0 += query_chunk_) {
     const int64_t qc = std::min(query_chunk_, max_q_ - c0);
     at::Tensor qs = (qc == max_q_ ? qp : qp.narrow(3, c0, qc))
                         .reshape({bk, group * qc, hd});
-    at::Tensor scores = at::bmm(qs, keys.transpose(1, 2));
-    if (scores.scalar_type() != at::kFloat) scores = scores.to(at::kFloat);
+    at::Tensor blocked;
     if (any_blocked_) {
-      scores.view({num_slots_, kv_heads_, group, qc, max_k_})
-          .masked_fill_(qc == max_q_ ? blocked_ : blocked_.narrow(3, c0, qc),
-                        -std::numeric_limits<float>::infinity());
+      blocked = qc == max_q_ ? blocked_ : blocked_.narrow(3, c0, qc);
     }
-    at::Tensor probs = at::softmax(scores, -1);
-    if (probs.scalar_type() != values.scalar_type()) {
-      probs = probs.to(values.scalar_type());
-    }
-    chunks.push_back(at::bmm(probs, values)  // [bk, group * qc, hd]
-                         .view({num_slots_, kv_heads_, group, qc, hd}));
+    chunks.push_back(
+        attend(qs, blocked).view({num_slots_, kv_heads_, group, qc, hd}));
   }
   at::Tensor out = chunks.size() == 1 ? chunks[0] : at::cat(chunks, 3);
   out =
