@@ -37,6 +37,9 @@ from held-out files and with fresh values (another seed).
   chat_tasks.py score HELDOUT.jsonl ANSWERS.jsonl
       -> per-family accuracy; ANSWERS has {"answer": "..."} per line in
          the same order (the model's assistant content).
+  chat_tasks.py check FAMILY USER < ANSWER
+      -> exit 0 when ANSWER is right for the user message (the reference is
+         computed from the message itself); make demo uses it.
 """
 import argparse
 import ast
@@ -306,8 +309,47 @@ def correct(instance, answer):
         except ValueError:
             return False
     if family == "rename":
-        return answer.rstrip() == ref.rstrip()
+        # Whole-text comparison; the surrounding blank lines (some corpus
+        # functions start with one) are not part of the function.
+        return answer.strip() == ref.strip()
     return None  # continue: loss only
+
+
+def reference(family, user):
+    """The reference answer to a user message in the suite's formats (what
+    make_instance would have answered), or None for `continue`."""
+    if family == "add":
+        a, b = map(int, re.fullmatch(r"Add (\d+) and (\d+)\.", user).groups())
+        return answer_add(a, b)
+    if family == "multiply":
+        a, b = map(int, re.fullmatch(r"Multiply (\d+) by (\d+)\.",
+                                     user).groups())
+        return answer_multiply(a, b)
+    if family == "sort":
+        xs = numbers(user[len("Sort: "):])
+        return ", ".join(map(str, sorted(xs)))
+    if family == "reverse":
+        return " ".join(reversed(user[len("Reverse: "):].split()))
+    if family == "json":
+        pairs = {}
+        for item in user[len("To JSON: "):].split("; "):
+            k, v = item.split("=", 1)
+            pairs[k] = int(v) if re.fullmatch(r"\d+", v) else v
+        return json.dumps(pairs)
+    if family == "rename":
+        head, text = user.split("\n", 1)
+        old, new = re.fullmatch(r"Rename (\w+) to (\w+):", head).groups()
+        return rename(text, old, new)
+    return None
+
+
+def check(args):
+    """Exit 0 when the answer on stdin is correct for the user message."""
+    answer = sys.stdin.read()
+    ref = reference(args.family, args.user)
+    ok = correct({"family": args.family, "answer": ref}, answer)
+    print("correct" if ok else f"wrong; expected:\n{ref}")
+    sys.exit(0 if ok else 1)
 
 
 def score(args):
@@ -346,8 +388,11 @@ def main():
     s = sub.add_parser("score")
     s.add_argument("heldout")
     s.add_argument("answers")
+    c = sub.add_parser("check", help="check one answer (stdin) to USER")
+    c.add_argument("family", choices=FAMILIES[:-1])
+    c.add_argument("user")
     args = ap.parse_args()
-    generate(args) if args.command == "generate" else score(args)
+    {"generate": generate, "score": score, "check": check}[args.command](args)
 
 
 if __name__ == "__main__":

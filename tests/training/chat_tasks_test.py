@@ -54,6 +54,20 @@ def main():
         report = json.loads(run("score", os.path.join(d, "heldout.jsonl"), ref))
         check(report["overall"]["accuracy"] == 1.0, f"reference scores {report}")
         check("continue" not in report, "continue is scored by loss only")
+        # `check` computes the reference from the user message alone: it
+        # accepts every generated answer and refuses a wrong one.
+        for inst in held:
+            if inst["family"] == "continue":
+                continue
+            for answer, want in ((inst["answer"], 0),
+                                 (inst["answer"] + " 1", 1)):
+                p = subprocess.run([sys.executable, SCRIPT, "check",
+                                    inst["family"], inst["user"]],
+                                   input=answer, capture_output=True,
+                                   text=True)
+                check(p.returncode == want,
+                      f"check {inst['family']} {inst['user'][:30]!r}: "
+                      f"{p.stdout[:80]}")
         bad = os.path.join(d, "bad.jsonl")
         with open(bad, "w") as f:
             for inst in held:
