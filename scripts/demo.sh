@@ -5,12 +5,17 @@
 # statistics, and a check that both texts are identical (greedy decoding is
 # lossless); then the same request with the n-gram method (prompt lookup in
 # the router, no drafter model), also checked against target-only, and the
-# three speeds side by side. Falls back to a generated random pair when
-# checkpoints/tiny is missing.
+# three speeds side by side. With the chat pair (checkpoints/tiny/target has
+# chat_eval.json: trained on the chat task suite, training/chat_tasks.py)
+# the request is one chat task, sent as a user message, and its answer is
+# checked against the reference computed from the message. Falls back to a
+# generated random pair when checkpoints/tiny is missing.
 #
 #   scripts/demo.sh [BUILD_DIR]
 #
-# Environment: DEMO_PROMPT (text), DEMO_MAX_TOKENS (default 160),
+# Environment: DEMO_CHAT (a user message in a task format) and
+# DEMO_CHAT_FAMILY (its family, for the check), or DEMO_PROMPT (plain text,
+# no check); DEMO_MAX_TOKENS (default 448 for a chat task, 160 otherwise),
 # DEMO_WINDOW (16), DEMO_PASSES (2), DEMO_NGRAM_WINDOW (8), DEMO_KEEP_LOGS=1
 # (keep the run folder).
 set -euo pipefail
@@ -19,19 +24,37 @@ BUILD=$(cd "${1:-$ROOT/build}" && pwd)
 CLI=$BUILD/cli/dedit-cli
 [ -x "$CLI" ] || { echo "demo: $CLI not built" >&2; exit 1; }
 
-MAX_TOKENS=${DEMO_MAX_TOKENS:-160}
 WINDOW=${DEMO_WINDOW:-16}
 PASSES=${DEMO_PASSES:-2}
 NGRAM_WINDOW=${DEMO_NGRAM_WINDOW:-8}
 SERVE_ARGS=()
+CHAT_FAMILY=""
+MAX_TOKENS=${DEMO_MAX_TOKENS:-160}
 if [ -f "$ROOT/checkpoints/tiny/target/model.safetensors" ] &&
    [ -f "$ROOT/checkpoints/tiny/drafter/model.safetensors" ]; then
   SERVE_ARGS=(--target-dir "$ROOT/checkpoints/tiny/target" --drafter-dir "$ROOT/checkpoints/tiny/drafter")
-  PROMPT=${DEMO_PROMPT:-"def read_config(path):
+  if [ -z "${DEMO_PROMPT:-}" ] && [ -f "$ROOT/checkpoints/tiny/target/chat_eval.json" ]; then
+    # A held-out rename task: a function from a file the target never saw,
+    # new names. Any message in a suite format works (DEMO_CHAT).
+    CHAT_FAMILY=${DEMO_CHAT_FAMILY:-rename}
+    CHAT=${DEMO_CHAT:-"Rename pos to school_engine:
+def tell(self):
+    pos = self.raw.tell()
+    if pos < 0:
+        raise OSError(\"tell() returned an invalid position\")
+    return pos"}
+    PROMPT_ARGS=(--chat --prompt "$CHAT")
+    MAX_TOKENS=${DEMO_MAX_TOKENS:-448}
+    echo "model: bundled checkpoints/tiny chat pair (see checkpoints/tiny/target/MODEL_CARD.md)"
+    echo "user message ($CHAT_FAMILY task):"
+    printf '%s\n' "$CHAT" | sed 's/^/  | /'
+  else
+    PROMPT=${DEMO_PROMPT:-"def read_config(path):
     \"\"\"Read a configuration file and return a dict.\"\"\"
 "}
-  PROMPT_ARGS=(--prompt "$PROMPT")
-  echo "model: bundled checkpoints/tiny (see checkpoints/tiny/target/MODEL_CARD.md)"
+    PROMPT_ARGS=(--prompt "$PROMPT")
+    echo "model: bundled checkpoints/tiny (see checkpoints/tiny/target/MODEL_CARD.md)"
+  fi
 else
   PROMPT_ARGS=(--prompt_ids 1,17,42,99,7,256,3)
   echo "model: generated random pair (acceptance near 1 token per round)"
@@ -96,6 +119,16 @@ echo
 echo "== n-gram method (W=$NGRAM_WINDOW, prompt lookup in the router), same router =="
 generate "$RUN_DIR/ngram.txt" --method ngram --window "$NGRAM_WINDOW"
 echo
+if [ -n "$CHAT_FAMILY" ]; then
+  echo "== the answer, checked against the reference computed from the message =="
+  if python3 "$ROOT/training/chat_tasks.py" check "$CHAT_FAMILY" "$CHAT" \
+      < "$RUN_DIR/target_only.txt"; then
+    echo "the target answered the $CHAT_FAMILY task correctly"
+  else
+    echo "demo: the target's answer is wrong (a 2M-parameter model; see checkpoints/tiny/target/chat_eval.json for its accuracy per task family)"
+  fi
+  echo
+fi
 for method in speculative ngram; do
   if cmp -s "$RUN_DIR/$method.txt" "$RUN_DIR/target_only.txt"; then
     echo "lossless: the $method text is identical to the target-only text"
