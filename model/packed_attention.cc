@@ -14,55 +14,124 @@ PackedAttention::PackedAttention(const std::vector<AttentionSegment>& segments,
                                  int64_t max_score_elements)
     : heads_(num_heads), kv_heads_(pool.shape().kv_heads) {
   if (segments.empty()) return;
-  int lo = segments[0].slot, hi = segments[0].slot;
+  std::vector<int64_t> packed_offsets;
+  std::vector<int64_t> kv_index;
   int64_t n = 0;
   for (const AttentionSegment& s : segments) {
-    lo = std::min(lo, s.slot);
-    hi = std::max(hi, s.slot);
-    max_q_ = std::max(max_q_, s.length);
-    max_k_ = std::max(max_k_, s.start + s.length);
-    n += s.length;
-  }
-  first_slot_ = lo;
-  num_slots_ = hi - lo + 1;
-  const int64_t rows = num_slots_ * max_q_;
-  // Padded rows read packed row 0 and see key 0 only: finite, discarded.
-  std::vector<int64_t> q_index(rows, 0), out_index(n), kv_index;
-  kv_index.reserve(n * kv_heads_);
-  std::vector<uint8_t> blocked(rows * max_k_, 1);
-  for (int64_t r = 0; r < rows; ++r) blocked[r * max_k_] = 0;
-  int64_t packed = 0;
-  for (const AttentionSegment& s : segments) {
-    const int64_t b = s.slot - first_slot_;
-    for (int64_t i = 0; i < s.length; ++i, ++packed) {
-      const int64_t row = b * max_q_ + i;
-      q_index[row] = packed;
-      out_index[packed] = row;
-      const int64_t visible = s.causal ? s.start + i + 1 : s.start + s.length;
-      std::fill(blocked.begin() + row * max_k_,
-                blocked.begin() + row * max_k_ + max_k_, 1);
-      std::fill(blocked.begin() + row * max_k_,
-                blocked.begin() + row * max_k_ + visible, 0);
+    packed_offsets.push_back(n);
+    for (int64_t i = 0; i < s.length; ++i) {
       for (int h = 0; h < kv_heads_; ++h) {
         kv_index.push_back(pool.FlatIndex(s.slot, h, s.start + i));
       }
     }
+    n += s.length;
   }
-  identity_layout_ = n == rows;
-  for (size_t i = 0; identity_layout_ && i < segments.size(); ++i) {
-    identity_layout_ = segments[i].slot == first_slot_ + static_cast<int>(i);
+  const c10::Device dev = pool.keys(0).device();
+  kv_index_ =
+      at::tensor(kv_index, at::TensorOptions().dtype(at::kLong)).to(dev);
+  // Groups by length, longest first: a segment joins the current group
+  // while the group's padded queries stay within twice its real ones.
+  std::vector<size_t> order(segments.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return segments[a].length > segments[b].length;
+  });
+  std::vector<std::vector<size_t>> members;
+  int64_t group_max = 0, group_tokens = 0;
+  for (size_t i : order) {
+    const int64_t len = segments[i].length;
+    if (members.empty() ||
+        group_max * static_cast<int64_t>(members.back().size() + 1) >
+            2 * (group_tokens + len)) {
+      members.emplace_back();
+      group_max = len;
+      group_tokens = 0;
+    }
+    members.back().push_back(i);
+    group_tokens += len;
   }
-  any_blocked_ = std::find(blocked.begin(), blocked.end(), 1) != blocked.end();
+  for (std::vector<size_t>& m : members) {
+    std::sort(m.begin(), m.end());  // packed order inside a group
+    groups_.push_back(
+        MakeGroup(segments, m, packed_offsets, pool, max_score_elements));
+  }
+  if (groups_.size() > 1) {
+    for (Group& g : groups_) g.identity_layout = false;
+    std::vector<int64_t> unpermute(n);
+    int64_t row = 0;
+    for (const std::vector<size_t>& m : members) {
+      for (size_t i : m) {
+        for (int64_t t = 0; t < segments[i].length; ++t) {
+          unpermute[packed_offsets[i] + t] = row++;
+        }
+      }
+    }
+    unpermute_ =
+        at::tensor(unpermute, at::TensorOptions().dtype(at::kLong)).to(dev);
+  }
+}
+
+PackedAttention::Group PackedAttention::MakeGroup(
+    const std::vector<AttentionSegment>& segments,
+    const std::vector<size_t>& members,
+    const std::vector<int64_t>& packed_offsets, const KvPool& pool,
+    int64_t max_score_elements) const {
+  Group g;
+  int lo = segments[members[0]].slot, hi = lo;
+  int64_t tokens = 0;
+  for (size_t i : members) {
+    const AttentionSegment& s = segments[i];
+    lo = std::min(lo, s.slot);
+    hi = std::max(hi, s.slot);
+    g.max_q = std::max(g.max_q, s.length);
+    g.max_k = std::max(g.max_k, s.start + s.length);
+    tokens += s.length;
+  }
+  g.first_slot = lo;
+  g.num_slots = hi - lo + 1;
+  const int64_t rows = g.num_slots * g.max_q;
+  // Padded rows read packed row 0 and see key 0 only: finite, discarded.
+  std::vector<int64_t> q_index(rows, 0), out_index;
+  out_index.reserve(tokens);
+  std::vector<uint8_t> blocked(rows * g.max_k, 1);
+  for (int64_t r = 0; r < rows; ++r) blocked[r * g.max_k] = 0;
+  g.identity_layout = tokens == rows;
+  int64_t expected_packed = 0;
+  for (size_t m = 0; m < members.size(); ++m) {
+    const AttentionSegment& s = segments[members[m]];
+    const int64_t b = s.slot - g.first_slot;
+    if (b != static_cast<int64_t>(m) ||
+        packed_offsets[members[m]] != expected_packed) {
+      g.identity_layout = false;
+    }
+    expected_packed += s.length;
+    for (int64_t i = 0; i < s.length; ++i) {
+      const int64_t row = b * g.max_q + i;
+      q_index[row] = packed_offsets[members[m]] + i;
+      out_index.push_back(row);
+      const int64_t visible = s.causal ? s.start + i + 1 : s.start + s.length;
+      std::fill(blocked.begin() + row * g.max_k,
+                blocked.begin() + row * g.max_k + visible, 0);
+    }
+  }
+  g.any_blocked = std::find(blocked.begin(), blocked.end(), 1) != blocked.end();
   const c10::Device dev = pool.keys(0).device();
   auto long_opts = at::TensorOptions().dtype(at::kLong);
-  q_index_ = at::tensor(q_index, long_opts).to(dev);
-  out_index_ = at::tensor(out_index, long_opts).to(dev);
-  kv_index_ = at::tensor(kv_index, long_opts).to(dev);
-  blocked_ = at::tensor(blocked, at::TensorOptions().dtype(at::kByte))
-                 .to(dev, at::kBool)
-                 .view({num_slots_, 1, 1, max_q_, max_k_});
-  const int64_t per_query = num_slots_ * heads_ * max_k_;
-  query_chunk_ = std::clamp<int64_t>(max_score_elements / per_query, 1, max_q_);
+  g.q_index = at::tensor(q_index, long_opts).to(dev);
+  g.out_index = at::tensor(out_index, long_opts).to(dev);
+  g.blocked = at::tensor(blocked, at::TensorOptions().dtype(at::kByte))
+                  .to(dev, at::kBool)
+                  .view({g.num_slots, 1, 1, g.max_q, g.max_k});
+  const int64_t per_query = g.num_slots * heads_ * g.max_k;
+  g.query_chunk =
+      std::clamp<int64_t>(max_score_elements / per_query, 1, g.max_q);
+  return g;
+}
+
+int64_t PackedAttention::padded_queries() const {
+  int64_t rows = 0;
+  for (const Group& g : groups_) rows += g.num_slots * g.max_q;
+  return rows;
 }
 
 void PackedAttention::WriteKv(KvPool* pool, int layer, const at::Tensor& k,
@@ -72,23 +141,31 @@ void PackedAttention::WriteKv(KvPool* pool, int layer, const at::Tensor& k,
 
 at::Tensor PackedAttention::Run(const at::Tensor& q, const KvPool& pool,
                                 int layer) const {
+  if (groups_.size() == 1) return RunGroup(groups_[0], q, pool, layer);
+  std::vector<at::Tensor> outs;
+  for (const Group& g : groups_) outs.push_back(RunGroup(g, q, pool, layer));
+  return at::cat(outs).index_select(0, unpermute_);
+}
+
+at::Tensor PackedAttention::RunGroup(const Group& g, const at::Tensor& q,
+                                     const KvPool& pool, int layer) const {
   const int64_t n = q.size(0), hd = q.size(2);
   const int64_t group = heads_ / kv_heads_;
-  const int64_t bk = num_slots_ * kv_heads_;
+  const int64_t bk = g.num_slots * kv_heads_;
   const int64_t slab = pool.slab_tokens();
   // Views of the pool over the slots in range (slots are contiguous):
   // keys already transposed, [slots * kv, hd, max_k], and values
   // [slots * kv, max_k, hd].
-  const int64_t offset = int64_t{first_slot_} * kv_heads_ * slab * hd;
-  at::Tensor keys_t =
-      pool.keys(layer).as_strided({bk, hd, max_k_}, {slab * hd, 1, hd}, offset);
-  at::Tensor values = pool.values(layer).as_strided({bk, max_k_, hd},
+  const int64_t offset = int64_t{g.first_slot} * kv_heads_ * slab * hd;
+  at::Tensor keys_t = pool.keys(layer).as_strided({bk, hd, g.max_k},
+                                                  {slab * hd, 1, hd}, offset);
+  at::Tensor values = pool.values(layer).as_strided({bk, g.max_k, hd},
                                                     {slab * hd, hd, 1}, offset);
   auto attend = [&](const at::Tensor& qs, const at::Tensor& blocked) {
     at::Tensor scores = at::bmm(qs, keys_t);  // [bk, rows, max_k]
     if (scores.scalar_type() != at::kFloat) scores = scores.to(at::kFloat);
     if (blocked.defined()) {
-      scores.view({num_slots_, kv_heads_, group, -1, max_k_})
+      scores.view({g.num_slots, kv_heads_, group, -1, g.max_k})
           .masked_fill_(blocked, -std::numeric_limits<float>::infinity());
     }
     at::Tensor probs = at::softmax(scores, -1);
@@ -97,34 +174,34 @@ at::Tensor PackedAttention::Run(const at::Tensor& q, const KvPool& pool,
     }
     return at::bmm(probs, values);  // [bk, rows, hd]
   };
-  if (identity_layout_ && max_q_ == 1) {
+  if (g.identity_layout && g.max_q == 1) {
     // Decode: one query per slot, heads in kv-major order already.
     at::Tensor out = attend(q.reshape({bk, group, hd}),
-                            any_blocked_ ? blocked_ : at::Tensor());
+                            any_g.blocked ? g.blocked : at::Tensor());
     return out.view({n, heads_ * hd});
   }
   // [slots, max_q, kv, group, hd] → [slots, kv, group, max_q, hd]: query head
   // h uses kv head h / group.
   at::Tensor rows = q.reshape({n, heads_ * hd});
-  if (!identity_layout_) rows = rows.index_select(0, q_index_);
-  at::Tensor qp = rows.view({num_slots_, max_q_, kv_heads_, group, hd})
+  if (!g.identity_layout) rows = rows.index_select(0, g.q_index);
+  at::Tensor qp = rows.view({g.num_slots, g.max_q, kv_heads_, group, hd})
                       .permute({0, 2, 3, 1, 4});
   std::vector<at::Tensor> chunks;
-  for (int64_t c0 = 0; c0 < max_q_; c0 += query_chunk_) {
-    const int64_t qc = std::min(query_chunk_, max_q_ - c0);
-    at::Tensor qs = (qc == max_q_ ? qp : qp.narrow(3, c0, qc))
+  for (int64_t c0 = 0; c0 < g.max_q; c0 += g.query_chunk) {
+    const int64_t qc = std::min(g.query_chunk, g.max_q - c0);
+    at::Tensor qs = (qc == g.max_q ? qp : qp.narrow(3, c0, qc))
                         .reshape({bk, group * qc, hd});
     at::Tensor blocked;
-    if (any_blocked_) {
-      blocked = qc == max_q_ ? blocked_ : blocked_.narrow(3, c0, qc);
+    if (any_g.blocked) {
+      blocked = qc == g.max_q ? g.blocked : g.blocked.narrow(3, c0, qc);
     }
     chunks.push_back(
-        attend(qs, blocked).view({num_slots_, kv_heads_, group, qc, hd}));
+        attend(qs, blocked).view({g.num_slots, kv_heads_, group, qc, hd}));
   }
   at::Tensor out = chunks.size() == 1 ? chunks[0] : at::cat(chunks, 3);
-  out =
-      out.permute({0, 3, 1, 2, 4}).reshape({num_slots_ * max_q_, heads_ * hd});
-  return identity_layout_ ? out : out.index_select(0, out_index_);
+  out = out.permute({0, 3, 1, 2, 4})
+            .reshape({g.num_slots * g.max_q, heads_ * hd});
+  return g.identity_layout ? out : out.index_select(0, g.out_index);
 }
 
 }  // namespace dedit

@@ -18,6 +18,11 @@
 // holds at most `max_score_elements` floats (default 64 Mi = 256 MiB); the
 // peak is bounded whatever the context and prefill chunk.
 //
+// Segments of very different lengths (a prefill chunk beside decode steps)
+// would pad every short one to the long one: segments are grouped by length
+// so that padding at most doubles a group's queries, and each group is one
+// call (one in steady-state decoding or verification).
+//
 // The matmul path builds on libtorch 1.13; GroupedAttention
 // (model/transformer_ops.h) is the per-sequence reference it is tested
 // against.
@@ -56,23 +61,40 @@ class PackedAttention {
   // head_dim].
   at::Tensor Run(const at::Tensor& q, const KvPool& pool, int layer) const;
 
-  int64_t padded_queries() const { return max_q_; }
-  int64_t padded_keys() const { return max_k_; }
+  // Padded query rows over every group (what the scores are computed for).
+  int64_t padded_queries() const;
+  size_t num_groups() const { return groups_.size(); }
 
  private:
+  // Segments run together: padded to [slots in range, max_q] queries and
+  // max_k keys.
+  struct Group {
+    int64_t first_slot = 0, num_slots = 0, max_q = 0, max_k = 0;
+    int64_t query_chunk = 0;
+    at::Tensor q_index;    // [slots * max_q] packed row of each padded row
+    at::Tensor out_index;  // [tokens] padded row of each of its tokens
+    at::Tensor blocked;    // [slots, 1, 1, max_q, max_k] bool
+    // Padded layout == packed layout (every slot in range has a segment of
+    // max_q tokens, in slot and packed order, and this is the only group):
+    // no gathers. Nothing blocked (one decode token over its whole slab):
+    // no mask.
+    bool identity_layout = false;
+    bool any_blocked = true;
+  };
+  Group MakeGroup(const std::vector<AttentionSegment>& segments,
+                  const std::vector<size_t>& members,
+                  const std::vector<int64_t>& packed_offsets,
+                  const KvPool& pool, int64_t max_score_elements) const;
+  at::Tensor RunGroup(const Group& g, const at::Tensor& q, const KvPool& pool,
+                      int layer) const;
+
   int heads_;
   int kv_heads_;
-  int64_t first_slot_ = 0, num_slots_ = 0, max_q_ = 0, max_k_ = 0;
-  int64_t query_chunk_ = 0;
-  at::Tensor q_index_;    // [slots * max_q] packed row of each padded row
-  at::Tensor out_index_;  // [n] padded row of each packed row
-  at::Tensor kv_index_;   // [n * kv_heads] flat pool rows (KvPool::Write)
-  at::Tensor blocked_;    // [slots, 1, 1, max_q, max_k] bool
-  // Padded layout == packed layout (every slot in range has a segment of
-  // max_q tokens, in slot order): no gathers. Nothing blocked (one decode
-  // token over its whole slab): no mask.
-  bool identity_layout_ = false;
-  bool any_blocked_ = true;
+  std::vector<Group> groups_;
+  at::Tensor kv_index_;  // [n * kv_heads] flat pool rows (KvPool::Write)
+  // With several groups: the packed row of each row of the groups' outputs
+  // concatenated, inverted (output row of each packed row).
+  at::Tensor unpermute_;
 };
 
 }  // namespace dedit

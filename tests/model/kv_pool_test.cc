@@ -161,7 +161,9 @@ TEST(PackedAttentionTest, EqualsPerSequenceReference) {
       cases,
       {cases[0], cases[1], cases[2], cases[4]},
       {{1, 0, 1, true}, {2, 17, 1, true}, {3, 5, 1, true}},
-      {{5, 12, 1, true}}};
+      {{5, 12, 1, true}},
+      // A long prefill chunk beside decode steps: two length groups.
+      {{1, 0, 1, true}, {4, 3, 25, true}, {2, 17, 1, true}, {3, 5, 1, true}}};
   for (const std::vector<Case>& batch : batches) {
     for (const int64_t budget : {int64_t{64} << 20, int64_t{200}}) {
       std::vector<AttentionSegment> segs;
@@ -171,6 +173,9 @@ TEST(PackedAttentionTest, EqualsPerSequenceReference) {
         n += c.length;
       }
       PackedAttention attention(segs, pool, heads, budget);
+      if (batch.size() == 4 && batch[1].length == 25) {
+        EXPECT_EQ(attention.num_groups(), 2u);
+      }
       at::Tensor q = at::randn({n, heads, shape.head_dim}).to(TestDevice());
       at::Tensor k =
           at::randn({n, shape.kv_heads, shape.head_dim}).to(TestDevice());
