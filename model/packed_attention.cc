@@ -177,7 +177,7 @@ at::Tensor PackedAttention::RunGroup(const Group& g, const at::Tensor& q,
   if (g.identity_layout && g.max_q == 1) {
     // Decode: one query per slot, heads in kv-major order already.
     at::Tensor out = attend(q.reshape({bk, group, hd}),
-                            any_g.blocked ? g.blocked : at::Tensor());
+                            g.any_blocked ? g.blocked : at::Tensor());
     return out.view({n, heads_ * hd});
   }
   // [slots, max_q, kv, group, hd] → [slots, kv, group, max_q, hd]: query head
@@ -192,7 +192,7 @@ at::Tensor PackedAttention::RunGroup(const Group& g, const at::Tensor& q,
     at::Tensor qs = (qc == g.max_q ? qp : qp.narrow(3, c0, qc))
                         .reshape({bk, group * qc, hd});
     at::Tensor blocked;
-    if (any_g.blocked) {
+    if (g.any_blocked) {
       blocked = qc == g.max_q ? g.blocked : g.blocked.narrow(3, c0, qc);
     }
     chunks.push_back(
