@@ -2,10 +2,20 @@
 
 #include <ATen/Functions.h>
 #include <ATen/TensorOperators.h>
+#include <torch/version.h>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
+
+// libtorch >= 2.5 (the GPU build) has scaled_dot_product_attention with
+// grouped-query heads; 1.13 (Debian, CPU) has no public SDPA.
+#if TORCH_VERSION_MAJOR > 2 || \
+    (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
+#define DEDIT_HAVE_SDPA 1
+#else
+#define DEDIT_HAVE_SDPA 0
+#endif
 
 namespace dedit {
 
@@ -184,6 +194,23 @@ at::Tensor PackedAttention::RunGroup(const Group& g, const at::Tensor& q,
   // h uses kv head h / group.
   at::Tensor rows = q.reshape({n, heads_ * hd});
   if (!g.identity_layout) rows = rows.index_select(0, g.q_index);
+#if DEDIT_HAVE_SDPA
+  if (q.is_cuda()) {
+    // Fused attention: no score tensor, so no query chunks. The mask is
+    // "may attend" (the opposite of `blocked`); q is pre-scaled.
+    at::Tensor q4 = rows.view({g.num_slots, g.max_q, heads_, hd})
+                        .transpose(1, 2);  // [slots, heads, max_q, hd]
+    at::Tensor k4 =
+        keys_t.transpose(1, 2).view({g.num_slots, kv_heads_, g.max_k, hd});
+    at::Tensor v4 = values.view({g.num_slots, kv_heads_, g.max_k, hd});
+    at::Tensor keep = g.blocked.logical_not().squeeze(1);  // [slots,1,q,k]
+    at::Tensor out = at::scaled_dot_product_attention(
+        q4, k4, v4, keep, /*dropout_p=*/0.0, /*is_causal=*/false,
+        /*scale=*/1.0, /*enable_gqa=*/true);
+    out = out.transpose(1, 2).reshape({g.num_slots * g.max_q, heads_ * hd});
+    return g.identity_layout ? out : out.index_select(0, g.out_index);
+  }
+#endif
   at::Tensor qp = rows.view({g.num_slots, g.max_q, kv_heads_, group, hd})
                       .permute({0, 2, 3, 1, 4});
   std::vector<at::Tensor> chunks;

@@ -39,11 +39,13 @@ cat > "$B/cxxflags" <<F
 F
 SRCS="base/file_util.cc base/safetensors.cc base/model_config.cc
   engine/speculative_engine.cc engine/sampling_params.cc engine/acceptance.cc
-  model/tensor_io.cc model/transformer_ops.cc model/kv_pool.cc model/packed_attention.cc model/qwen3_model.cc
+  model/tensor_io.cc model/torch_status.cc model/transformer_ops.cc model/kv_pool.cc
+  model/packed_attention.cc model/qwen3_model.cc
   model/dedit_drafter.cc model/sampling.cc model/verify_commit.cc model/local_backends.cc
   model/tiny_model.cc model/in_process.cc model/cpu_threads.cc
   tests/model/test_util.cc tests/model/qwen3_model_test.cc tests/model/dedit_drafter_test.cc
-  tests/model/sampling_test.cc tests/engine/speculative_engine_test.cc
+  tests/model/sampling_test.cc tests/model/kv_pool_test.cc tests/model/torch_status_test.cc
+  tests/engine/speculative_engine_test.cc bench/engine/engine_bench.cc
   cli/command_flags.cc cli/generate_main.cc cli/make_tiny_model_main.cc"
 t0=$(date +%s)
 echo $SRCS | tr ' ' '\n' | grep . | xargs -P "$(nproc)" -I{} sh -c \
@@ -58,6 +60,7 @@ g++ -o $B/dedit_engine_tests $CORE $O/tests_*.o -L$ROOT/.device/lib -lgmock -lgt
   || echo LINK_FAIL tests
 g++ -o $B/dedit-generate $CORE $O/cli_command_flags.cc.o $O/cli_generate_main.cc.o $LIBS || echo LINK_FAIL generate
 g++ -o $B/dedit-make-tiny-model $CORE $O/cli_command_flags.cc.o $O/cli_make_tiny_model_main.cc.o $LIBS || echo LINK_FAIL make
+g++ -o $B/dedit-engine-bench $CORE $O/bench_engine_engine_bench.cc.o $LIBS || echo LINK_FAIL engine-bench
 echo "== engine tests on $DEV =="
 DEDIT_TEST_DEVICE=$DEV timeout 300 $B/dedit_engine_tests 2>&1 | tail -45
 [ -n "${SKIP_BENCH:-}" ] && exit 0
@@ -73,4 +76,7 @@ for args in "--ar" "--window 16 --passes 1" "--window 16 --passes 2" "--window 1
     $PY -c "import json,sys; j=json.loads(sys.stdin.read()); t=j['timings']; r=j['rounds']; \
 print('tok/s %.1f rounds %d tau %.3f draft/round %.2fms verify/round %.2fms' % (t['decode_tokens_per_s'], r, j['mean_acceptance_length'], 1e3*t['draft_s']/r, 1e3*t['verify_s']/r))"
 done
+echo "== engine efficiency (dedit-engine-bench: ops per layer, verify/decode, draft/decode, throughput by concurrency; bf16, $DEV; packed attention uses SDPA on libtorch >= 2.5) =="
+$B/dedit-engine-bench --target $M/target --drafter $M/drafter --device $DEV --dtype bfloat16 \
+  --concurrency 1,4,16,64 --max_tokens 64 --context 512 --reps 20 || echo BENCH_FAIL
 date

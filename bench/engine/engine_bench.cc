@@ -12,6 +12,7 @@
 // One JSON object per line on stdout.
 //
 //   dedit-engine-bench --target DIR [--drafter DIR] [--threads 1]
+//       [--device cpu|cuda] [--dtype float32|bfloat16]
 //       [--window 16] [--passes 1] [--concurrency 1,4,16,64]
 //       [--prompt_tokens 32] [--max_tokens 64] [--method model|ngram]
 #include <ATen/Functions.h>
@@ -37,6 +38,8 @@
 ABSL_FLAG(std::string, target, "", "target model folder");
 ABSL_FLAG(std::string, drafter, "", "drafter model folder (optional)");
 ABSL_FLAG(int, threads, 1, "libtorch threads");
+ABSL_FLAG(std::string, device, "cpu", "cpu, cuda or cuda:N");
+ABSL_FLAG(std::string, dtype, "float32", "float32, bfloat16 or float16");
 ABSL_FLAG(int, window, 16, "W for verify and speculative runs");
 ABSL_FLAG(int, passes, 1, "K for the speculative runs");
 ABSL_FLAG(std::string, concurrency, "1,4,16,64", "concurrent sequences");
@@ -163,6 +166,8 @@ int Main() {
   InProcessStack::Options o;
   o.target_dir = absl::GetFlag(FLAGS_target);
   o.drafter_dir = absl::GetFlag(FLAGS_drafter);
+  o.device = absl::GetFlag(FLAGS_device);
+  o.dtype = absl::GetFlag(FLAGS_dtype);
   auto stack = InProcessStack::Load(o);
   Check(stack.status(), "load");
   Qwen3Model& target = (*stack)->target();
