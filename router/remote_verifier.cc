@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/blocking_counter.h"
 #include "base/status.h"
 #include "proto/grpc_status.h"
 
@@ -52,16 +51,14 @@ RemoteVerifier::Clock::time_point RemoteVerifier::CallDeadline(
 absl::StatusOr<TargetStepResult> RemoteVerifier::Step(
     const std::vector<PrefillWork>& prefills,
     const std::vector<VerifyWork>& verifies) {
-  grpc::ClientContext prefill_context, verify_context;
-  v1::PrefillRequest prefill_request;
-  v1::PrefillResponse prefill_response;
-  v1::VerifyRequest verify_request;
-  v1::VerifyResponse verify_response;
-  grpc::Status prefill_status, verify_status;
-  std::vector<SequenceId> prefill_ids, verify_ids;
+  // One call per round (Target.Step): the target runs it in one forward.
+  grpc::ClientContext context;
+  v1::StepRequest request;
+  v1::StepResponse response;
+  std::vector<SequenceId> ids;
 
   for (const PrefillWork& p : prefills) {
-    v1::PrefillItem* item = prefill_request.add_items();
+    v1::PrefillItem* item = request.mutable_prefill()->add_items();
     item->set_sequence(WireSequenceId(nonce_, p.sequence));
     item->mutable_prompt()->Add(p.prompt.begin(), p.prompt.end());
     v1::TargetSampling* s = item->mutable_sampling();
@@ -73,47 +70,32 @@ absl::StatusOr<TargetStepResult> RemoteVerifier::Step(
     auto it = limits_.find(p.sequence);
     item->set_reserve_tokens(it == limits_.end() ? 0
                                                  : it->second.reserve_tokens);
-    prefill_ids.push_back(p.sequence);
+    ids.push_back(p.sequence);
   }
   for (const VerifyWork& v : verifies) {
-    v1::VerifyItem* item = verify_request.add_items();
+    v1::VerifyItem* item = request.mutable_verify()->add_items();
     item->set_sequence(WireSequenceId(nonce_, v.sequence));
     item->set_start(v.start);
     item->mutable_block()->Add(v.block.begin(), v.block.end());
-    verify_ids.push_back(v.sequence);
+    ids.push_back(v.sequence);
   }
-
-  const int calls = (prefills.empty() ? 0 : 1) + (verifies.empty() ? 0 : 1);
-  prefill_request.set_round_calls(calls);
-  verify_request.set_round_calls(calls);
-  // Both calls are in flight together so that the target can put them in
-  // one forward; their callbacks run on gRPC threads.
-  absl::BlockingCounter latch(calls);
-  if (!prefills.empty()) {
-    prefill_context.set_deadline(CallDeadline(prefill_ids));
-    stub_->async()->Prefill(&prefill_context, &prefill_request,
-                            &prefill_response, [&](grpc::Status s) {
-                              prefill_status = std::move(s);
-                              latch.DecrementCount();
-                            });
-  }
-  if (!verifies.empty()) {
-    verify_context.set_deadline(CallDeadline(verify_ids));
-    stub_->async()->Verify(&verify_context, &verify_request, &verify_response,
-                           [&](grpc::Status s) {
-                             verify_status = std::move(s);
-                             latch.DecrementCount();
-                           });
-  }
-  latch.Wait();
+  if (prefills.empty() && verifies.empty()) return TargetStepResult{};
+  context.set_deadline(CallDeadline(ids));
+  const grpc::Status call_status = stub_->Step(&context, request, &response);
+  const v1::VerifyResponse& verify_response = response.verify();
+  const v1::PrefillResponse& prefill_response = response.prefill();
+  const grpc::Status& verify_status = call_status;
+  // A failed call fails its verify blocks (the round) and every prompt.
+  const grpc::Status& prefill_status = call_status;
 
   TargetStepResult result;
   if (!verifies.empty()) {
     if (!verify_status.ok()) {
-      return Annotate(FromGrpcStatus(verify_status), "target Verify");
+      return Annotate(FromGrpcStatus(verify_status), "target Step");
     }
     if (verify_response.results_size() != static_cast<int>(verifies.size())) {
-      return absl::InternalError("target Verify returned a wrong result count");
+      return absl::InternalError(
+          "target Step returned a wrong verify result count");
     }
     for (int i = 0; i < verify_response.results_size(); ++i) {
       const v1::VerifyResult& r = verify_response.results(i);
@@ -121,7 +103,7 @@ absl::StatusOr<TargetStepResult> RemoteVerifier::Step(
       if (r.accepted() < 0 || r.accepted() >= window ||
           r.target_tokens_size() != window) {
         return absl::InternalError(
-            "target Verify returned a malformed outcome");
+            "target Step returned a malformed verify outcome");
       }
       result.verified.push_back(
           {r.accepted(), std::vector<int32_t>(r.target_tokens().begin(),
@@ -135,8 +117,8 @@ absl::StatusOr<TargetStepResult> RemoteVerifier::Step(
     const absl::Status call_error =
         prefill_status.ok()
             ? absl::InternalError(
-                  "target Prefill returned a wrong result count")
-            : Annotate(FromGrpcStatus(prefill_status), "target Prefill");
+                  "target Step returned a wrong prefill result count")
+            : Annotate(FromGrpcStatus(prefill_status), "target Step");
     for (size_t i = 0; i < prefills.size(); ++i) {
       if (!call_ok) {
         result.first_tokens.push_back(-1);

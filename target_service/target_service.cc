@@ -1,5 +1,7 @@
 #include "target_service/target_service.h"
 
+#include <atomic>
+#include <memory>
 #include <utility>
 
 #include "proto/grpc_status.h"
@@ -13,14 +15,12 @@ bool TargetServiceImpl::RefusePoisoned(grpc::ServerUnaryReactor* reactor) {
   return true;
 }
 
-grpc::ServerUnaryReactor* TargetServiceImpl::Prefill(
-    grpc::CallbackServerContext* context, const v1::PrefillRequest* request,
-    v1::PrefillResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (RefusePoisoned(reactor)) return reactor;
+namespace {
+
+std::vector<TargetPrefillItem> PrefillItems(const v1::PrefillRequest& request) {
   std::vector<TargetPrefillItem> items;
-  items.reserve(request->items_size());
-  for (const v1::PrefillItem& p : request->items()) {
+  items.reserve(request.items_size());
+  for (const v1::PrefillItem& p : request.items()) {
     TargetPrefillItem item;
     item.work.sequence = p.sequence();
     item.work.prompt.assign(p.prompt().begin(), p.prompt().end());
@@ -33,18 +33,97 @@ grpc::ServerUnaryReactor* TargetServiceImpl::Prefill(
     item.reserve_tokens = p.reserve_tokens();
     items.push_back(std::move(item));
   }
-  worker_->Prefill(
-      std::move(items),
-      [reactor, response](std::vector<absl::StatusOr<int32_t>> results) {
-        for (const absl::StatusOr<int32_t>& r : results) {
-          v1::PrefillResult* out = response->add_results();
-          if (r.ok()) {
-            out->set_first_token(*r);
-          } else {
-            out->set_code(static_cast<int>(r.status().code()));
-            out->set_message(std::string(r.status().message()));
-          }
+  return items;
+}
+
+std::vector<VerifyWork> VerifyItems(const v1::VerifyRequest& request) {
+  std::vector<VerifyWork> items;
+  items.reserve(request.items_size());
+  for (const v1::VerifyItem& v : request.items()) {
+    items.push_back({v.sequence(), v.start(),
+                     std::vector<int32_t>(v.block().begin(), v.block().end())});
+  }
+  return items;
+}
+
+void FillPrefillResponse(const std::vector<absl::StatusOr<int32_t>>& results,
+                         v1::PrefillResponse* response) {
+  for (const absl::StatusOr<int32_t>& r : results) {
+    v1::PrefillResult* out = response->add_results();
+    if (r.ok()) {
+      out->set_first_token(*r);
+    } else {
+      out->set_code(static_cast<int>(r.status().code()));
+      out->set_message(std::string(r.status().message()));
+    }
+  }
+}
+
+void FillVerifyResponse(const std::vector<VerifyOutcome>& outcomes,
+                        v1::VerifyResponse* response) {
+  for (const VerifyOutcome& o : outcomes) {
+    v1::VerifyResult* out = response->add_results();
+    out->set_accepted(o.accepted);
+    out->mutable_target_tokens()->Add(o.target_tokens.begin(),
+                                      o.target_tokens.end());
+  }
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* TargetServiceImpl::Step(
+    grpc::CallbackServerContext* context, const v1::StepRequest* request,
+    v1::StepResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (RefusePoisoned(reactor)) return reactor;
+  std::vector<TargetPrefillItem> prefills = PrefillItems(request->prefill());
+  std::vector<VerifyWork> verifies = VerifyItems(request->verify());
+  // Answered once both halves are done (each half's callback runs once, on
+  // the model thread).
+  struct Pending {
+    explicit Pending(int halves) : remaining(halves) {}
+    std::atomic<int> remaining;
+    absl::Status verify_status;  // written before the decrement
+  };
+  const int halves = (prefills.empty() ? 0 : 1) + (verifies.empty() ? 0 : 1);
+  if (halves == 0) {
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+  auto pending = std::make_shared<Pending>(halves);
+  auto finish_half = [reactor, pending]() {
+    if (pending->remaining.fetch_sub(1) == 1) {
+      reactor->Finish(ToGrpcStatus(pending->verify_status));
+    }
+  };
+  worker_->Step(
+      std::move(prefills),
+      [response, finish_half](std::vector<absl::StatusOr<int32_t>> results) {
+        FillPrefillResponse(results, response->mutable_prefill());
+        finish_half();
+      },
+      std::move(verifies),
+      [response, pending,
+       finish_half](absl::StatusOr<std::vector<VerifyOutcome>> result) {
+        if (result.ok()) {
+          FillVerifyResponse(*result, response->mutable_verify());
+        } else {
+          pending->verify_status = result.status();
         }
+        finish_half();
+      });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* TargetServiceImpl::Prefill(
+    grpc::CallbackServerContext* context, const v1::PrefillRequest* request,
+    v1::PrefillResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (RefusePoisoned(reactor)) return reactor;
+  worker_->Prefill(
+      PrefillItems(*request),
+      [reactor, response](std::vector<absl::StatusOr<int32_t>> results) {
+        FillPrefillResponse(results, response);
         reactor->Finish(grpc::Status::OK);
       },
       request->round_calls() > 1);
@@ -56,25 +135,14 @@ grpc::ServerUnaryReactor* TargetServiceImpl::Verify(
     v1::VerifyResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (RefusePoisoned(reactor)) return reactor;
-  std::vector<VerifyWork> items;
-  items.reserve(request->items_size());
-  for (const v1::VerifyItem& v : request->items()) {
-    items.push_back({v.sequence(), v.start(),
-                     std::vector<int32_t>(v.block().begin(), v.block().end())});
-  }
   worker_->Verify(
-      std::move(items),
+      VerifyItems(*request),
       [reactor, response](absl::StatusOr<std::vector<VerifyOutcome>> result) {
         if (!result.ok()) {
           reactor->Finish(ToGrpcStatus(result.status()));
           return;
         }
-        for (const VerifyOutcome& o : *result) {
-          v1::VerifyResult* out = response->add_results();
-          out->set_accepted(o.accepted);
-          out->mutable_target_tokens()->Add(o.target_tokens.begin(),
-                                            o.target_tokens.end());
-        }
+        FillVerifyResponse(*result, response);
         reactor->Finish(grpc::Status::OK);
       },
       request->round_calls() > 1);

@@ -26,6 +26,9 @@ class TargetServiceImpl final : public v1::Target::CallbackService {
                     Identity identity)
       : worker_(worker), stream_(stream), identity_(std::move(identity)) {}
 
+  grpc::ServerUnaryReactor* Step(grpc::CallbackServerContext* context,
+                                 const v1::StepRequest* request,
+                                 v1::StepResponse* response) override;
   grpc::ServerUnaryReactor* Prefill(grpc::CallbackServerContext* context,
                                     const v1::PrefillRequest* request,
                                     v1::PrefillResponse* response) override;

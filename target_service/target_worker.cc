@@ -466,6 +466,32 @@ void TargetWorker::Verify(std::vector<VerifyWork> items, VerifyDone done,
   job.done(refused);
 }
 
+void TargetWorker::Step(std::vector<TargetPrefillItem> prefills,
+                        PrefillDone prefill_done,
+                        std::vector<VerifyWork> verifies,
+                        VerifyDone verify_done) {
+  const bool has_prefills = !prefills.empty(), has_verifies = !verifies.empty();
+  TargetPrefillJob prefill{std::move(prefills),
+                           NotingErrors(std::move(prefill_done)), false};
+  TargetVerifyJob verify{std::move(verifies),
+                         NotingErrors(std::move(verify_done)), false};
+  absl::Status refused;
+  {
+    absl::MutexLock lock(&mu_);
+    refused = RefusalLocked();
+    if (refused.ok()) {
+      if (has_prefills) new_prefills_.push_back(std::move(prefill));
+      if (has_verifies) new_verifies_.push_back(std::move(verify));
+      return;
+    }
+  }
+  if (has_prefills) {
+    prefill.done(
+        std::vector<absl::StatusOr<int32_t>>(prefill.items.size(), refused));
+  }
+  if (has_verifies) verify.done(refused);
+}
+
 bool TargetWorker::CompanionMissing() const {
   for (const TargetPrefillJob& job : new_prefills_) {
     if (job.with_verify && new_verifies_.empty()) return true;

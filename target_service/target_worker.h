@@ -301,6 +301,12 @@ class TargetWorker : public ModelThread {
   // All-or-nothing (TargetVerifyJob).
   void Verify(std::vector<VerifyWork> items, VerifyDone done,
               bool with_prefill = false) ABSL_LOCKS_EXCLUDED(mu_);
+  // A whole round at once (the Step RPC): both jobs are queued together,
+  // so they share the next forward without waiting for a companion. An
+  // empty side is skipped and its callback not called.
+  void Step(std::vector<TargetPrefillItem> prefills, PrefillDone prefill_done,
+            std::vector<VerifyWork> verifies, VerifyDone verify_done)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // As of the end of the last step.
   Snapshot snapshot() const { return snapshot_.Get(); }

@@ -708,6 +708,41 @@ TEST_F(TargetWorkerTest, AnnouncedPrefillAndVerifyShareOneForward) {
   EXPECT_EQ(forwards[1].tokens, 3);
 }
 
+TEST_F(TargetWorkerTest, StepRunsPrefillAndVerifyInOneForwardWithoutWaiting) {
+  TargetWorkerOptions options;
+  options.max_batch_wait_us = 20'000'000;  // a companion wait would hang
+  auto worker = MakeWorker(options);
+  worker->Start();
+  PendingPrefill ready;
+  worker->Prefill({Item(1, {1, 2, 3})}, ready.callback());
+  auto first = ready.Get();
+  ASSERT_TRUE(first.has_value() && (*first)[0].ok());
+  ASSERT_EQ(worker_forwards().size(), 1u);
+
+  PendingPrefill prefill;
+  PendingVerify verify;
+  worker->Step({Item(2, {4, 5})}, prefill.callback(), {{1, 3, {*(*first)[0]}}},
+               verify.callback());
+  auto verified = verify.Get();
+  auto prefilled = prefill.Get();
+  ASSERT_TRUE(verified.has_value() && verified->ok());
+  ASSERT_TRUE(prefilled.has_value() && (*prefilled)[0].ok());
+  const auto forwards = worker_forwards();
+  ASSERT_EQ(forwards.size(), 2u);
+  EXPECT_EQ(forwards[1].segments, 2);
+  EXPECT_EQ(forwards[1].tokens, 3);
+
+  // A verify-only step: the prefill callback is never called.
+  PendingPrefill unused;
+  PendingVerify next;
+  worker->Step({}, unused.callback(),
+               {{1, 4, {(*verified)->at(0).target_tokens[0]}}},
+               next.callback());
+  auto again = next.Get();
+  ASSERT_TRUE(again.has_value() && again->ok());
+  EXPECT_FALSE(unused.ready());
+}
+
 TEST_F(TargetWorkerTest, ReleaseAnswersAndTellsThePublisher) {
   TargetWorkerOptions options;
   options.kv_capacity_tokens = 50;
