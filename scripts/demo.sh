@@ -34,15 +34,10 @@ if [ -f "$ROOT/checkpoints/tiny/target/model.safetensors" ] &&
    [ -f "$ROOT/checkpoints/tiny/drafter/model.safetensors" ]; then
   SERVE_ARGS=(--target-dir "$ROOT/checkpoints/tiny/target" --drafter-dir "$ROOT/checkpoints/tiny/drafter")
   if [ -z "${DEMO_PROMPT:-}" ] && [ -f "$ROOT/checkpoints/tiny/target/chat_eval.json" ]; then
-    # A held-out rename task: a function from a file the target never saw,
-    # new names. Any message in a suite format works (DEMO_CHAT).
-    CHAT_FAMILY=${DEMO_CHAT_FAMILY:-rename}
-    CHAT=${DEMO_CHAT:-"Rename pos to school_engine:
-def tell(self):
-    pos = self.raw.tell()
-    if pos < 0:
-        raise OSError(\"tell() returned an invalid position\")
-    return pos"}
+    # A multiply task with fresh values (the suite's held-out instances are
+    # drawn the same way); any message in a suite format works (DEMO_CHAT).
+    CHAT_FAMILY=${DEMO_CHAT_FAMILY:-multiply}
+    CHAT=${DEMO_CHAT:-"Multiply 7315 by 46."}
     PROMPT_ARGS=(--chat --prompt "$CHAT")
     MAX_TOKENS=${DEMO_MAX_TOKENS:-448}
     echo "model: bundled checkpoints/tiny chat pair (see checkpoints/tiny/target/MODEL_CARD.md)"
