@@ -72,7 +72,7 @@ absl::StatusOr<std::unique_ptr<DEditDrafter>> DEditDrafter::FromArchive(
     shape.num_layers = c.num_hidden_layers;
     shape.kv_heads = c.num_key_value_heads;
     shape.head_dim = c.head_dim;
-    shape.slab_tokens =
+    shape.max_tokens =
         (options.max_context_tokens > 0 ? options.max_context_tokens
                                         : int64_t{c.max_position_embeddings}) +
         config.block_size;
@@ -104,7 +104,7 @@ absl::StatusOr<int64_t> DEditDrafter::ContextLength(SequenceId id) const {
 int64_t DEditDrafter::context_tokens() const { return pool_->total_length(); }
 
 int64_t DEditDrafter::max_context_tokens() const {
-  return pool_->slab_tokens() - config_.block_size;
+  return pool_->shape().max_tokens - config_.block_size;
 }
 
 absl::Status DEditDrafter::AppendContext(SequenceId id, int64_t start,
@@ -141,6 +141,7 @@ absl::Status DEditDrafter::AppendContext(SequenceId id, int64_t start,
             .to(options_.device);
     at::Tensor cos, sin;
     rotary_.Tables(pos, options_.dtype, &cos, &sin);
+    pool_->Reserve(start + n);  // before any slot index is taken
     std::vector<int64_t> rows;
     rows.reserve(n * c.num_key_value_heads);
     const int slot = pool_->Slot(id);
@@ -291,6 +292,12 @@ std::pair<at::Tensor, at::Tensor> DEditDrafter::RunPass(
     const std::vector<int64_t>& head_rows) {
   const Qwen3Config& c = config_.layers;
   const c10::Device dev = options_.device;
+  int64_t longest = 0;
+  for (size_t i : active) {
+    longest =
+        std::max<int64_t>(longest, requests[i].start + requests[i].window);
+  }
+  pool_->Reserve(longest);  // before any slot index is taken
   std::vector<AttentionSegment> segments;
   for (size_t i : active) {
     const DraftRequest& r = requests[i];

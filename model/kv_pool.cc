@@ -9,32 +9,45 @@
 namespace dedit {
 
 KvPool::KvPool(const Shape& shape, at::ScalarType dtype, c10::Device device,
-               int initial_slots, int max_slots)
+               int initial_slots, int max_slots, int64_t initial_slab_tokens)
     : shape_(shape),
       dtype_(dtype),
       device_(device),
       max_slots_(std::max(max_slots, 1)),
       k_(shape.num_layers),
       v_(shape.num_layers) {
-  Grow(std::clamp(initial_slots, 1, max_slots_));
+  Resize(std::clamp(initial_slots, 1, max_slots_),
+         std::clamp<int64_t>(initial_slab_tokens, 1,
+                             std::max<int64_t>(shape.max_tokens, 1)));
 }
 
-void KvPool::Grow(int slots) {
+void KvPool::Reserve(int64_t tokens) {
+  if (tokens <= slab_) return;
+  Resize(capacity_, std::min(std::max(tokens, 2 * slab_), shape_.max_tokens));
+}
+
+void KvPool::Resize(int slots, int64_t slab) {
   auto opts = at::TensorOptions().dtype(dtype_).device(device_);
   const int used = static_cast<int>(slot_owner_.size());
+  const int64_t keep = std::min(slab, slab_);
   for (int l = 0; l < shape_.num_layers; ++l) {
     // Zeroed, so that never-written positions are finite (see the header).
-    at::Tensor k = at::zeros(
-        {slots, shape_.kv_heads, shape_.slab_tokens, shape_.head_dim}, opts);
+    at::Tensor k =
+        at::zeros({slots, shape_.kv_heads, slab, shape_.head_dim}, opts);
     at::Tensor v = at::zeros_like(k);
-    if (used > 0) {
-      k.narrow(0, 0, used).copy_(k_[l].narrow(0, 0, used));
-      v.narrow(0, 0, used).copy_(v_[l].narrow(0, 0, used));
+    if (used > 0 && keep > 0) {
+      k.narrow(0, 0, used)
+          .narrow(2, 0, keep)
+          .copy_(k_[l].narrow(0, 0, used).narrow(2, 0, keep));
+      v.narrow(0, 0, used)
+          .narrow(2, 0, keep)
+          .copy_(v_[l].narrow(0, 0, used).narrow(2, 0, keep));
     }
     k_[l] = std::move(k);
     v_[l] = std::move(v);
   }
-  const int64_t rows = int64_t{slots} * shape_.kv_heads * shape_.slab_tokens;
+  slab_ = slab;
+  const int64_t rows = int64_t{slots} * shape_.kv_heads * slab_;
   k_rows_.assign(k_.size(), at::Tensor());
   v_rows_.assign(v_.size(), at::Tensor());
   for (int l = 0; l < shape_.num_layers; ++l) {
@@ -54,9 +67,9 @@ absl::Status KvPool::Add(SequenceId id) {
     if (capacity_ >= max_slots_) {
       return absl::ResourceExhaustedError(
           absl::StrCat("KV pool full: ", max_slots_, " sequences of up to ",
-                       shape_.slab_tokens, " tokens"));
+                       shape_.max_tokens, " tokens"));
     }
-    Grow(std::min(capacity_ * 2, max_slots_));
+    Resize(std::min(capacity_ * 2, max_slots_), slab_);
   }
   // A previous occupant's values are finite, but may be NaN if its model
   // produced NaN: clear what it wrote.

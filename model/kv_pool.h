@@ -1,10 +1,14 @@
 // Key/value storage for every sequence of one model: a pool of fixed-size
 // slabs, one per sequence, taken at admission.
 //
-// Each layer holds K and V as one tensor [slots, kv_heads, slab_tokens,
-// head_dim]. A sequence owns slot i for its whole life, so appending a
-// token never reallocates or copies, and Truncate() only moves the length:
-// rollback after a rejected draft costs nothing. Occupied slots are kept
+// Each layer holds K and V as one tensor [slots, kv_heads, slab, head_dim].
+// A sequence owns slot i for its whole life, appends in place, and
+// Truncate() only moves the length: rollback after a rejected draft costs
+// nothing. The slab is as long as the longest sequence needs, rounded up by
+// doubling (Reserve: the whole pool is copied then, amortised O(1) per
+// token), up to `max_tokens`, the most a sequence can ever hold (the
+// model's context limit): short sequences of a long-context model cost
+// short slabs. Occupied slots are kept
 // dense ([0, size())): removing a sequence moves the last slot's tokens into
 // the freed one. A forward over any set of sequences therefore attends over
 // one strided view of the pool (model/packed_attention.h), with no gather
@@ -12,9 +16,8 @@
 //
 // The pool starts with `initial_slots` slots and doubles, copying, when a
 // sequence is added to a full pool (admission time only), up to
-// `max_slots`; beyond that Add() is RESOURCE_EXHAUSTED. slab_tokens is the
-// most a sequence can ever hold (the model's context limit), so memory is
-// slots x slab; docs/ARCHITECTURE.md §7 gives the sizes.
+// `max_slots`; beyond that Add() is RESOURCE_EXHAUSTED. Memory is slots x
+// slab; docs/ARCHITECTURE.md §7 gives the sizes.
 //
 // Slab positions past a sequence's length hold stale but finite values: a
 // new occupant's slab is zeroed up to the previous occupant's high-water
@@ -43,13 +46,19 @@ class KvPool {
     int num_layers = 0;
     int kv_heads = 0;
     int head_dim = 0;
-    int64_t slab_tokens = 0;  // tokens one sequence can hold
+    int64_t max_tokens = 0;  // tokens one sequence can ever hold
   };
   KvPool(const Shape& shape, at::ScalarType dtype, c10::Device device,
-         int initial_slots = 4, int max_slots = 1 << 16);
+         int initial_slots = 4, int max_slots = 1 << 16,
+         int64_t initial_slab_tokens = 256);
 
   const Shape& shape() const { return shape_; }
-  int64_t slab_tokens() const { return shape_.slab_tokens; }
+  // The current slab length: positions [0, slab) exist in every slot.
+  int64_t slab_tokens() const { return slab_; }
+  // Makes every slab hold at least `tokens` positions (doubling, copying).
+  // REQUIRES tokens <= shape().max_tokens. Invalidates FlatIndex values
+  // and views taken before.
+  void Reserve(int64_t tokens);
 
   // ALREADY_EXISTS for a known id; RESOURCE_EXHAUSTED past max_slots.
   absl::Status Add(SequenceId id);
@@ -79,8 +88,7 @@ class KvPool {
              const at::Tensor& v);
   // The flat row of (slot, kv head, position) in Write's view.
   int64_t FlatIndex(int slot, int head, int64_t position) const {
-    return (int64_t{slot} * shape_.kv_heads + head) * shape_.slab_tokens +
-           position;
+    return (int64_t{slot} * shape_.kv_heads + head) * slab_ + position;
   }
   // Bytes held on the device.
   int64_t nbytes() const;
@@ -90,7 +98,8 @@ class KvPool {
     int slot = 0;
     int64_t length = 0;
   };
-  void Grow(int slots);
+  // Reallocates for `slots` slots of `slab` positions, keeping the data.
+  void Resize(int slots, int64_t slab);
   // Copies positions [0, n) of slot `from` into slot `to`, every layer.
   void CopySlot(int from, int to, int64_t n);
 
@@ -98,6 +107,7 @@ class KvPool {
   at::ScalarType dtype_;
   c10::Device device_;
   int capacity_ = 0;
+  int64_t slab_ = 0;
   int max_slots_;
   std::vector<at::Tensor> k_, v_;
   // k_, v_ viewed as [slots * kv_heads * slab_tokens, head_dim] (Write).

@@ -85,7 +85,7 @@ absl::StatusOr<std::unique_ptr<Qwen3Model>> Qwen3Model::FromArchive(
     shape.num_layers = config.num_hidden_layers;
     shape.kv_heads = config.num_key_value_heads;
     shape.head_dim = config.head_dim;
-    shape.slab_tokens = config.max_position_embeddings;
+    shape.max_tokens = config.max_position_embeddings;
     m->pool_ = std::make_unique<KvPool>(shape, options.dtype, dev,
                                         options.initial_kv_slots,
                                         options.max_sequences);
@@ -188,6 +188,12 @@ TargetForwardResult Qwen3Model::RunForward(
 
   std::vector<int64_t> ids, positions, logit_index;
   std::vector<AttentionSegment> attention_segments;
+  int64_t longest = 0;
+  for (const TargetSegment& s : segments) {
+    longest = std::max<int64_t>(
+        longest, s.start + static_cast<int64_t>(s.tokens.size()));
+  }
+  pool_->Reserve(longest);  // before any slot index is taken
   for (const TargetSegment& s : segments) {
     const int64_t base = static_cast<int64_t>(ids.size());
     const int64_t len = static_cast<int64_t>(s.tokens.size());

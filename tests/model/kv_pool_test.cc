@@ -22,7 +22,7 @@ KvPool::Shape SmallShape() {
   s.num_layers = 2;
   s.kv_heads = 2;
   s.head_dim = 4;
-  s.slab_tokens = 16;
+  s.max_tokens = 16;
   return s;
 }
 
@@ -33,6 +33,7 @@ std::vector<std::pair<at::Tensor, at::Tensor>> Append(KvPool& pool,
                                                       int64_t start,
                                                       int64_t n) {
   const KvPool::Shape& s = pool.shape();
+  pool.Reserve(start + n);
   std::vector<int64_t> rows;
   for (int64_t i = 0; i < n; ++i) {
     for (int h = 0; h < s.kv_heads; ++h) {
@@ -58,7 +59,8 @@ at::Tensor KeysOf(const KvPool& pool, SequenceId id, int layer, int64_t start,
 }
 
 TEST(KvPoolTest, AppendWritesInPlaceAndTruncateOnlyMovesTheLength) {
-  KvPool pool(SmallShape(), at::kFloat, TestDevice(), /*initial_slots=*/2);
+  KvPool pool(SmallShape(), at::kFloat, TestDevice(), /*initial_slots=*/2,
+              /*max_slots=*/8, /*initial_slab_tokens=*/16);
   ASSERT_TRUE(pool.Add(1).ok());
   const void* storage = pool.keys(0).data_ptr();
   auto first = Append(pool, 1, 0, 5);
@@ -75,6 +77,26 @@ TEST(KvPoolTest, AppendWritesInPlaceAndTruncateOnlyMovesTheLength) {
   EXPECT_TRUE(at::equal(KeysOf(pool, 1, 0, 0, 5), first[0].first));
   EXPECT_TRUE(at::equal(KeysOf(pool, 1, 0, 6, 2), rewritten[0].first));
   EXPECT_EQ(pool.total_length(), 8);
+}
+
+TEST(KvPoolTest, SlabsGrowByDoublingUpToTheLimitKeepingData) {
+  KvPool pool(SmallShape(), at::kFloat, TestDevice(), /*initial_slots=*/2,
+              /*max_slots=*/8, /*initial_slab_tokens=*/3);
+  EXPECT_EQ(pool.slab_tokens(), 3);
+  ASSERT_TRUE(pool.Add(1).ok());
+  ASSERT_TRUE(pool.Add(2).ok());
+  auto a = Append(pool, 1, 0, 2);
+  auto b = Append(pool, 2, 0, 3);
+  auto a2 = Append(pool, 1, 2, 3);  // 5 tokens: 3 → 6
+  EXPECT_EQ(pool.slab_tokens(), 6);
+  pool.Reserve(11);  // 6 → 12, capped at 16 later
+  EXPECT_EQ(pool.slab_tokens(), 12);
+  pool.Reserve(16);
+  EXPECT_EQ(pool.slab_tokens(), 16);
+  EXPECT_TRUE(at::equal(KeysOf(pool, 1, 1, 0, 2), a[1].first));
+  EXPECT_TRUE(at::equal(KeysOf(pool, 1, 1, 2, 3), a2[1].first));
+  EXPECT_TRUE(at::equal(KeysOf(pool, 2, 0, 0, 3), b[0].first));
+  EXPECT_EQ(pool.Length(2), 3);
 }
 
 TEST(KvPoolTest, ReleaseKeepsSlotsDenseAndDataIntact) {
@@ -137,7 +159,7 @@ TEST(PackedAttentionTest, EqualsPerSequenceReference) {
   shape.num_layers = 1;
   shape.kv_heads = 2;
   shape.head_dim = 8;
-  shape.slab_tokens = 40;
+  shape.max_tokens = 40;
   const int heads = 6;  // group 3
   KvPool pool(shape, at::kFloat, TestDevice(), 2);
   struct Case {
@@ -172,6 +194,11 @@ TEST(PackedAttentionTest, EqualsPerSequenceReference) {
         segs.push_back({pool.Slot(c.id), c.cached, c.length, c.causal});
         n += c.length;
       }
+      int64_t longest = 0;
+      for (const Case& c : batch) {
+        longest = std::max(longest, c.cached + c.length);
+      }
+      pool.Reserve(longest);
       PackedAttention attention(segs, pool, heads, budget);
       if (batch.size() == 4 && batch[1].length == 25) {
         EXPECT_EQ(attention.num_groups(), 2u);
