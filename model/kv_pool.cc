@@ -1,6 +1,7 @@
 #include "model/kv_pool.h"
 
 #include <ATen/Functions.h>
+#include <c10/core/InferenceMode.h>
 
 #include <algorithm>
 
@@ -23,10 +24,15 @@ KvPool::KvPool(const Shape& shape, at::ScalarType dtype, c10::Device device,
 
 void KvPool::Reserve(int64_t tokens) {
   if (tokens <= slab_) return;
+  c10::InferenceMode inference_mode;
   Resize(capacity_, std::min(std::max(tokens, 2 * slab_), shape_.max_tokens));
 }
 
+// Every tensor op of the pool runs in InferenceMode: its tensors are
+// inference tensors wherever they were made (a forward may grow them), and
+// libtorch refuses in-place updates of those outside InferenceMode.
 void KvPool::Resize(int slots, int64_t slab) {
+  c10::InferenceMode inference_mode;
   auto opts = at::TensorOptions().dtype(dtype_).device(device_);
   const int used = static_cast<int>(slot_owner_.size());
   const int64_t keep = std::min(slab, slab_);
@@ -59,6 +65,7 @@ void KvPool::Resize(int slots, int64_t slab) {
 }
 
 absl::Status KvPool::Add(SequenceId id) {
+  c10::InferenceMode inference_mode;
   if (seqs_.count(id)) {
     return absl::AlreadyExistsError(absl::StrCat("sequence ", id, " exists"));
   }
@@ -94,6 +101,7 @@ void KvPool::CopySlot(int from, int to, int64_t n) {
 }
 
 absl::Status KvPool::Remove(SequenceId id) {
+  c10::InferenceMode inference_mode;
   auto it = seqs_.find(id);
   if (it == seqs_.end()) {
     return absl::NotFoundError(absl::StrCat("unknown sequence ", id));

@@ -282,6 +282,11 @@ int Main() {
       int64_t tokens = 0;
       std::vector<RoundRecord> rounds;
       for (const GenerationResult& r : *results) {
+        if (!r.status.ok()) {
+          std::cerr << "dedit-engine-bench: " << mode
+                    << " request failed: " << r.status << "\n";
+          return 1;
+        }
         tokens += static_cast<int64_t>(r.tokens.size());
         rounds.insert(rounds.end(), r.rounds.begin(), r.rounds.end());
       }

@@ -2,6 +2,7 @@
 
 #include <ATen/Functions.h>
 #include <ATen/TensorOperators.h>
+#include <c10/core/InferenceMode.h>
 
 #include <cmath>
 
@@ -97,6 +98,28 @@ TEST(KvPoolTest, SlabsGrowByDoublingUpToTheLimitKeepingData) {
   EXPECT_TRUE(at::equal(KeysOf(pool, 1, 1, 2, 3), a2[1].first));
   EXPECT_TRUE(at::equal(KeysOf(pool, 2, 0, 0, 3), b[0].first));
   EXPECT_EQ(pool.Length(2), 3);
+}
+
+// A forward (in InferenceMode) may grow the pool; adding and removing
+// sequences happens outside it, and must still be able to clear and move
+// slabs (libtorch refuses in-place updates of inference tensors outside
+// InferenceMode).
+TEST(KvPoolTest, GrownInsideInferenceModeStillWorksOutside) {
+  KvPool pool(SmallShape(), at::kFloat, TestDevice(), /*initial_slots=*/1,
+              /*max_slots=*/8, /*initial_slab_tokens=*/2);
+  {
+    c10::InferenceMode inference_mode;
+    ASSERT_TRUE(pool.Add(1).ok());
+    ASSERT_TRUE(pool.Add(2).ok());  // grows the slots
+    Append(pool, 1, 0, 5);          // grows the slab
+    Append(pool, 2, 0, 3);
+  }
+  ASSERT_TRUE(pool.Remove(1).ok());  // moves 2 into slot 0
+  ASSERT_TRUE(pool.Add(3).ok());     // clears slot 1
+  Append(pool, 3, 0, 4);
+  pool.Reserve(12);
+  EXPECT_EQ(pool.Length(2), 3);
+  EXPECT_EQ(pool.Length(3), 4);
 }
 
 TEST(KvPoolTest, ReleaseKeepsSlotsDenseAndDataIntact) {
