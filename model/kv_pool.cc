@@ -148,6 +148,7 @@ int64_t KvPool::total_length() const {
 
 void KvPool::Write(int layer, const at::Tensor& flat_index, const at::Tensor& k,
                    const at::Tensor& v) {
+  c10::InferenceMode inference_mode;
   const int64_t n = k.size(0) * shape_.kv_heads;
   k_rows_[layer].index_copy_(0, flat_index, k.reshape({n, shape_.head_dim}));
   v_rows_[layer].index_copy_(0, flat_index, v.reshape({n, shape_.head_dim}));
