@@ -149,7 +149,10 @@ TEST(KvPoolTest, ReusedSlotsAreClearedOfStaleValues) {
   KvPool pool(SmallShape(), at::kFloat, TestDevice(), /*initial_slots=*/1);
   ASSERT_TRUE(pool.Add(1).ok());
   Append(pool, 1, 0, 9);
-  pool.keys(0)[0].fill_(std::numeric_limits<float>::quiet_NaN());
+  {
+    c10::InferenceMode inference_mode;  // the pool's tensors are inference
+    pool.keys(0)[0].fill_(std::numeric_limits<float>::quiet_NaN());
+  }
   ASSERT_TRUE(pool.Remove(1).ok());
   ASSERT_TRUE(pool.Add(2).ok());
   EXPECT_FALSE(pool.keys(0)[0].narrow(1, 0, 9).isnan().any().item<bool>());
