@@ -53,6 +53,35 @@ TEST_F(ChatTasksCorpusTest, ConversationsBecomeDocumentsWithControlTokens) {
             4);
 }
 
+// The target trains on answers only: the loss mask is 0 over each prompt
+// (through the assistant header, tokenized exactly as a client's prompt)
+// and 1 over the answer, its <|im_end|> and the document's end.
+TEST_F(ChatTasksCorpusTest, LossMaskCoversAnswersOnly) {
+  Write(kTwoTasks);
+  const int32_t eot = *tokenizer_->TokenToId("<|endoftext|>");
+  auto stream = TokenizeChatTasks(path_, *tokenizer_, eot);
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  ASSERT_EQ(stream->loss_mask.size(), stream->tokens.size());
+  auto prompts = ChatTaskPrompts(path_, *tokenizer_);
+  ASSERT_TRUE(prompts.ok()) << prompts.status();
+  auto answer = tokenizer_->Encode("1, 3<|im_end|>\n");
+  ASSERT_TRUE(answer.ok());
+  // The first document: its prompt, masked out, then its answer and <eot>.
+  const size_t p = (*prompts)[0].size();
+  for (size_t i = 0; i < p; ++i) {
+    EXPECT_EQ(stream->tokens[i], (*prompts)[0][i]) << i;
+    EXPECT_EQ(stream->loss_mask[i], 0) << i;
+  }
+  for (size_t i = 0; i < answer->size(); ++i) {
+    EXPECT_EQ(stream->tokens[p + i], (*answer)[i]) << i;
+    EXPECT_EQ(stream->loss_mask[p + i], 1) << i;
+  }
+  EXPECT_EQ(stream->tokens[p + answer->size()], eot);
+  EXPECT_EQ(stream->loss_mask[p + answer->size()], 1);
+  // The second document starts masked.
+  EXPECT_EQ(stream->loss_mask[p + answer->size() + 1], 0);
+}
+
 TEST_F(ChatTasksCorpusTest, PromptsStopAfterTheAssistantHeader) {
   Write(kTwoTasks);
   auto prompts = ChatTaskPrompts(path_, *tokenizer_);
