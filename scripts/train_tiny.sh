@@ -30,6 +30,10 @@
 #                with and without ProposalMix (default 1 for full, 0 for
 #                smoke)
 #   W32          1 = also train/eval a W=32 drafter (default 0)
+#   TARGET_INIT_FROM  an exported target to start the target stage from
+#                (its weights, a fresh schedule): to train a shipped model
+#                further, e.g. TARGET_INIT_FROM=checkpoints/tiny/target with a
+#                new WORK (default: fresh weights)
 #   EVAL_THREADS libtorch threads of the eval stages (default 1: the tiny
 #                models decode fastest on one core, and the speedups are
 #                measured like that)
@@ -150,9 +154,11 @@ if [ "$profile" = chat ] && [ ! -f "$WORK/tasks/heldout.jsonl" ]; then
     --out="$WORK/tasks" "${chat_tasks[@]}"
 fi
 if [ ! -f "$WORK/target/model.safetensors" ]; then
+  init=()
+  [ -n "${TARGET_INIT_FROM:-}" ] && init=(--init_from="$(cd "$TARGET_INIT_FROM" && pwd)")
   stage target "$train" target "${common[@]}" --max_minutes="$MAX_MINUTES" \
     --tokenizer="$WORK/tokenizer.json" --work_dir="$WORK/target-state" \
-    --out="$WORK/target" --seed=1 "${target_args[@]}"
+    --out="$WORK/target" --seed=1 "${target_args[@]}" "${init[@]}"
 fi
 if [ "$profile" = chat ] && [ ! -f "$WORK/chat-eval.json" ]; then
   stage chat-eval python3 "$repo/scripts/eval_chat_tasks.py" --build="$BUILD" \

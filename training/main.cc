@@ -66,6 +66,9 @@ ABSL_FLAG(int, num_kv_heads, 2, "target: key/value heads");
 ABSL_FLAG(int, head_dim, 32, "target: head dimension");
 ABSL_FLAG(double, rope_theta, 10000.0, "target: RoPE theta");
 ABSL_FLAG(int, seq_len, 256, "target: training window");
+ABSL_FLAG(std::string, init_from, "",
+          "target: start from this exported target's weights (fresh "
+          "optimizer and schedule), e.g. to train a shipped model further");
 ABSL_FLAG(int, max_positions, 0,
           "target: exported context (max_position_embeddings); 0 = seq_len");
 ABSL_FLAG(std::string, chat_tasks, "",
@@ -214,6 +217,7 @@ int RunTarget() {
   o.model.tie_word_embeddings = true;
   o.seq_len = absl::GetFlag(FLAGS_seq_len);
   o.max_positions = absl::GetFlag(FLAGS_max_positions);
+  o.init_from = absl::GetFlag(FLAGS_init_from);
   o.batch_size = absl::GetFlag(FLAGS_batch_size);
   o.chat_tasks_dir = absl::GetFlag(FLAGS_chat_tasks);
   o.chat_fraction = absl::GetFlag(FLAGS_chat_fraction);

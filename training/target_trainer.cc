@@ -84,6 +84,8 @@ std::string RunFingerprint(const TargetTrainingOptions& o,
     absl::StrAppend(&fingerprint, " chat_fraction=", o.chat_fraction,
                     " chat_loss=answers");
   }
+  if (!o.init_from.empty())
+    absl::StrAppend(&fingerprint, " init_from=", o.init_from);
   return fingerprint;
 }
 
@@ -163,8 +165,24 @@ absl::StatusOr<StageOutcome> RunTargetTraining(const TargetTrainingOptions& o) {
     }
   }
 
-  ASSIGN_OR_RETURN(TrainableTarget model,
-                   TrainableTarget::Init(config, o.seed));
+  TrainableTarget model;
+  if (o.init_from.empty()) {
+    ASSIGN_OR_RETURN(model, TrainableTarget::Init(config, o.seed));
+  } else {
+    ASSIGN_OR_RETURN(model, TrainableTarget::Load(o.init_from));
+    const Qwen3Config& f = model.config();
+    if (f.vocab_size != config.vocab_size ||
+        f.hidden_size != config.hidden_size ||
+        f.intermediate_size != config.intermediate_size ||
+        f.num_hidden_layers != config.num_hidden_layers ||
+        f.num_attention_heads != config.num_attention_heads ||
+        f.num_key_value_heads != config.num_key_value_heads ||
+        f.head_dim != config.head_dim) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          o.init_from, " does not have the shape asked for: ",
+          Qwen3ConfigToJson(f), " vs ", Qwen3ConfigToJson(config)));
+    }
+  }
   AdamW optimizer(&model.parameters(), o.adamw);
   const std::string state_path = o.work_dir + "/state.safetensors";
   const std::string log_path = o.work_dir + "/log.jsonl";

@@ -52,6 +52,10 @@ struct TargetTrainingOptions {
   // EOS ids (it ends an assistant turn).
   std::string chat_tasks_dir;
   double chat_fraction = 0.5;
+  // An exported target (dedit-train target's output folder) to start from:
+  // its weights, with a fresh optimizer and schedule, to train a shipped
+  // model further. Its shape must be `model`'s; empty = fresh weights.
+  std::string init_from;
 };
 
 absl::StatusOr<StageOutcome> RunTargetTraining(

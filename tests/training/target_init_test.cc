@@ -1,0 +1,111 @@
+// `dedit-train target --init_from`: training a shipped target further starts
+// from its weights (not a fresh initialisation), and refuses a folder of
+// another shape.
+#include <ATen/Functions.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "base/file_util.h"
+#include "training/target_trainer.h"
+#include "training/trainable_models.h"
+
+namespace dedit::training {
+namespace {
+
+using ::testing::HasSubstr;
+
+class TargetInitTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // One folder per test (ctest runs them in parallel), emptied first so
+    // that no earlier run's state is resumed.
+    root_ = ::testing::TempDir() + "/target_init_test_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(root_);
+    ASSERT_TRUE(MakeDirs(root_ + "/corpus").ok());
+    // Ten small Python files: both sides of a 1-in-2 split get some.
+    for (int f = 0; f < 10; ++f) {
+      std::string text;
+      for (int i = 0; i < 40; ++i) {
+        absl::StrAppend(&text, "def f", f, "_", i, "(x):\n    return x + ", i,
+                        "\n\n");
+      }
+      ASSERT_TRUE(
+          WriteFileAtomically(absl::StrCat(root_, "/corpus/m", f, ".py"), text)
+              .ok());
+    }
+  }
+
+  TargetTrainingOptions Options(const std::string& name, double lr,
+                                int hidden = 32) {
+    TargetTrainingOptions o;
+    o.tokenizer_path = std::string(DEDIT_SOURCE_DIR) +
+                       "/checkpoints/tiny/target/tokenizer.json";
+    o.corpus.roots = {root_ + "/corpus"};
+    o.corpus.heldout_every = 2;
+    o.work_dir = root_ + "/" + name + "-work";
+    o.out_dir = root_ + "/" + name;
+    o.model.hidden_size = hidden;
+    o.model.intermediate_size = 64;
+    o.model.num_hidden_layers = 2;
+    o.model.num_attention_heads = 2;
+    o.model.num_key_value_heads = 1;
+    o.model.head_dim = 16;
+    o.seq_len = 32;
+    o.batch_size = 2;
+    o.steps = 2;
+    o.eval_every = 1;
+    o.eval_windows = 2;
+    o.checkpoint_every_s = 1e9;
+    o.schedule.peak = lr;
+    return o;
+  }
+
+  static ParameterList Weights(const std::string& dir) {
+    auto model = TrainableTarget::Load(dir);
+    EXPECT_TRUE(model.ok()) << model.status();
+    return model.ok() ? model->parameters() : ParameterList();
+  }
+
+  static bool Same(const ParameterList& a, const ParameterList& b) {
+    if (a.size() != b.size() || a.empty()) return false;
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (!at::equal(a[i].value, b[i].value)) return false;
+    }
+    return true;
+  }
+
+  std::string root_;
+};
+
+TEST_F(TargetInitTest, StartsFromTheGivenWeights) {
+  auto trained = RunTargetTraining(Options("a", 2e-3));
+  ASSERT_TRUE(trained.ok()) << trained.status();
+  // With lr 0 the weights cannot move: from --init_from they are the
+  // trained model's; from a fresh start they are the initialisation's.
+  TargetTrainingOptions from_a = Options("b", 0.0);
+  from_a.init_from = root_ + "/a";
+  ASSERT_TRUE(RunTargetTraining(from_a).ok());
+  auto fresh = RunTargetTraining(Options("c", 0.0));
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  const ParameterList a = Weights(root_ + "/a");
+  EXPECT_TRUE(Same(Weights(root_ + "/b"), a));
+  EXPECT_FALSE(Same(Weights(root_ + "/c"), a));
+}
+
+TEST_F(TargetInitTest, RefusesAnotherShape) {
+  ASSERT_TRUE(RunTargetTraining(Options("d", 2e-3)).ok());
+  TargetTrainingOptions wider = Options("e", 2e-3, /*hidden=*/48);
+  wider.init_from = root_ + "/d";
+  auto status = RunTargetTraining(wider);
+  ASSERT_FALSE(status.ok());
+  EXPECT_EQ(status.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.status().message(), HasSubstr("does not have the shape"));
+}
+
+}  // namespace
+}  // namespace dedit::training
