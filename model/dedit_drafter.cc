@@ -143,13 +143,7 @@ absl::Status DEditDrafter::AppendContext(SequenceId id, int64_t start,
     rotary_.Tables(pos, options_.dtype, &cos, &sin);
     pool_->Reserve(start + n);  // before any slot index is taken
     std::vector<int64_t> rows;
-    rows.reserve(n * c.num_key_value_heads);
-    const int slot = pool_->Slot(id);
-    for (int64_t i = 0; i < n; ++i) {
-      for (int h = 0; h < c.num_key_value_heads; ++h) {
-        rows.push_back(pool_->FlatIndex(slot, h, start + i));
-      }
-    }
+    pool_->AppendRows(pool_->Slot(id), start, n, &rows);
     const at::Tensor flat_rows =
         at::tensor(rows, at::TensorOptions().dtype(at::kLong))
             .to(options_.device);
@@ -318,9 +312,9 @@ std::pair<at::Tensor, at::Tensor> DEditDrafter::RunPass(
     // A profiler scope: dedit-engine-bench counts the ops of one layer.
     RECORD_USER_SCOPE("dedit::decoder_layer");
     const DecoderLayerWeights& w = layers_[l];
-    auto [q, k, v] = ProjectQkvPacked(x, w, c, rotary_, cos, sin);
+    auto [q, k, v] = ProjectQkv(x, w, c, rotary_, cos, sin);
     attention.WriteKv(pool_.get(), l, k, v);
-    x = FinishDecoderLayerPacked(x, attention.Run(q, *pool_, l), w, c);
+    x = FinishDecoderLayer(x, attention.Run(q, *pool_, l), w, c);
   }
   at::Tensor rows = x.index_select(0, at::tensor(head_rows, long_opts).to(dev));
   at::Tensor logits =

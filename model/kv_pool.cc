@@ -80,16 +80,29 @@ absl::Status KvPool::Add(SequenceId id) {
   }
   // A previous occupant's values are finite, but may be NaN if its model
   // produced NaN: clear what it wrote.
-  if (high_water_[slot] > 0) {
-    for (int l = 0; l < shape_.num_layers; ++l) {
-      k_[l][slot].narrow(1, 0, high_water_[slot]).zero_();
-      v_[l][slot].narrow(1, 0, high_water_[slot]).zero_();
-    }
-    high_water_[slot] = 0;
-  }
+  ClearSlot(slot, 0, high_water_[slot]);
+  high_water_[slot] = 0;
   seqs_[id] = Seq{slot, 0};
   slot_owner_.push_back(id);
   return absl::OkStatus();
+}
+
+void KvPool::ClearSlot(int slot, int64_t from, int64_t to) {
+  if (to <= from) return;
+  for (int l = 0; l < shape_.num_layers; ++l) {
+    k_[l][slot].narrow(1, from, to - from).zero_();
+    v_[l][slot].narrow(1, from, to - from).zero_();
+  }
+}
+
+void KvPool::AppendRows(int slot, int64_t start, int64_t n,
+                        std::vector<int64_t>* rows) const {
+  for (int64_t i = 0; i < n; ++i) {
+    for (int h = 0; h < shape_.kv_heads; ++h) {
+      rows->push_back((int64_t{slot} * shape_.kv_heads + h) * slab_ + start +
+                      i);
+    }
+  }
 }
 
 void KvPool::CopySlot(int from, int to, int64_t n) {
@@ -115,12 +128,7 @@ absl::Status KvPool::Remove(SequenceId id) {
     const SequenceId moved = slot_owner_[last];
     const int64_t n = high_water_[last];
     CopySlot(last, freed, n);
-    if (high_water_[freed] > n) {  // the removed sequence's tail
-      for (int l = 0; l < shape_.num_layers; ++l) {
-        k_[l][freed].narrow(1, n, high_water_[freed] - n).zero_();
-        v_[l][freed].narrow(1, n, high_water_[freed] - n).zero_();
-      }
-    }
+    ClearSlot(freed, n, high_water_[freed]);  // the removed sequence's tail
     high_water_[freed] = n;
     slot_owner_[freed] = moved;
     seqs_[moved].slot = freed;

@@ -56,7 +56,7 @@ class KvPool {
   // The current slab length: positions [0, slab) exist in every slot.
   int64_t slab_tokens() const { return slab_; }
   // Makes every slab hold at least `tokens` positions (doubling, copying).
-  // REQUIRES tokens <= shape().max_tokens. Invalidates FlatIndex values
+  // REQUIRES tokens <= shape().max_tokens. Invalidates AppendRows rows
   // and views taken before.
   void Reserve(int64_t tokens);
 
@@ -83,13 +83,14 @@ class KvPool {
   const at::Tensor& keys(int layer) const { return k_[layer]; }
   const at::Tensor& values(int layer) const { return v_[layer]; }
   // Writes k, v ([n, kv_heads, head_dim]) of `layer` at the flat rows
-  // `flat_index` ([n * kv_heads], from FlatIndex) in one op each.
+  // `flat_index` ([n * kv_heads], from AppendRows) in one op each.
   void Write(int layer, const at::Tensor& flat_index, const at::Tensor& k,
              const at::Tensor& v);
-  // The flat row of (slot, kv head, position) in Write's view.
-  int64_t FlatIndex(int slot, int head, int64_t position) const {
-    return (int64_t{slot} * shape_.kv_heads + head) * slab_ + position;
-  }
+  // Appends to `rows` the flat rows (Write's index) of positions
+  // [start, start + n) of `slot`: token-major, kv heads inner, as k and v
+  // come out of a projection. Valid until the next Reserve or Add.
+  void AppendRows(int slot, int64_t start, int64_t n,
+                  std::vector<int64_t>* rows) const;
   // Bytes held on the device.
   int64_t nbytes() const;
 
@@ -102,6 +103,8 @@ class KvPool {
   void Resize(int slots, int64_t slab);
   // Copies positions [0, n) of slot `from` into slot `to`, every layer.
   void CopySlot(int from, int to, int64_t n);
+  // Zeroes positions [from, to) of `slot`, every layer.
+  void ClearSlot(int slot, int64_t from, int64_t to);
 
   Shape shape_;
   at::ScalarType dtype_;

@@ -29,11 +29,7 @@ PackedAttention::PackedAttention(const std::vector<AttentionSegment>& segments,
   int64_t n = 0;
   for (const AttentionSegment& s : segments) {
     packed_offsets.push_back(n);
-    for (int64_t i = 0; i < s.length; ++i) {
-      for (int h = 0; h < kv_heads_; ++h) {
-        kv_index.push_back(pool.FlatIndex(s.slot, h, s.start + i));
-      }
-    }
+    pool.AppendRows(s.slot, s.start, s.length, &kv_index);
     n += s.length;
   }
   const c10::Device dev = pool.keys(0).device();

@@ -57,7 +57,7 @@ class PackedAttention {
   void WriteKv(KvPool* pool, int layer, const at::Tensor& k,
                const at::Tensor& v) const;
   // q: [n, heads, head_dim] packed, already scaled by 1/sqrt(head_dim)
-  // (ProjectQkvPacked folds the scale into the q norm) → [n, heads *
+  // (ProjectQkv folds the scale into the q norm) → [n, heads *
   // head_dim].
   at::Tensor Run(const at::Tensor& q, const KvPool& pool, int layer) const;
 

@@ -224,9 +224,9 @@ TargetForwardResult Qwen3Model::RunForward(
     // A profiler scope: dedit-engine-bench counts the ops of one layer.
     RECORD_USER_SCOPE("dedit::decoder_layer");
     const DecoderLayerWeights& w = layers_[l];
-    auto [q, k, v] = ProjectQkvPacked(x, w, c, rotary_, cos, sin);
+    auto [q, k, v] = ProjectQkv(x, w, c, rotary_, cos, sin);
     attention.WriteKv(pool_.get(), l, k, v);
-    x = FinishDecoderLayerPacked(x, attention.Run(q, *pool_, l), w, c);
+    x = FinishDecoderLayer(x, attention.Run(q, *pool_, l), w, c);
     for (size_t f = 0; f < features.size(); ++f) {
       if (options_.feature_layer_ids[f] == l) features[f] = x;
     }

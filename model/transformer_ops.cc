@@ -11,21 +11,16 @@
 
 namespace dedit {
 
-at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
-  if (x.scalar_type() == at::kFloat) {  // no casts: 6 ops
-    return x * at::rsqrt(x.pow(2).mean({-1}, true) + eps) * weight;
-  }
-  at::Tensor xf = x.to(at::kFloat);
-  at::Tensor normed = xf * at::rsqrt(xf.pow(2).mean({-1}, true) + eps);
-  return weight * normed.to(x.scalar_type());
-}
-
 at::Tensor RmsNormalize(const at::Tensor& x, double eps) {
-  if (x.scalar_type() == at::kFloat) {
+  if (x.scalar_type() == at::kFloat) {  // no casts
     return x * at::rsqrt(x.pow(2).mean({-1}, true) + eps);
   }
   at::Tensor xf = x.to(at::kFloat);
   return (xf * at::rsqrt(xf.pow(2).mean({-1}, true) + eps)).to(x.scalar_type());
+}
+
+at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  return RmsNormalize(x, eps) * weight;
 }
 
 Rotary::Rotary(int head_dim, double theta, c10::Device device,
@@ -128,20 +123,6 @@ at::Tensor NormAndRotateHeads(const at::Tensor& projected, int heads,
   return Rotary::Apply(RmsNorm(x, norm_weight, eps), cos, sin);
 }
 
-QkvProjection ProjectQkv(const at::Tensor& x, const DecoderLayerWeights& w,
-                         const Qwen3Config& c, const at::Tensor& cos,
-                         const at::Tensor& sin) {
-  at::Tensor h = RmsNorm(x, w.input_layernorm, c.rms_norm_eps);
-  QkvProjection p;
-  p.q = NormAndRotateHeads(at::linear(h, w.q_proj), c.num_attention_heads,
-                           c.head_dim, w.q_norm, c.rms_norm_eps, cos, sin);
-  p.k = NormAndRotateHeads(at::linear(h, w.k_proj), c.num_key_value_heads,
-                           c.head_dim, w.k_norm, c.rms_norm_eps, cos, sin);
-  p.v = at::linear(h, w.v_proj)
-            .view({x.size(0), c.num_key_value_heads, c.head_dim});
-  return p;
-}
-
 void PackDecoderLayer(const Qwen3Config& c, DecoderLayerWeights* w) {
   const at::ScalarType dt = w->q_proj.scalar_type();
   // Folding is done in fp32, then cast once.
@@ -169,10 +150,9 @@ void PackDecoderLayer(const Qwen3Config& c, DecoderLayerWeights* w) {
                    .contiguous();
 }
 
-QkvProjection ProjectQkvPacked(const at::Tensor& x,
-                               const DecoderLayerWeights& w,
-                               const Qwen3Config& c, const Rotary& rotary,
-                               const at::Tensor& cos, const at::Tensor& sin) {
+QkvProjection ProjectQkv(const at::Tensor& x, const DecoderLayerWeights& w,
+                         const Qwen3Config& c, const Rotary& rotary,
+                         const at::Tensor& cos, const at::Tensor& sin) {
   const int64_t n = x.size(0);
   const int64_t heads = c.num_attention_heads, kv = c.num_key_value_heads;
   const int64_t hd = c.head_dim;
@@ -186,23 +166,15 @@ QkvProjection ProjectQkvPacked(const at::Tensor& x,
   return p;
 }
 
-at::Tensor FinishDecoderLayerPacked(const at::Tensor& x, const at::Tensor& attn,
-                                    const DecoderLayerWeights& w,
-                                    const Qwen3Config& c) {
+at::Tensor FinishDecoderLayer(const at::Tensor& x, const at::Tensor& attn,
+                              const DecoderLayerWeights& w,
+                              const Qwen3Config& c) {
   at::Tensor y = at::addmm(x, attn, w.o_t);
   const int64_t inter = w.gate_up_t.size(1) / 2;
   at::Tensor gu = at::mm(RmsNormalize(y, c.rms_norm_eps), w.gate_up_t);
   return at::addmm(
       y, at::silu(gu.narrow(1, 0, inter)) * gu.narrow(1, inter, inter),
       w.down_t);
-}
-
-at::Tensor FinishDecoderLayer(const at::Tensor& x, const at::Tensor& attn,
-                              const DecoderLayerWeights& w,
-                              const Qwen3Config& c) {
-  at::Tensor y = x + at::linear(attn, w.o_proj);
-  return y +
-         SwiGluMlp(RmsNorm(y, w.post_attention_layernorm, c.rms_norm_eps), w);
 }
 
 }  // namespace dedit

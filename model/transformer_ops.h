@@ -1,6 +1,6 @@
-// Building blocks shared by the Qwen3 target and the DEdit drafter: RMSNorm,
-// rotary embedding, grouped-query attention over a (possibly cached) key set,
-// the SwiGLU MLP, and Qwen3 decoder-layer weights.
+// Building blocks shared by the Qwen3 target, the DEdit drafter and the
+// trainer: RMSNorm, rotary embedding, reference grouped-query attention, the
+// SwiGLU MLP, Qwen3 decoder-layer weights and their packed inference path.
 //
 // Tensors here are "token-major": activations are [tokens, features], per-head
 // tensors are [tokens, heads, head_dim]. Attention is written with plain
@@ -51,10 +51,11 @@ class Rotary {
 
  private:
   at::Tensor inv_freq_;     // [head_dim / 2], fp32
-  at::Tensor rotate_half_;  // [head_dim, head_dim] fp32: x @ R = rotate_half(x)
+  at::Tensor rotate_half_;  // [head_dim, head_dim]: x @ R = rotate_half(x)
 };
 
-// Grouped-query attention for one sequence.
+// Grouped-query attention for one sequence: the per-sequence reference
+// that model/packed_attention.h (what the models run) is tested against.
 //   q: [n_q, heads, head_dim]; k, v: [kv_heads, n_k, head_dim] (cache layout).
 //   Query i may attend key j iff j <= causal_offset + i when causal_offset >= 0
 //   (bottom-right aligned: the queries are the last n_q positions of a
@@ -90,33 +91,23 @@ struct DecoderLayerWeights {
 // f32).
 void PackDecoderLayer(const Qwen3Config& c, DecoderLayerWeights* w);
 
-// The inference path of a decoder layer over packed weights (few ops: one
+// A decoder layer's inference path over packed weights. ProjectQkv gives the
+// attention inputs of tokens `x` ([n, hidden]): q = RoPE(q_norm(q_proj(h))),
+// k = RoPE(k_norm(k_proj(h))), v = v_proj(h) with h = input_layernorm(x);
+// FinishDecoderLayer the rest once attention ran (o_proj and its residual,
+// then the post-attention-norm SwiGLU MLP and its residual). Few ops: one
 // mm for q, k and v, one RMSNorm and one RoPE for q and k together, one mm
 // for gate and up, the residual adds fused into addmm). q comes out
 // pre-scaled by 1/sqrt(head_dim). cos/sin from Rotary::HeadTables.
-QkvProjection ProjectQkvPacked(const at::Tensor& x,
-                               const DecoderLayerWeights& w,
-                               const Qwen3Config& c, const Rotary& rotary,
-                               const at::Tensor& cos, const at::Tensor& sin);
-at::Tensor FinishDecoderLayerPacked(const at::Tensor& x, const at::Tensor& attn,
-                                    const DecoderLayerWeights& w,
-                                    const Qwen3Config& c);
-
-// down(silu(gate(x)) * up(x)).
-at::Tensor SwiGluMlp(const at::Tensor& x, const DecoderLayerWeights& w);
-
-// The attention inputs of one decoder layer for tokens `x` ([n, hidden]):
-// h = input_layernorm(x); q = RoPE(q_norm(q_proj(h))), k = RoPE(k_norm(
-// k_proj(h))), v = v_proj(h). q: [n, heads, hd]; k, v: [n, kv_heads, hd].
 QkvProjection ProjectQkv(const at::Tensor& x, const DecoderLayerWeights& w,
-                         const Qwen3Config& c, const at::Tensor& cos,
-                         const at::Tensor& sin);
-
-// The rest of a decoder layer once attention ran: residual through o_proj,
-// then the post-attention-norm SwiGLU MLP with its residual.
+                         const Qwen3Config& c, const Rotary& rotary,
+                         const at::Tensor& cos, const at::Tensor& sin);
 at::Tensor FinishDecoderLayer(const at::Tensor& x, const at::Tensor& attn,
                               const DecoderLayerWeights& w,
                               const Qwen3Config& c);
+
+// down(silu(gate(x)) * up(x)).
+at::Tensor SwiGluMlp(const at::Tensor& x, const DecoderLayerWeights& w);
 
 // Per-head RMSNorm then RoPE on a projected [n, heads*hd] tensor; returns
 // [n, heads, hd].

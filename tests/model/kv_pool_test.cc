@@ -36,11 +36,7 @@ std::vector<std::pair<at::Tensor, at::Tensor>> Append(KvPool& pool,
   const KvPool::Shape& s = pool.shape();
   pool.Reserve(start + n);
   std::vector<int64_t> rows;
-  for (int64_t i = 0; i < n; ++i) {
-    for (int h = 0; h < s.kv_heads; ++h) {
-      rows.push_back(pool.FlatIndex(pool.Slot(id), h, start + i));
-    }
-  }
+  pool.AppendRows(pool.Slot(id), start, n, &rows);
   at::Tensor index = at::tensor(rows, at::kLong).to(TestDevice());
   std::vector<std::pair<at::Tensor, at::Tensor>> written;
   for (int l = 0; l < s.num_layers; ++l) {
@@ -234,7 +230,7 @@ TEST(PackedAttentionTest, EqualsPerSequenceReference) {
           at::randn({n, shape.kv_heads, shape.head_dim}).to(TestDevice());
       at::Tensor v = at::randn_like(k);
       attention.WriteKv(&pool, 0, k, v);
-      // Run takes q pre-scaled (ProjectQkvPacked folds the scale in).
+      // Run takes q pre-scaled (ProjectQkv folds the scale in).
       at::Tensor out = attention.Run(
           q / std::sqrt(static_cast<double>(shape.head_dim)), pool, 0);
       ASSERT_EQ(out.size(0), n);
