@@ -81,17 +81,16 @@ absl::StatusOr<TargetStepResult> RemoteVerifier::Step(
   }
   if (prefills.empty() && verifies.empty()) return TargetStepResult{};
   context.set_deadline(CallDeadline(ids));
-  const grpc::Status call_status = stub_->Step(&context, request, &response);
+  // A failed call fails the round when it has verify blocks, otherwise
+  // every prompt in it.
+  const grpc::Status status = stub_->Step(&context, request, &response);
   const v1::VerifyResponse& verify_response = response.verify();
   const v1::PrefillResponse& prefill_response = response.prefill();
-  const grpc::Status& verify_status = call_status;
-  // A failed call fails its verify blocks (the round) and every prompt.
-  const grpc::Status& prefill_status = call_status;
 
   TargetStepResult result;
   if (!verifies.empty()) {
-    if (!verify_status.ok()) {
-      return Annotate(FromGrpcStatus(verify_status), "target Step");
+    if (!status.ok()) {
+      return Annotate(FromGrpcStatus(status), "target Step");
     }
     if (verify_response.results_size() != static_cast<int>(verifies.size())) {
       return absl::InternalError(
@@ -111,14 +110,12 @@ absl::StatusOr<TargetStepResult> RemoteVerifier::Step(
     }
   }
   if (!prefills.empty()) {
-    const bool call_ok =
-        prefill_status.ok() &&
-        prefill_response.results_size() == static_cast<int>(prefills.size());
+    const bool call_ok = status.ok() && prefill_response.results_size() ==
+                                            static_cast<int>(prefills.size());
     const absl::Status call_error =
-        prefill_status.ok()
-            ? absl::InternalError(
-                  "target Step returned a wrong prefill result count")
-            : Annotate(FromGrpcStatus(prefill_status), "target Step");
+        status.ok() ? absl::InternalError(
+                          "target Step returned a wrong prefill result count")
+                    : Annotate(FromGrpcStatus(status), "target Step");
     for (size_t i = 0; i < prefills.size(); ++i) {
       if (!call_ok) {
         result.first_tokens.push_back(-1);

@@ -434,62 +434,54 @@ TargetWorker::VerifyDone TargetWorker::NotingErrors(VerifyDone done) {
   };
 }
 
-void TargetWorker::Prefill(std::vector<TargetPrefillItem> items,
-                           PrefillDone done, bool with_verify) {
-  TargetPrefillJob job{std::move(items), NotingErrors(std::move(done)),
-                       with_verify};
+void TargetWorker::Enqueue(std::optional<TargetPrefillJob> prefill,
+                           std::optional<TargetVerifyJob> verify) {
   absl::Status refused;
   {
     absl::MutexLock lock(&mu_);
     refused = RefusalLocked();
     if (refused.ok()) {
-      new_prefills_.push_back(std::move(job));
+      if (prefill) new_prefills_.push_back(std::move(*prefill));
+      if (verify) new_verifies_.push_back(std::move(*verify));
       return;
     }
   }
-  job.done(std::vector<absl::StatusOr<int32_t>>(job.items.size(), refused));
+  if (prefill) {
+    prefill->done(
+        std::vector<absl::StatusOr<int32_t>>(prefill->items.size(), refused));
+  }
+  if (verify) verify->done(refused);
+}
+
+void TargetWorker::Prefill(std::vector<TargetPrefillItem> items,
+                           PrefillDone done, bool with_verify) {
+  Enqueue(TargetPrefillJob{std::move(items), NotingErrors(std::move(done)),
+                           with_verify},
+          std::nullopt);
 }
 
 void TargetWorker::Verify(std::vector<VerifyWork> items, VerifyDone done,
                           bool with_prefill) {
-  TargetVerifyJob job{std::move(items), NotingErrors(std::move(done)),
-                      with_prefill};
-  absl::Status refused;
-  {
-    absl::MutexLock lock(&mu_);
-    refused = RefusalLocked();
-    if (refused.ok()) {
-      new_verifies_.push_back(std::move(job));
-      return;
-    }
-  }
-  job.done(refused);
+  Enqueue(std::nullopt,
+          TargetVerifyJob{std::move(items), NotingErrors(std::move(done)),
+                          with_prefill});
 }
 
 void TargetWorker::Step(std::vector<TargetPrefillItem> prefills,
                         PrefillDone prefill_done,
                         std::vector<VerifyWork> verifies,
                         VerifyDone verify_done) {
-  const bool has_prefills = !prefills.empty(), has_verifies = !verifies.empty();
-  TargetPrefillJob prefill{std::move(prefills),
-                           NotingErrors(std::move(prefill_done)), false};
-  TargetVerifyJob verify{std::move(verifies),
-                         NotingErrors(std::move(verify_done)), false};
-  absl::Status refused;
-  {
-    absl::MutexLock lock(&mu_);
-    refused = RefusalLocked();
-    if (refused.ok()) {
-      if (has_prefills) new_prefills_.push_back(std::move(prefill));
-      if (has_verifies) new_verifies_.push_back(std::move(verify));
-      return;
-    }
+  std::optional<TargetPrefillJob> prefill;
+  std::optional<TargetVerifyJob> verify;
+  if (!prefills.empty()) {
+    prefill = TargetPrefillJob{std::move(prefills),
+                               NotingErrors(std::move(prefill_done)), false};
   }
-  if (has_prefills) {
-    prefill.done(
-        std::vector<absl::StatusOr<int32_t>>(prefill.items.size(), refused));
+  if (!verifies.empty()) {
+    verify = TargetVerifyJob{std::move(verifies),
+                             NotingErrors(std::move(verify_done)), false};
   }
-  if (has_verifies) verify.done(refused);
+  Enqueue(std::move(prefill), std::move(verify));
 }
 
 bool TargetWorker::CompanionMissing() const {

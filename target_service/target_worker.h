@@ -57,6 +57,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 #include <utility>
@@ -330,6 +331,10 @@ class TargetWorker : public ModelThread {
   // `done`, after every error it is given went to NoteModelError.
   PrefillDone NotingErrors(PrefillDone done);
   VerifyDone NotingErrors(VerifyDone done);
+  // Queues the jobs given, together (one lock), or answers them with the
+  // refusal when the worker takes no work.
+  void Enqueue(std::optional<TargetPrefillJob> prefill,
+               std::optional<TargetVerifyJob> verify) ABSL_LOCKS_EXCLUDED(mu_);
   bool HasQueuedWork() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool CompanionMissing() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PublishSnapshot() ABSL_LOCKS_EXCLUDED(mu_);

@@ -620,6 +620,32 @@ class TargetWorkerTest : public TargetBatcherTest {
     return worker_forwards_;
   }
 
+  // A started worker that would hold a forward for a missing companion far
+  // longer than any test, with sequence 1 prefilled ([1, 2, 3]) in one
+  // forward; `first` gets its first token.
+  void StartWithOneSequence(std::unique_ptr<TargetWorker>* worker,
+                            int32_t* first) {
+    TargetWorkerOptions options;
+    options.max_batch_wait_us = 20'000'000;
+    *worker = MakeWorker(options);
+    (*worker)->Start();
+    PendingPrefill ready;
+    (*worker)->Prefill({Item(1, {1, 2, 3})}, ready.callback());
+    auto tokens = ready.Get();
+    ASSERT_TRUE(tokens.has_value() && (*tokens)[0].ok());
+    *first = *(*tokens)[0];
+    ASSERT_EQ(worker_forwards().size(), 1u);
+  }
+
+  // The second forward packed sequence 1's verify block and the 2-token
+  // prompt of sequence 2.
+  void ExpectVerifyAndPrefillShareTheSecondForward() {
+    const auto forwards = worker_forwards();
+    ASSERT_EQ(forwards.size(), 2u);
+    EXPECT_EQ(forwards[1].segments, 2);
+    EXPECT_EQ(forwards[1].tokens, 3);
+  }
+
   std::vector<absl::Status> poison_events() {
     absl::MutexLock lock(&stats_mu_);
     return poison_events_;
@@ -681,56 +707,37 @@ TEST_F(TargetWorkerTest, ChunkedPrefillPublishesEveryChunkInOrder) {
 }
 
 TEST_F(TargetWorkerTest, AnnouncedPrefillAndVerifyShareOneForward) {
-  TargetWorkerOptions options;
-  options.max_batch_wait_us = 20'000'000;  // far longer than the test
-  auto worker = MakeWorker(options);
-  worker->Start();
-  PendingPrefill ready;
-  worker->Prefill({Item(1, {1, 2, 3})}, ready.callback());
-  auto first = ready.Get();
-  ASSERT_TRUE(first.has_value() && (*first)[0].ok());
-  ASSERT_EQ(worker_forwards().size(), 1u);
+  std::unique_ptr<TargetWorker> worker;
+  int32_t first = 0;
+  ASSERT_NO_FATAL_FAILURE(StartWithOneSequence(&worker, &first));
 
   PendingPrefill prefill;
   worker->Prefill({Item(2, {4, 5})}, prefill.callback(), /*with_verify=*/true);
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   EXPECT_FALSE(prefill.ready());  // held for its companion
   PendingVerify verify;
-  worker->Verify({{1, 3, {*(*first)[0]}}}, verify.callback(),
-                 /*with_prefill=*/true);
+  worker->Verify({{1, 3, {first}}}, verify.callback(), /*with_prefill=*/true);
   auto verified = verify.Get();
   auto prefilled = prefill.Get();
   ASSERT_TRUE(verified.has_value() && verified->ok());
   ASSERT_TRUE(prefilled.has_value() && (*prefilled)[0].ok());
-  const auto forwards = worker_forwards();
-  ASSERT_EQ(forwards.size(), 2u);
-  EXPECT_EQ(forwards[1].segments, 2);
-  EXPECT_EQ(forwards[1].tokens, 3);
+  ExpectVerifyAndPrefillShareTheSecondForward();
 }
 
 TEST_F(TargetWorkerTest, StepRunsPrefillAndVerifyInOneForwardWithoutWaiting) {
-  TargetWorkerOptions options;
-  options.max_batch_wait_us = 20'000'000;  // a companion wait would hang
-  auto worker = MakeWorker(options);
-  worker->Start();
-  PendingPrefill ready;
-  worker->Prefill({Item(1, {1, 2, 3})}, ready.callback());
-  auto first = ready.Get();
-  ASSERT_TRUE(first.has_value() && (*first)[0].ok());
-  ASSERT_EQ(worker_forwards().size(), 1u);
+  std::unique_ptr<TargetWorker> worker;
+  int32_t first = 0;  // a companion wait would hang the test
+  ASSERT_NO_FATAL_FAILURE(StartWithOneSequence(&worker, &first));
 
   PendingPrefill prefill;
   PendingVerify verify;
-  worker->Step({Item(2, {4, 5})}, prefill.callback(), {{1, 3, {*(*first)[0]}}},
+  worker->Step({Item(2, {4, 5})}, prefill.callback(), {{1, 3, {first}}},
                verify.callback());
   auto verified = verify.Get();
   auto prefilled = prefill.Get();
   ASSERT_TRUE(verified.has_value() && verified->ok());
   ASSERT_TRUE(prefilled.has_value() && (*prefilled)[0].ok());
-  const auto forwards = worker_forwards();
-  ASSERT_EQ(forwards.size(), 2u);
-  EXPECT_EQ(forwards[1].segments, 2);
-  EXPECT_EQ(forwards[1].tokens, 3);
+  ExpectVerifyAndPrefillShareTheSecondForward();
 
   // A verify-only step: the prefill callback is never called.
   PendingPrefill unused;
