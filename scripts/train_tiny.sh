@@ -34,6 +34,10 @@
 #                (its weights, a fresh schedule): to train a shipped model
 #                further, e.g. TARGET_INIT_FROM=checkpoints/tiny/target with a
 #                new WORK (default: fresh weights)
+#   TARGET_LR    peak learning rate of the target stage (default: the
+#                profile's; a continuation from TARGET_INIT_FROM uses less)
+#   CHAT_FRACTION share of the target's windows drawn from the chat task
+#                suite (chat profile; default 0.75)
 #   EVAL_THREADS libtorch threads of the eval stages (default 1: the tiny
 #                models decode fastest on one core, and the speedups are
 #                measured like that)
@@ -96,9 +100,10 @@ case "$profile" in
     # ~2500 tokens/s on 2 idle cores, ~85 min for the 3000 steps.
     target_args=(--hidden_size=128 --intermediate_size=384 --num_layers=8
                  --num_heads=4 --num_kv_heads=2 --head_dim=32 --seq_len=512
-                 --max_positions=1024 --batch_size=8 --steps=3000 --lr=2e-3
-                 --eval_every=200 --chat_tasks="$WORK/tasks"
-                 --chat_fraction=0.75)
+                 --max_positions=1024 --batch_size=8 --steps=3000
+                 --lr="${TARGET_LR:-2e-3}" --eval_every=200
+                 --chat_tasks="$WORK/tasks"
+                 --chat_fraction="${CHAT_FRACTION:-0.75}")
     # The target's own answers to training task prompts (70%) and to corpus
     # windows; distill-heldout.bin: its answers to every held-out instance
     # (held-out files and values), for the drafter issue to evaluate on.
