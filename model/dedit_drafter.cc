@@ -250,7 +250,8 @@ std::vector<DraftResult> DEditDrafter::RunDraft(
     at::Tensor ids =
         source.index_select(0, at::tensor(gather, long_opts).to(dev));
     auto [tokens, confidences] =
-        RunPass(requests, active, ids, positions, head_rows);
+        RunPass(requests, active, ids, positions, head_rows,
+                /*causal=*/causal_editor_ && p > 0);
     // The next pass reads this one's tokens from the device.
     source.narrow(0, num + 1, num * max_slots)
         .index_copy_(0, at::tensor(slots, long_opts).to(dev), tokens);
@@ -283,7 +284,7 @@ std::pair<at::Tensor, at::Tensor> DEditDrafter::RunPass(
     const std::vector<DraftRequest>& requests,
     const std::vector<size_t>& active, const at::Tensor& ids,
     const std::vector<int64_t>& positions,
-    const std::vector<int64_t>& head_rows) {
+    const std::vector<int64_t>& head_rows, bool causal) {
   const Qwen3Config& c = config_.layers;
   const c10::Device dev = options_.device;
   int64_t longest = 0;
@@ -296,10 +297,10 @@ std::pair<at::Tensor, at::Tensor> DEditDrafter::RunPass(
   for (size_t i : active) {
     const DraftRequest& r = requests[i];
     // The block attends to the whole context and, bidirectionally (or
-    // causally for the causal editor), to itself: its K/V is written into
-    // the slab past the context, transiently (the length does not move).
-    segments.push_back(
-        {pool_->Slot(r.sequence), r.start, r.window, causal_editor_});
+    // causally in the causal editor's edit passes), to itself: its K/V is
+    // written into the slab past the context, transiently (the length does
+    // not move).
+    segments.push_back({pool_->Slot(r.sequence), r.start, r.window, causal});
     pool_->MarkWritten(r.sequence, r.start + r.window);
   }
   auto long_opts = at::TensorOptions().dtype(at::kLong);

@@ -63,8 +63,9 @@ class DEditDrafter {
     return static_cast<int>(config_.target_layer_ids.size()) *
            config_.layers.hidden_size;
   }
-  // Causal mask inside the block instead of bidirectional attention (the
-  // paper's ablation). Defaults to the checkpoint's dedit_config.
+  // The paper's causal ablation: P1 stays bidirectional (it is shared) and
+  // the edit passes P2..PK attend causally inside the block. Defaults to the
+  // checkpoint's dedit_config.
   void set_causal_editor(bool causal) { causal_editor_ = causal; }
   bool causal_editor() const { return causal_editor_; }
 
@@ -98,12 +99,13 @@ class DEditDrafter {
   std::vector<DraftResult> RunDraft(const std::vector<DraftRequest>& requests);
   // One pass over the blocks of `active` requests, whose input ids (on the
   // device) are `ids`; returns the argmax and confidence of every head row
-  // (slots 1..W-1 of each block, in order), on the device.
+  // (slots 1..W-1 of each block, in order), on the device. `causal` masks
+  // later block slots.
   std::pair<at::Tensor, at::Tensor> RunPass(
       const std::vector<DraftRequest>& requests,
       const std::vector<size_t>& active, const at::Tensor& ids,
       const std::vector<int64_t>& positions,
-      const std::vector<int64_t>& head_rows);
+      const std::vector<int64_t>& head_rows, bool causal);
 
   DrafterConfig config_;
   Options options_;

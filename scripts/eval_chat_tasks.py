@@ -17,6 +17,14 @@ target-only one token for token, scores the answers
       [--max_tokens 448] [--threads 1] [--limit N]
       [--router HOST:PORT --stubs build/proto/python]
 
+--configs replaces --methods with named configurations, each
+NAME=METHOD[:w=W][:k=K][:causal][:drafter=DIR], e.g.
+  --configs ar=ar,ngram=ngram:w=16,k1=model:w=16:k=1,causal3=model:k=3:causal
+so that one run holds a whole table (the baseline is the config named ar,
+else the first). Each configuration's report also has the acceptance per
+draft position and the edit outcomes (extended / unchanged / shortened)
+per edit pass, summed over the instances.
+
 With --router the same prompts also go through a running dedit-router
 (scripts/serve.sh) for each method, and "speculation_services" reports tau
 and speedup per family there (client-side time from first to last token),
@@ -59,6 +67,9 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--limit", type=int, default=0,
                     help="first N instances per family (0 = all)")
+    ap.add_argument("--configs", default="",
+                    help="named configurations (see above); replaces "
+                         "--methods")
     ap.add_argument("--router", default="",
                     help="also measure through this dedit-router")
     ap.add_argument("--stubs", default="",
@@ -83,34 +94,33 @@ def main():
                          json.dumps(prompts)))
     lines = "".join(json.dumps(x) + "\n" for x in ids)
 
+    configs = parse_configs(a)
     results = {}
-    for method in a.methods.split(","):
+    for name, c in configs.items():
         cmd = [gen, "--target", a.target, "--json", "--threads",
                str(a.threads), "--max_tokens", str(a.max_tokens)]
-        if method == "ar":
+        if c["method"] == "ar":
             cmd += ["--ar"]
-        elif method == "ngram":
-            cmd += ["--method", "ngram", "--window", str(a.window)]
-        elif method == "model":
-            if not a.drafter:
-                sys.exit("eval_chat_tasks.py: --methods model needs --drafter")
-            cmd += ["--drafter", a.drafter, "--window", str(a.window)]
-            if a.passes > 0:
-                cmd += ["--passes", str(a.passes)]
+        elif c["method"] == "ngram":
+            cmd += ["--method", "ngram", "--window", str(c["w"])]
         else:
-            sys.exit(f"eval_chat_tasks.py: unknown method {method}")
+            cmd += ["--drafter", c["drafter"], "--window", str(c["w"])]
+            if c["k"] > 0:
+                cmd += ["--passes", str(c["k"])]
+            if c["causal"]:
+                cmd += ["--causal_editor"]
         rows = [json.loads(l) for l in run(cmd, lines).splitlines() if l]
         if len(rows) != len(heldout):
-            sys.exit(f"eval_chat_tasks.py: {method}: {len(rows)} results for "
+            sys.exit(f"eval_chat_tasks.py: {name}: {len(rows)} results for "
                      f"{len(heldout)} prompts")
-        results[method] = rows
+        results[name] = rows
 
     base_method = "ar" if "ar" in results else next(iter(results))
     base = results[base_method]
     services = {}
     if a.router:
-        for method in a.methods.split(","):
-            services[method] = router_rows(a, method, ids)
+        for name, c in configs.items():
+            services[name] = router_rows(a, c, ids)
     lossless = all(r["tokens"] == b["tokens"]
                    for group in (results, services)
                    for rows in group.values() for r, b in zip(rows, base))
@@ -152,20 +162,82 @@ def main():
                 per[family] = {"tau": round(tau, 3),
                                "speedup": round(m_rate / b_rate, 3) if b_rate else 0,
                                "tokens": tokens}
+            per["overall"].update(acceptance_details(rows))
             speculation[method] = per
         return speculation
 
     report = {"accuracy": accuracy, "speculation": per_family(results),
-              "lossless": lossless, "baseline": base_method}
+              "lossless": lossless, "baseline": base_method,
+              "configs": configs}
     if services:
         report["speculation_services"] = per_family(services)
     print(json.dumps(report, indent=1))
     return 0 if lossless else 1
 
 
-def router_rows(a, method, prompt_ids):
+def parse_configs(a):
+    """{name: {method, w, k, causal, drafter}} from --configs, else from
+    --methods with --window/--passes/--drafter."""
+    configs = {}
+    if a.configs:
+        for item in a.configs.split(","):
+            name, _, spec = item.partition("=")
+            parts = spec.split(":")
+            c = {"method": parts[0], "w": a.window, "k": a.passes,
+                 "causal": False, "drafter": a.drafter}
+            for opt in parts[1:]:
+                key, _, value = opt.partition("=")
+                if key in ("w", "k"):
+                    c[key] = int(value)
+                elif key == "causal":
+                    c["causal"] = True
+                elif key == "drafter":
+                    c["drafter"] = value
+                else:
+                    sys.exit(f"eval_chat_tasks.py: unknown option {opt!r} "
+                             f"in config {item!r}")
+            configs[name] = c
+    else:
+        for method in a.methods.split(","):
+            configs[method] = {"method": method, "w": a.window, "k": a.passes,
+                               "causal": False, "drafter": a.drafter}
+    for name, c in configs.items():
+        if c["method"] not in ("ar", "ngram", "model"):
+            sys.exit(f"eval_chat_tasks.py: {name}: unknown method "
+                     f"{c['method']}")
+        if c["method"] == "model" and not c["drafter"]:
+            sys.exit(f"eval_chat_tasks.py: {name}: method model needs "
+                     f"--drafter or drafter=DIR")
+    return configs
+
+
+def acceptance_details(rows):
+    """Accepted drafts per window position and edit outcomes per pass,
+    summed over the rows that report them (in-process rows do)."""
+    positions, edits = [], {}
+    for r in rows:
+        for i, n in enumerate(r.get("accepted_per_position", [])):
+            if i >= len(positions):
+                positions.append(0)
+            positions[i] += n
+        for e in r.get("edit_outcomes", []):
+            acc = edits.setdefault(e["pass"], {"extended": 0, "unchanged": 0,
+                                               "shortened": 0})
+            for key in acc:
+                acc[key] += e[key]
+    out = {"drafted_rounds": sum(r.get("drafted_rounds", 0) for r in rows)}
+    if positions:
+        out["accepted_per_position"] = positions
+    if edits:
+        out["edit_outcomes"] = [{"pass": p, **v} for p, v in
+                                sorted(edits.items())]
+    return out
+
+
+def router_rows(a, c, prompt_ids):
     """One request per prompt through the router, rows shaped like
-    dedit-generate --json's (tokens, decode time, acceptance)."""
+    dedit-generate --json's (tokens, decode time, acceptance); config c as
+    parse_configs makes (the router's drafter is the one it serves)."""
     import time
     sys.path.insert(0, a.stubs)
     try:
@@ -179,15 +251,15 @@ def router_rows(a, method, prompt_ids):
     for ids in prompt_ids:
         req = generation_pb2.GenerateRequest(max_tokens=a.max_tokens)
         req.token_ids.ids.extend(ids)
-        if method == "ar":
+        if c["method"] == "ar":
             req.disable_speculation = True
-        elif method == "ngram":
+        elif c["method"] == "ngram":
             req.speculative_method = generation_pb2.SPECULATIVE_METHOD_NGRAM
-            req.window = a.window
+            req.window = c["w"]
         else:
             req.speculative_method = generation_pb2.SPECULATIVE_METHOD_MODEL
-            req.window = a.window
-            req.passes = a.passes
+            req.window = c["w"]
+            req.passes = c["k"]
         tokens, first, last, final = [], None, None, None
         for resp in stub.Generate(req, timeout=600):
             now = time.perf_counter()

@@ -38,6 +38,8 @@
 #                profile's; a continuation from TARGET_INIT_FROM uses less)
 #   CHAT_FRACTION share of the target's windows drawn from the chat task
 #                suite (chat profile; default 0.75)
+#   DRAFTER_STEPS / ABLATION_STEPS  steps of the chat profile's drafter and
+#                of its ProposalMix twins (defaults 1400 and 400)
 #   EVAL_THREADS libtorch threads of the eval stages (default 1: the tiny
 #                models decode fastest on one core, and the speedups are
 #                measured like that)
@@ -106,17 +108,31 @@ case "$profile" in
                  --chat_fraction="${CHAT_FRACTION:-0.75}")
     # The target's own answers to training task prompts (70%) and to corpus
     # windows; distill-heldout.bin: its answers to every held-out instance
-    # (held-out files and values), for the drafter issue to evaluate on.
-    distill_args=(--num_sequences=1536 --prompt_min=16 --prompt_max=96
+    # (held-out files and values), for the drafter's evaluation.
+    distill_args=(--num_sequences=4096 --prompt_min=16 --prompt_max=96
                   --continuation=448 --distill_batch=64
                   --chat_prompts="$WORK/tasks/train.jsonl" --chat_fraction=0.7)
     heldout_distill_args=(--num_sequences=245 --continuation=448
                           --distill_batch=35
                           --chat_prompts="$WORK/tasks/heldout.jsonl"
                           --chat_fraction=1)
-    drafter_args=(--drafter_layers=1 --block_size=16 --target_layer_ids=1,4,6
-                  --sequences_per_step=4 --blocks_per_sequence=32
-                  --steps=600 --lr=2e-3 --eval_every=200)
+    # The DEdit drafter (issue 13, docs/RESULTS.md): 1 layer (the target is
+    # 8x its depth), block 32 trained on blocks of 16 and 32 (one drafter
+    # for W = 16 and 32), a low feature layer (0) so context keys carry
+    # token identity, 64 anchors per sequence, P1 alone until held-out
+    # slot-1 accuracy plateaus, then P1 + P2 with ProposalMix's eta adapted
+    # per batch (ground truth for 0.875 x P1 accuracy of the slots),
+    # evaluated on the held-out instances' answers.
+    drafter_steps=${DRAFTER_STEPS:-1400}
+    drafter_args=(--drafter_layers=1 --block_size=32 --train_windows=16,32
+                  --target_layer_ids=0,3,6 --sequences_per_step=4
+                  --blocks_per_sequence=64 --steps="$drafter_steps"
+                  --p1_only_steps=$((drafter_steps / 2)) --plateau_delta=0.005
+                  --gt_selection_ratio=0.875 --lr=2e-3 --eval_every=100
+                  --heldout_data="$WORK/distill-heldout.bin" --heldout_blocks=8)
+    # The ProposalMix ablation twin (ABLATION=1): same data, seed and
+    # schedule shape, fewer steps, with and without ProposalMix.
+    ablation_steps=${ABLATION_STEPS:-400}
     eval_args=(--num_prompts=48 --prompt_tokens=64 --max_new_tokens=128)
     ;;
   *) echo "usage: $0 [full|smoke|chat]" >&2; exit 2 ;;
@@ -134,6 +150,9 @@ for dir in /usr/lib/python3.11 /usr/share/doc/python3.11/html/_sources; do
   fi
 done
 mkdir -p "$WORK"
+# libgomp's default active wait spins against OpenBLAS's threads on 2 cores:
+# passive waiting made a drafter training step 1.7x faster here.
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 common=(--threads="$THREADS" --checkpoint_every_s=180)
 timings="$WORK/timings.txt"
 
@@ -171,11 +190,15 @@ if [ "$profile" = chat ] && [ ! -f "$WORK/chat-eval.json" ]; then
     --threads="$EVAL_THREADS" > "$WORK/chat-eval.json.tmp"
   mv "$WORK/chat-eval.json.tmp" "$WORK/chat-eval.json"
 fi
-stage distill "$train" distill "${common[@]}" --max_minutes="$MAX_MINUTES" \
-  --target="$WORK/target" --work_dir="$WORK/target-state" \
-  --out="$WORK/distill.bin" --seed=2 "${distill_args[@]}"
+# Distillation does not resume: a finished file is kept (delete it to
+# distill again).
+if [ ! -f "$WORK/distill.bin" ]; then
+  stage distill "$train" distill "${common[@]}" --max_minutes="$MAX_MINUTES" \
+    --target="$WORK/target" --work_dir="$WORK/target-state" \
+    --out="$WORK/distill.bin" --seed=2 "${distill_args[@]}"
+fi
 
-if [ "$profile" = chat ]; then
+if [ "$profile" = chat ] && [ ! -f "$WORK/distill-heldout.bin" ]; then
   stage distill-heldout "$train" distill "${common[@]}" \
     --max_minutes="$MAX_MINUTES" --target="$WORK/target" \
     --work_dir="$WORK/target-state" --out="$WORK/distill-heldout.bin" --seed=4 \
@@ -183,9 +206,16 @@ if [ "$profile" = chat ]; then
 fi
 
 # drafter: the shipped one. drafter-1l / drafter-1l-nomix: the ProposalMix
-# ablation (1 layer, with and without). drafter-w32: block 32.
+# ablation (1 layer, with and without; in the chat profile the reduced-step
+# twins drafter-mix / drafter-nomix). drafter-w32: block 32.
 drafters=(drafter)
-[ "$ABLATION" = 1 ] && drafters+=(drafter-1l drafter-1l-nomix)
+if [ "$ABLATION" = 1 ]; then
+  if [ "$profile" = chat ]; then
+    drafters+=(drafter-mix drafter-nomix)
+  else
+    drafters+=(drafter-1l drafter-1l-nomix)
+  fi
+fi
 [ "$W32" = 1 ] && drafters+=(drafter-w32)
 for d in "${drafters[@]}"; do
   extra=(--proposal_mix=true)
@@ -193,6 +223,9 @@ for d in "${drafters[@]}"; do
   case "$d" in
     drafter-1l) extra=(--proposal_mix=true --drafter_layers=1) ;;
     drafter-1l-nomix) extra=(--proposal_mix=false --drafter_layers=1) ;;
+    drafter-mix|drafter-nomix)
+      extra=(--proposal_mix=$([ "$d" = drafter-mix ] && echo true || echo false)
+             --steps="$ablation_steps" --p1_only_steps=$((ablation_steps / 2))) ;;
     drafter-w32) extra=(--proposal_mix=true --block_size=32); window=32 ;;
   esac
   if [ ! -f "$WORK/$d/model.safetensors" ]; then
@@ -209,6 +242,32 @@ for d in "${drafters[@]}"; do
   fi
 done
 
+# The DEdit tables (chat profile): on every held-out instance, tau and
+# speedup per family for P1..P4 at W = 16 and 32, the causal editor at the
+# same weights, the n-gram baseline, and with ABLATION the ProposalMix twins.
+if [ "$profile" = chat ] && [ ! -f "$WORK/dedit-eval.json" ]; then
+  configs="ar=ar,ngram16=ngram:w=16,ngram32=ngram:w=32"
+  for w in 16 32; do
+    for k in 1 2 3 4; do
+      configs+=",w${w}k${k}=model:w=$w:k=$k:drafter=$WORK/drafter"
+    done
+  done
+  for k in 2 3; do
+    configs+=",causal16k${k}=model:w=16:k=$k:causal:drafter=$WORK/drafter"
+  done
+  if [ "$ABLATION" = 1 ]; then
+    for d in drafter-mix drafter-nomix; do
+      for k in 1 2 3; do
+        configs+=",${d#drafter-}16k${k}=model:w=16:k=$k:drafter=$WORK/$d"
+      done
+    done
+  fi
+  stage dedit-eval python3 "$repo/scripts/eval_chat_tasks.py" --build="$BUILD" \
+    --target="$WORK/target" --tasks="$WORK/tasks" --configs="$configs" \
+    --threads="$EVAL_THREADS" > "$WORK/dedit-eval.json.tmp"
+  mv "$WORK/dedit-eval.json.tmp" "$WORK/dedit-eval.json"
+fi
+
 if [ -n "$OUT" ]; then
   for m in target drafter; do
     mkdir -p "$OUT/$m"
@@ -222,6 +281,7 @@ if [ -n "$OUT" ]; then
     mkdir -p "$OUT/distill"
     cp "$WORK/distill.bin" "$WORK/distill-heldout.bin" "$OUT/distill/"
     cp "$WORK/chat-eval.json" "$OUT/target/chat_eval.json"
+    cp "$WORK/dedit-eval.json" "$OUT/drafter/dedit_eval.json"
   fi
   echo "train_tiny: copied the pair to $OUT (sizes: $(du -sh "$OUT" | cut -f1))" >&2
 fi

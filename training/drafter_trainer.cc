@@ -31,18 +31,13 @@ void ArgmaxAndConfidence(const at::Tensor& logits, at::Tensor* tokens,
   *confidence = at::exp(logits - max_logit.unsqueeze(-1)).sum(-1).reciprocal();
 }
 
-// Leading slots equal to the truth, per block, over blocks whose slots are
-// all valid: mean of (accepted + 1).
-double MeanAcceptance(const at::Tensor& proposal, const BlockBatch& batch) {
+// Leading slots equal to the truth, summed over blocks (a block accepts
+// no further than the end of its sequence): tau = 1 + sum / blocks.
+double AcceptedSum(const at::Tensor& proposal, const BlockBatch& batch) {
   const int64_t w = batch.truth.size(-1);
   at::Tensor truth = batch.truth.narrow(-1, 1, w - 1);
-  at::Tensor correct = proposal.eq(truth).to(at::kLong);
-  at::Tensor accepted = correct.cumprod(-1).sum(-1);  // [S, NB]
-  at::Tensor full = batch.valid.all(-1);
-  const int64_t n = full.sum().item<int64_t>();
-  if (n == 0) return 0;
-  return 1.0 +
-         accepted.masked_select(full).to(at::kDouble).sum().item<double>() / n;
+  at::Tensor correct = proposal.eq(truth).logical_and(batch.valid);
+  return correct.to(at::kLong).cumprod(-1).sum().item<double>();
 }
 
 std::string Fingerprint(const DrafterTrainingOptions& o,
@@ -52,7 +47,9 @@ std::string Fingerprint(const DrafterTrainingOptions& o,
       " mix=", o.proposal_mix, " causal=", o.causal_editor,
       " edit_w=", o.edit_loss_weight, " S=", o.sequences_per_step,
       " NB=", o.blocks_per_sequence, " steps=", o.steps, " seed=", o.seed,
-      " lr=", o.schedule.peak);
+      " lr=", o.schedule.peak, " windows=", absl::StrJoin(o.train_windows, ","),
+      " gt_ratio=", o.gt_selection_ratio, " p1_only=", o.p1_only_steps,
+      " plateau=", o.plateau_delta);
 }
 
 }  // namespace
@@ -132,29 +129,60 @@ absl::StatusOr<StageOutcome> RunDrafterTraining(
   dc.causal_editor = o.causal_editor;
   dc.has_dedit_config = true;
   RETURN_IF_ERROR(CheckDrafterMatchesTarget(dc, tc));
+  const std::vector<int> windows =
+      o.train_windows.empty() ? std::vector<int>{o.block_size}
+                              : o.train_windows;
+  for (int w : windows) {
+    if (w < 2 || w > o.block_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "train window ", w, " outside [2, ", o.block_size, "]"));
+    }
+  }
 
+  auto usable = [](std::vector<DistillRecord>* records) {
+    records->erase(std::remove_if(records->begin(), records->end(),
+                                  [](const DistillRecord& r) {
+                                    return static_cast<int64_t>(
+                                               r.tokens.size()) <
+                                           r.prompt_len + 2;
+                                  }),
+                   records->end());
+  };
   ASSIGN_OR_RETURN(std::vector<DistillRecord> records,
                    ReadDistillData(o.distill_path));
-  records.erase(std::remove_if(records.begin(), records.end(),
-                               [](const DistillRecord& r) {
-                                 return static_cast<int64_t>(r.tokens.size()) <
-                                        r.prompt_len + 2;
-                               }),
-                records.end());
-  const int64_t n_heldout = std::min<int64_t>(
-      o.heldout_sequences, static_cast<int64_t>(records.size()) / 10);
-  const int64_t n_train = static_cast<int64_t>(records.size()) - n_heldout;
+  usable(&records);
+  int64_t n_train = static_cast<int64_t>(records.size());
+  std::vector<const DistillRecord*> heldout;
+  std::vector<DistillRecord> heldout_records;
+  if (!o.heldout_path.empty()) {
+    ASSIGN_OR_RETURN(heldout_records, ReadDistillData(o.heldout_path));
+    usable(&heldout_records);
+    for (const DistillRecord& r : heldout_records) heldout.push_back(&r);
+  } else {
+    const int64_t n = std::min<int64_t>(
+        o.heldout_sequences, static_cast<int64_t>(records.size()) / 10);
+    n_train -= n;
+    for (int64_t i = n_train; i < n_train + n; ++i)
+      heldout.push_back(&records[i]);
+  }
   if (n_train < o.sequences_per_step) {
     return absl::FailedPreconditionError(
         absl::StrCat("only ", records.size(), " usable distilled sequences in ",
                      o.distill_path));
   }
   std::cerr << absl::StrFormat(
-      "[drafter] %d train / %d held-out sequences; feature layers [%s]; "
-      "ProposalMix %s, %s editor\n",
-      n_train, n_heldout, absl::StrJoin(dc.target_layer_ids, ","),
+      "[drafter] %d train / %d held-out sequences (%s); feature layers [%s]; "
+      "windows [%s]; ProposalMix %s (%s), %s editor; P1-only warm-up up to "
+      "%d steps\n",
+      n_train, heldout.size(),
+      o.heldout_path.empty() ? "last records" : o.heldout_path,
+      absl::StrJoin(dc.target_layer_ids, ","), absl::StrJoin(windows, ","),
       o.proposal_mix ? "on" : "off",
-      o.causal_editor ? "causal" : "bidirectional");
+      o.gt_selection_ratio > 0
+          ? absl::StrFormat("adaptive eta, selection %.2f x P1 accuracy",
+                            o.gt_selection_ratio)
+          : absl::StrFormat("eta %.2f", o.eta),
+      o.causal_editor ? "causal" : "bidirectional", o.p1_only_steps);
 
   ASSIGN_OR_RETURN(TrainableDrafter drafter,
                    TrainableDrafter::Init(dc, o.seed));
@@ -164,6 +192,9 @@ absl::StatusOr<StageOutcome> RunDrafterTraining(
   const std::string fingerprint = Fingerprint(o, dc);
   RETURN_IF_ERROR(MakeDirs(o.work_dir));
   int64_t step = 0;
+  // The first joint (P1 + P2) step; o.steps + 1 while still warming up.
+  int64_t joint_from = o.p1_only_steps;
+  double last_slot1 = -1;  // held-out slot-1 accuracy at the last evaluation
   if (PathExists(state_path)) {
     std::map<std::string, std::string> meta;
     ASSIGN_OR_RETURN(step, LoadTrainingState(state_path, &drafter.parameters(),
@@ -172,10 +203,11 @@ absl::StatusOr<StageOutcome> RunDrafterTraining(
       return absl::FailedPreconditionError(absl::StrCat(
           state_path, " belongs to a different run; use another --work_dir"));
     }
+    if (!meta["joint_from"].empty()) joint_from = std::stoll(meta["joint_from"]);
+    if (!meta["last_slot1"].empty()) last_slot1 = std::stod(meta["last_slot1"]);
     std::cerr << "[drafter] resumed at step " << step << "\n";
   }
 
-  const at::Tensor slot_weights = SlotLossWeights(o.block_size, o.gamma);
   const at::Tensor& embed = target.embed_tokens();
   const at::Tensor& head = target.lm_head();
   auto features_of = [&](const at::Tensor& ids) {
@@ -184,47 +216,95 @@ absl::StatusOr<StageOutcome> RunDrafterTraining(
     target.Forward(ids, dc.target_layer_ids, &features);
     return features;
   };
+  auto logits_of = [&](const DrafterContext& ctx, const at::Tensor& tokens,
+                       const at::Tensor& anchors, bool edit_pass) {
+    return drafter.BlockLogits(ctx, tokens, anchors,
+                               o.causal_editor && edit_pass, embed, head);
+  };
 
-  // Held-out: fixed blocks; tau of P1..P3 drafts against the ground truth,
-  // each edit pass fed the previous pass's plain argmax (as at inference).
+  // Held-out: fixed blocks. Per evaluation window: tau of P1..P3 drafts
+  // against the ground truth, each edit pass fed the previous pass's plain
+  // argmax (as at inference). At the block size: slot-1 P1 accuracy and the
+  // neighbour oracle.
+  std::vector<int> eval_windows = {o.block_size};
+  if (o.block_size > 16) eval_windows.insert(eval_windows.begin(), 16);
   auto evaluate = [&]() {
     at::NoGradGuard no_grad;
-    std::mt19937_64 rng(o.seed ^ 0xe7a1ull);
-    std::vector<double> tau_sum(3, 0);
-    int64_t batches = 0;
-    for (int64_t first = n_train; first < n_train + n_heldout;
-         first += o.sequences_per_step) {
-      std::vector<const DistillRecord*> seqs;
-      for (int64_t i = first;
-           i <
-           std::min<int64_t>(first + o.sequences_per_step, n_train + n_heldout);
-           ++i) {
-        seqs.push_back(&records[i]);
-      }
-      BlockBatch batch = MakeBlockBatch(seqs, o.blocks_per_sequence,
-                                        o.block_size, *mask, *eot, &rng);
-      DrafterContext ctx = drafter.ProjectContext(features_of(batch.ids));
-      at::Tensor input = batch.p1_tokens;
-      for (int pass = 0; pass < 3; ++pass) {
-        at::Tensor logits = drafter.BlockLogits(ctx, input, batch.anchors,
-                                                o.causal_editor, embed, head);
-        at::Tensor tokens, conf;
-        ArgmaxAndConfidence(logits, &tokens, &conf);
-        tau_sum[pass] += MeanAcceptance(tokens, batch);
-        input = at::cat({batch.truth.narrow(-1, 0, 1), tokens}, -1);
-      }
-      ++batches;
-    }
     nlohmann::json out;
-    for (int pass = 0; pass < 3; ++pass) {
-      out[absl::StrCat("heldout_tau_p", pass + 1)] =
-          batches ? tau_sum[pass] / batches : 0.0;
+    for (int w : eval_windows) {
+      std::mt19937_64 rng(o.seed ^ 0xe7a1ull);
+      std::vector<double> accepted(3, 0);
+      double blocks = 0;
+      double slot1_hits = 0, slot1_n = 0, oracle_hits = 0, oracle_p1 = 0,
+             oracle_n = 0;
+      for (size_t first = 0; first < heldout.size();
+           first += o.sequences_per_step) {
+        std::vector<const DistillRecord*> seqs(
+            heldout.begin() + first,
+            heldout.begin() +
+                std::min(heldout.size(), first + o.sequences_per_step));
+        BlockBatch batch = MakeBlockBatch(seqs, o.heldout_blocks_per_sequence,
+                                          w, *mask, *eot, &rng);
+        DrafterContext ctx = drafter.ProjectContext(features_of(batch.ids));
+        at::Tensor truth = batch.truth.narrow(-1, 1, w - 1);
+        at::Tensor input = batch.p1_tokens;
+        at::Tensor y1;
+        for (int pass = 0; pass < 3; ++pass) {
+          at::Tensor tokens =
+              logits_of(ctx, input, batch.anchors, pass > 0).argmax(-1);
+          if (pass == 0) y1 = tokens;
+          accepted[pass] += AcceptedSum(tokens, batch);
+          input = at::cat({batch.truth.narrow(-1, 0, 1), tokens}, -1);
+        }
+        at::Tensor v1 = batch.valid.select(-1, 0);
+        slot1_hits +=
+            y1.select(-1, 0).eq(truth.select(-1, 0)).logical_and(v1).sum()
+                .item<double>();
+        slot1_n += v1.sum().item<double>();
+        if (w == o.block_size) {
+          // Neighbour oracle: block b's probe slot k = b mod (W-1) holds P1's
+          // proposal, every other slot the ground truth.
+          const int64_t nb = o.heldout_blocks_per_sequence;
+          at::Tensor probe =
+              at::arange(nb, at::TensorOptions().dtype(at::kLong)) % (w - 1);
+          at::Tensor at_probe =
+              at::arange(w - 1, at::TensorOptions().dtype(at::kLong))
+                  .view({1, w - 1})
+                  .eq(probe.view({nb, 1}))
+                  .view({1, nb, w - 1})
+                  .expand_as(truth);
+          at::Tensor oracle_in = at::cat(
+              {batch.truth.narrow(-1, 0, 1), at::where(at_probe, y1, truth)},
+              -1);
+          at::Tensor y2 =
+              logits_of(ctx, oracle_in, batch.anchors, true).argmax(-1);
+          at::Tensor counted = at_probe.logical_and(batch.valid);
+          oracle_hits +=
+              y2.eq(truth).logical_and(counted).sum().item<double>();
+          oracle_p1 += y1.eq(truth).logical_and(counted).sum().item<double>();
+          oracle_n += counted.sum().item<double>();
+        }
+        blocks += static_cast<double>(batch.anchors.numel());
+      }
+      const std::string suffix = absl::StrCat("_w", w);
+      for (int pass = 0; pass < 3; ++pass) {
+        out[absl::StrCat("heldout_tau_p", pass + 1, suffix)] =
+            blocks ? 1.0 + accepted[pass] / blocks : 0.0;
+      }
+      out["heldout_slot1_p1" + suffix] = slot1_n ? slot1_hits / slot1_n : 0.0;
+      if (w == o.block_size) {
+        out["oracle_edit_accuracy"] = oracle_n ? oracle_hits / oracle_n : 0.0;
+        out["oracle_p1_accuracy"] = oracle_n ? oracle_p1 / oracle_n : 0.0;
+      }
     }
     return out;
   };
   auto save = [&]() {
-    return SaveTrainingState(state_path, drafter.parameters(), optimizer, step,
-                             {{"fingerprint", fingerprint}});
+    return SaveTrainingState(
+        state_path, drafter.parameters(), optimizer, step,
+        {{"fingerprint", fingerprint},
+         {"joint_from", absl::StrCat(joint_from)},
+         {"last_slot1", absl::StrCat(last_slot1)}});
   };
 
   Deadline deadline(o.max_minutes);
@@ -233,39 +313,47 @@ absl::StatusOr<StageOutcome> RunDrafterTraining(
   RETURN_IF_ERROR(GuardTorch([&]() -> absl::Status {
     while (step < o.steps) {
       if (deadline.Expired()) break;
+      const bool joint = step >= joint_from;
+      const int w = windows[step % windows.size()];
+      const at::Tensor slot_weights = SlotLossWeights(w, o.gamma);
       std::mt19937_64 rng(o.seed * 0x9e3779b97f4a7c15ull + step);
       std::uniform_int_distribution<int64_t> pick(0, n_train - 1);
       std::vector<const DistillRecord*> seqs;
       for (int i = 0; i < o.sequences_per_step; ++i)
         seqs.push_back(&records[pick(rng)]);
-      BlockBatch batch = MakeBlockBatch(seqs, o.blocks_per_sequence,
-                                        o.block_size, *mask, *eot, &rng);
-      at::Tensor targets = batch.truth.narrow(-1, 1, o.block_size - 1);
+      BlockBatch batch = MakeBlockBatch(seqs, o.blocks_per_sequence, w, *mask,
+                                        *eot, &rng);
+      at::Tensor targets = batch.truth.narrow(-1, 1, w - 1);
       DrafterContext ctx = drafter.ProjectContext(features_of(batch.ids));
       // P1 on [anchor, MASK...].
-      at::Tensor logits1 = drafter.BlockLogits(
-          ctx, batch.p1_tokens, batch.anchors, o.causal_editor, embed, head);
+      at::Tensor logits1 = logits_of(ctx, batch.p1_tokens, batch.anchors,
+                                     /*edit_pass=*/false);
       at::Tensor loss1 =
           WeightedSlotLoss(logits1, targets, batch.valid, slot_weights);
       // P2 on the ProposalMix input, built from P1 without gradient.
       EditInput edit;
+      double eta = o.eta;
       {
         at::NoGradGuard no_grad;
         at::Tensor y1, c1;
         ArgmaxAndConfidence(logits1.detach(), &y1, &c1);
-        edit = BuildEditInput(batch.truth, y1, c1, batch.valid, o.eta,
+        if (o.gt_selection_ratio > 0) {
+          eta = AdaptiveEta(y1, c1, targets, batch.valid, o.gt_selection_ratio);
+        }
+        edit = BuildEditInput(batch.truth, y1, c1, batch.valid, eta,
                               o.proposal_mix);
       }
-      at::Tensor logits2 = drafter.BlockLogits(ctx, edit.tokens, batch.anchors,
-                                               o.causal_editor, embed, head);
-      at::Tensor loss2 =
-          WeightedSlotLoss(logits2, targets, batch.valid, slot_weights);
-      at::Tensor loss = loss1 + o.edit_loss_weight * loss2;
+      at::Tensor loss = loss1, loss2, logits2;
+      if (joint) {
+        logits2 = logits_of(ctx, edit.tokens, batch.anchors, true);
+        loss2 = WeightedSlotLoss(logits2, targets, batch.valid, slot_weights);
+        loss = loss1 + o.edit_loss_weight * loss2;
+      }
       loss.backward();
       const double lr = LearningRate(step, o.steps, o.schedule);
       const double grad_norm = optimizer.Step(lr);
-      double p2_acc;
-      {
+      double p2_acc = 0;
+      if (joint) {
         at::NoGradGuard no_grad;
         at::Tensor hit =
             logits2.argmax(-1).eq(targets).logical_and(batch.valid);
@@ -274,35 +362,57 @@ absl::StatusOr<StageOutcome> RunDrafterTraining(
       }
       ++step;
       nlohmann::json rec = {{"step", step},
+                            {"phase", joint ? "joint" : "p1"},
+                            {"window", w},
                             {"loss", loss.item<double>()},
                             {"loss_p1", loss1.item<double>()},
-                            {"loss_p2", loss2.item<double>()},
                             {"p1_accuracy", edit.rates.p1_accuracy},
                             {"gt_selection", edit.rates.gt_selection},
                             {"overwrite", edit.rates.overwrite},
-                            {"p2_accuracy", p2_acc},
+                            {"eta", eta},
                             {"lr", lr},
                             {"grad_norm", grad_norm}};
-      if (n_heldout > 0 && (step % o.eval_every == 0 || step == o.steps)) {
+      if (joint) {
+        rec["loss_p2"] = loss2.item<double>();
+        rec["p2_accuracy"] = p2_acc;
+      }
+      if (!heldout.empty() && (step % o.eval_every == 0 || step == o.steps)) {
         nlohmann::json ev = evaluate();
         rec.update(ev);
+        const std::string bw = absl::StrCat("_w", o.block_size);
+        const double slot1 = ev["heldout_slot1_p1" + bw].get<double>();
         std::cerr << absl::StrFormat(
-            "[drafter] step %d held-out tau P1 %.3f P2 %.3f P3 %.3f\n", step,
-            ev["heldout_tau_p1"].get<double>(),
-            ev["heldout_tau_p2"].get<double>(),
-            ev["heldout_tau_p3"].get<double>());
+            "[drafter] step %d held-out W=%d tau P1 %.3f P2 %.3f P3 %.3f | "
+            "slot-1 P1 %.1f%% | oracle edit %.1f%% vs P1 %.1f%%\n",
+            step, o.block_size, ev["heldout_tau_p1" + bw].get<double>(),
+            ev["heldout_tau_p2" + bw].get<double>(),
+            ev["heldout_tau_p3" + bw].get<double>(), 100 * slot1,
+            100 * ev["oracle_edit_accuracy"].get<double>(),
+            100 * ev["oracle_p1_accuracy"].get<double>());
+        // The warm-up ends when slot-1 accuracy stops rising.
+        if (step < joint_from && last_slot1 >= 0 &&
+            slot1 - last_slot1 < o.plateau_delta) {
+          joint_from = step;
+          rec["joint_from"] = step;
+          std::cerr << absl::StrFormat(
+              "[drafter] slot-1 P1 accuracy plateaued (%.1f%% -> %.1f%%): "
+              "joint P1+P2 from step %d\n",
+              100 * last_slot1, 100 * slot1, step);
+        }
+        last_slot1 = slot1;
       }
       RETURN_IF_ERROR(AppendToFile(log_path, rec.dump() + "\n"));
       const int64_t block_tokens =
-          int64_t{o.sequences_per_step} * o.blocks_per_sequence * o.block_size;
+          int64_t{o.sequences_per_step} * o.blocks_per_sequence * w;
       progress.Report(
           step, block_tokens,
-          absl::StrFormat("loss P1 %.3f P2 %.3f | P1 acc %.1f%% GT-sel %.1f%% "
-                          "overwrite %.1f%% P2 acc %.1f%% | lr %.2e",
-                          loss1.item<double>(), loss2.item<double>(),
-                          100 * edit.rates.p1_accuracy,
-                          100 * edit.rates.gt_selection,
-                          100 * edit.rates.overwrite, 100 * p2_acc, lr));
+          absl::StrFormat(
+              "%s W%d loss P1 %.3f P2 %.3f | P1 acc %.1f%% GT-sel %.1f%% "
+              "(eta %.2f) overwrite %.1f%% P2 acc %.1f%% | lr %.2e",
+              joint ? "joint" : "P1", w, loss1.item<double>(),
+              joint ? loss2.item<double>() : 0.0,
+              100 * edit.rates.p1_accuracy, 100 * edit.rates.gt_selection, eta,
+              100 * edit.rates.overwrite, 100 * p2_acc, lr));
       if (checkpoint.Due()) RETURN_IF_ERROR(save());
     }
     return absl::OkStatus();

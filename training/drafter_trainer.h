@@ -10,9 +10,23 @@
 // L(P1) + edit_loss_weight * L(P2), each the cross-entropy weighted per slot
 // by exp(-(k-1)/gamma). The target's embedding and lm_head are frozen.
 //
+// Schedule (docs/RESULTS.md, "A DEdit drafter that pays"):
+//  * P1 alone first (`p1_only_steps` at most), until held-out slot-1
+//    accuracy plateaus (gains under `plateau_delta` between evaluations);
+//    then P1 + P2 jointly. The switch step is kept in the checkpoint.
+//  * ProposalMix's eta adapts per batch (`gt_selection_ratio` > 0) so that
+//    ground-truth selection stays at ratio x P1 accuracy (AdaptiveEta).
+//  * The causal editor masks the edit pass only; P1 stays bidirectional.
+//  * `train_windows` cycles the block length per step (e.g. 16,32), so one
+//    block-32 drafter serves W = 16 and W = 32.
+//
 // Logged: both losses, the paper's ProposalMix rates (P1 accuracy, GT
-// selection, overwrite), and on held-out sequences the mean accepted length
-// tau (bonus included) of P1, P2 and P3 drafts against the ground truth.
+// selection, overwrite) and eta, and on held-out sequences (`heldout_path`:
+// another distill file, from held-out files and values; else the last
+// records) the mean accepted length tau (bonus included) of P1, P2 and P3
+// drafts against the ground truth per evaluation window, slot-1 P1
+// accuracy, and the neighbour oracle: the editor's accuracy at a slot whose
+// other slots hold the ground truth, against P1's there.
 //
 //   DrafterTrainingOptions o;  // target_dir, distill_path, out_dir, ...
 //   ASSIGN_OR_RETURN(StageOutcome outcome, RunDrafterTraining(o));
@@ -44,9 +58,14 @@ struct DrafterTrainingOptions {
   int block_size = 16;
   std::vector<int> target_layer_ids;  // empty = DefaultTargetLayerIds(L, 3)
   int num_passes = 3;                 // dedit_config.num_passes (inference K)
+  // Block lengths cycled per step (empty = block_size); each <= block_size.
+  std::vector<int> train_windows;
   // Objective.
   double gamma = 7.0;
-  double eta = 0.5;
+  double eta = 0.5;                 // fixed threshold when the ratio is 0
+  double gt_selection_ratio = 0;    // > 0: adaptive eta (AdaptiveEta)
+  int64_t p1_only_steps = 0;        // longest P1-only warm-up
+  double plateau_delta = 0.01;      // slot-1 accuracy gain that still counts
   bool proposal_mix = true;
   bool causal_editor = false;
   double edit_loss_weight = 1.0;
@@ -60,7 +79,9 @@ struct DrafterTrainingOptions {
   double checkpoint_every_s = 300;
   double max_minutes = 0;
   int eval_every = 250;
-  int heldout_sequences = 64;  // last records of the distill data
+  int heldout_sequences = 64;  // last records of the distill data, or
+  std::string heldout_path;    // a held-out distill file (all of it)
+  int heldout_blocks_per_sequence = 16;
   std::string export_dtype = "bfloat16";
 };
 

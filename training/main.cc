@@ -103,6 +103,21 @@ ABSL_FLAG(bool, causal_editor, false, "drafter: causal mask inside the block");
 ABSL_FLAG(double, edit_loss_weight, 1.0, "drafter: weight of the P2 loss");
 ABSL_FLAG(int, sequences_per_step, 4, "drafter: sequences per step");
 ABSL_FLAG(int, blocks_per_sequence, 32, "drafter: blocks per sequence");
+ABSL_FLAG(std::string, train_windows, "",
+          "drafter: block lengths cycled per step, each <= --block_size "
+          "(empty = the block size)");
+ABSL_FLAG(double, gt_selection_ratio, 0,
+          "drafter: adaptive ProposalMix eta per batch, ground truth "
+          "selected for this ratio x P1 accuracy (0 = fixed --eta)");
+ABSL_FLAG(int64_t, p1_only_steps, 0,
+          "drafter: longest P1-only warm-up (ends early when held-out "
+          "slot-1 accuracy gains less than --plateau_delta per evaluation)");
+ABSL_FLAG(double, plateau_delta, 0.01,
+          "drafter: slot-1 accuracy gain per evaluation that ends the warm-up");
+ABSL_FLAG(std::string, heldout_data, "",
+          "drafter: held-out distilled data (held-out files and values); "
+          "empty = the last records of --data");
+ABSL_FLAG(int, heldout_blocks, 16, "drafter: held-out blocks per sequence");
 ABSL_FLAG(std::string, drafter, "", "eval: drafter folder");
 ABSL_FLAG(int, num_prompts, 16, "eval: held-out prompts");
 ABSL_FLAG(int, prompt_tokens, 64, "eval: prompt length");
@@ -272,6 +287,12 @@ int RunDrafter() {
   o.edit_loss_weight = absl::GetFlag(FLAGS_edit_loss_weight);
   o.sequences_per_step = absl::GetFlag(FLAGS_sequences_per_step);
   o.blocks_per_sequence = absl::GetFlag(FLAGS_blocks_per_sequence);
+  o.train_windows = IntList(absl::GetFlag(FLAGS_train_windows));
+  o.gt_selection_ratio = absl::GetFlag(FLAGS_gt_selection_ratio);
+  o.p1_only_steps = absl::GetFlag(FLAGS_p1_only_steps);
+  o.plateau_delta = absl::GetFlag(FLAGS_plateau_delta);
+  o.heldout_path = absl::GetFlag(FLAGS_heldout_data);
+  o.heldout_blocks_per_sequence = absl::GetFlag(FLAGS_heldout_blocks);
   FillTrainingLoop(o);
   return OutcomeCode(RunDrafterTraining(o));
 }

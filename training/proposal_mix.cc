@@ -3,7 +3,9 @@
 #include <ATen/Functions.h>
 #include <ATen/TensorOperators.h>
 
+#include <algorithm>
 #include <cmath>
+#include <tuple>
 
 namespace dedit::training {
 
@@ -40,6 +42,19 @@ EditInput BuildEditInput(const at::Tensor& block, const at::Tensor& proposal,
   out.rates.overwrite =
       confident.logical_and(correct.logical_not()).sum().item<int64_t>() / n;
   return out;
+}
+
+double AdaptiveEta(const at::Tensor& proposal, const at::Tensor& confidence,
+                   const at::Tensor& truth, const at::Tensor& valid,
+                   double ratio) {
+  const int64_t correct =
+      proposal.eq(truth).logical_and(valid).sum().item<int64_t>();
+  const int64_t m = std::llround(ratio * static_cast<double>(correct));
+  if (m <= 0) return 2.0;
+  at::Tensor c = confidence.masked_select(valid);
+  const int64_t take = std::min<int64_t>(m, c.numel());
+  // The take-th largest confidence: slots at or above it are selected.
+  return std::get<0>(c.to(at::kFloat).topk(take)).min().item<double>();
 }
 
 }  // namespace dedit::training

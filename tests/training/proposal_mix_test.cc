@@ -106,6 +106,34 @@ TEST(BuildEditInputTest, InvalidSlotsKeepTheProposalAndAreNotCounted) {
   EXPECT_DOUBLE_EQ(in.rates.gt_selection, 1.0);
 }
 
+// The adaptive threshold selects the ground truth for ratio x (correct P1
+// slots) of the valid slots, the most confident ones, so that the editor's
+// input is mostly right where P1 is right (paper, Table 6).
+TEST(AdaptiveEtaTest, SelectsRatioTimesCorrectSlotsByConfidence) {
+  // 8 valid slots, 4 of them correct; one invalid slot, the most confident.
+  at::Tensor truth = Long({1, 2, 3, 4, 5, 6, 7, 8, 9}).view({1, 9});
+  at::Tensor proposal = Long({1, 2, 3, 4, 0, 0, 0, 0, 9}).view({1, 9});
+  at::Tensor conf = at::tensor(
+      std::vector<float>{0.9f, 0.2f, 0.8f, 0.1f, 0.7f, 0.3f, 0.6f, 0.4f,
+                         0.99f}).view({1, 9});
+  at::Tensor valid =
+      at::tensor(std::vector<int64_t>{1, 1, 1, 1, 1, 1, 1, 1, 0},
+                 at::TensorOptions().dtype(at::kLong))
+          .view({1, 9})
+          .to(at::kBool);
+  // ratio 0.75 x 4 correct = 3 slots: the third most confident valid slot.
+  const double eta = AdaptiveEta(proposal, conf, truth, valid, 0.75);
+  EXPECT_FLOAT_EQ(eta, 0.7f);
+  EditInput in = BuildEditInput(at::cat({Long({0}).view({1, 1}), truth}, -1),
+                                proposal, conf, valid, eta, true);
+  EXPECT_NEAR(in.rates.gt_selection, 3.0 / 8, 1e-9);
+  EXPECT_NEAR(in.rates.p1_accuracy, 4.0 / 8, 1e-9);
+  // No correct slot: nothing is selected.
+  EXPECT_GT(AdaptiveEta(Long({0, 0, 0, 0, 0, 0, 0, 0, 0}).view({1, 9}), conf,
+                        truth, valid, 0.875),
+            1.0);
+}
+
 TEST(MakeBlockBatchTest, AnchorsLieInTheContinuationAndSlotsFollowThem) {
   DistillRecord a{4, {10, 11, 12, 13, 14, 15, 16, 17, 18, 19}};
   DistillRecord b{2, {20, 21, 22, 23, 24, 25}};
