@@ -11,7 +11,7 @@ CXX_COMPILER ?= clang++-14
 CMAKE_FLAGS ?=
 CCACHE := $(shell command -v ccache 2>/dev/null)
 
-.PHONY: demo test build deps clean format
+.PHONY: demo test build deps clean format fuzz
 
 deps:
 	@bash scripts/install-deps.sh
@@ -28,6 +28,21 @@ test: build
 
 demo: build
 	@bash scripts/demo.sh $(BUILD)
+
+# Open-ended fuzzing of the model-folder parsers (tests/fuzz): every target
+# at once (or FUZZ_TARGETS="regex tokenizer_load"), each for FUZZ_SECONDS
+# (0 = until interrupted), keeping what it finds in $(BUILD)/fuzz-corpus.
+# Crash reproducers land next to each corpus; store them under
+# tests/fuzz/regressions/<target>/ so that make test replays them.
+FUZZ_TARGETS ?= safetensors shard_index model_config tokenizer_load \
+  tokenizer_encode regex
+FUZZ_SECONDS ?= 0
+fuzz: build
+	@for t in $(FUZZ_TARGETS); do \
+	  bash tests/fuzz/run_fuzzer.sh open $(BUILD)/tests/fuzz/fuzz_$$t \
+	    tests/fuzz $$t $(BUILD)/fuzz-corpus/$$t \
+	    -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 & \
+	done; wait
 
 # Applies .clang-format to every tracked C++ source (ctest -L style checks).
 format:

@@ -1,9 +1,11 @@
 #include "base/model_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "base/bounded_json.h"
 #include "base/file_util.h"
 #include "base/status.h"
 #include "nlohmann/json.hpp"
@@ -13,36 +15,62 @@ namespace {
 
 using Json = nlohmann::json;
 
+// Bounds on sizes that the loaders turn into allocations or loops before
+// any weight is read (docs/ARCHITECTURE.md, "Hostile model folders"). The
+// largest released models have under 200 layers and a handful of EOS ids.
+constexpr int kMaxLayers = 1024;
+constexpr size_t kMaxListLength = 1024;
+constexpr int kMaxBlockSize = 1024;
+// config.json is a few KB; anything this large is not one.
+constexpr uint64_t kMaxConfigBytes = 16u << 20;
+
 absl::Status Invalid(absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat("config.json: ", what));
 }
 
 absl::StatusOr<Json> ParseObject(const std::string& text) {
-  Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return Invalid("not valid JSON");
+  ASSIGN_OR_RETURN(Json j, ParseBoundedJson(text, "config.json"));
   if (!j.is_object()) return Invalid("top level is not an object");
   return j;
 }
 
-// Reads an integer field. `required` fields must be present; optional ones
-// keep `*out` unchanged when absent.
+// The integer value of `v` when it is a JSON integer in [min, max].
+// Distinguishes unsigned from signed storage, so that 2^32 + 1 is out of
+// range rather than truncated to 1.
+absl::StatusOr<int> ToBoundedInt(const Json& v, absl::string_view where,
+                                 int min, int max) {
+  if (!v.is_number_integer()) {
+    return Invalid(absl::StrCat("'", where, "' must be an integer, got ",
+                                JsonForError(v)));
+  }
+  const bool in_range =
+      v.is_number_unsigned()
+          ? v.get<uint64_t>() >= static_cast<uint64_t>(std::max(min, 0)) &&
+                v.get<uint64_t>() <= static_cast<uint64_t>(max)
+          : v.get<int64_t>() >= min && v.get<int64_t>() <= max;
+  if (!in_range) {
+    return Invalid(absl::StrCat("'", where, "' = ", JsonForError(v),
+                                " is out of range [", min, ", ", max, "]"));
+  }
+  return static_cast<int>(v.get<int64_t>());
+}
+
+// Reads an integer field in [min, max]. `required` fields must be present;
+// optional ones keep `*out` unchanged when absent.
 absl::Status GetInt(const Json& j, const char* key, bool required, int min,
-                    int* out) {
+                    int max, int* out) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) {
     if (required) return Invalid(absl::StrCat("missing '", key, "'"));
     return absl::OkStatus();
   }
-  if (!it->is_number_integer()) {
-    return Invalid(absl::StrCat("'", key, "' must be an integer"));
-  }
-  const int64_t v = it->get<int64_t>();
-  if (v < min || v > std::numeric_limits<int>::max()) {
-    return Invalid(
-        absl::StrCat("'", key, "' = ", v, " is out of range (min ", min, ")"));
-  }
-  *out = static_cast<int>(v);
+  ASSIGN_OR_RETURN(*out, ToBoundedInt(*it, key, min, max));
   return absl::OkStatus();
+}
+
+absl::Status GetInt(const Json& j, const char* key, bool required, int min,
+                    int* out) {
+  return GetInt(j, key, required, min, std::numeric_limits<int>::max(), out);
 }
 
 absl::Status GetDouble(const Json& j, const char* key, double* out) {
@@ -69,24 +97,31 @@ absl::Status GetBool(const Json& j, const char* key, bool* out) {
   return absl::OkStatus();
 }
 
-absl::Status GetIntList(const Json& j, const char* key, std::vector<int>* out) {
+// Reads a field that is one integer or a list of them (at most
+// kMaxListLength), each in [0, max]; both forms get the same checks.
+absl::Status GetIntList(const Json& j, const char* key, int max,
+                        std::vector<int>* out) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return absl::OkStatus();
   out->clear();
-  if (it->is_number_integer()) {
-    out->push_back(it->get<int>());
+  if (!it->is_array()) {
+    if (!it->is_number_integer()) {
+      return Invalid(absl::StrCat("'", key, "' must be an integer or a list"));
+    }
+    ASSIGN_OR_RETURN(const int v, ToBoundedInt(*it, key, 0, max));
+    out->push_back(v);
     return absl::OkStatus();
   }
-  if (!it->is_array()) {
-    return Invalid(absl::StrCat("'", key, "' must be an integer or a list"));
+  if (it->size() > kMaxListLength) {
+    return Invalid(absl::StrCat("'", key, "' has ", it->size(),
+                                " entries, over the limit of ",
+                                kMaxListLength));
   }
-  for (const Json& v : *it) {
-    if (!v.is_number_integer() || v.get<int64_t>() < 0 ||
-        v.get<int64_t>() > std::numeric_limits<int>::max()) {
-      return Invalid(
-          absl::StrCat("'", key, "' must hold non-negative integers"));
-    }
-    out->push_back(v.get<int>());
+  for (size_t i = 0; i < it->size(); ++i) {
+    ASSIGN_OR_RETURN(
+        const int v,
+        ToBoundedInt((*it)[i], absl::StrCat(key, "[", i, "]"), 0, max));
+    out->push_back(v);
   }
   return absl::OkStatus();
 }
@@ -97,8 +132,8 @@ absl::StatusOr<Qwen3Config> ParseQwen3Object(const Json& j) {
   RETURN_IF_ERROR(GetInt(j, "hidden_size", true, 1, &c.hidden_size));
   RETURN_IF_ERROR(
       GetInt(j, "intermediate_size", true, 1, &c.intermediate_size));
-  RETURN_IF_ERROR(
-      GetInt(j, "num_hidden_layers", true, 1, &c.num_hidden_layers));
+  RETURN_IF_ERROR(GetInt(j, "num_hidden_layers", true, 1, kMaxLayers,
+                         &c.num_hidden_layers));
   RETURN_IF_ERROR(
       GetInt(j, "num_attention_heads", true, 1, &c.num_attention_heads));
   c.num_key_value_heads = c.num_attention_heads;
@@ -127,14 +162,20 @@ absl::StatusOr<Qwen3Config> ParseQwen3Object(const Json& j) {
   RETURN_IF_ERROR(GetBool(j, "tie_word_embeddings", &c.tie_word_embeddings));
   for (const char* key : {"torch_dtype", "dtype"}) {
     auto it = j.find(key);
-    if (it != j.end() && it->is_string()) c.dtype = it->get<std::string>();
+    if (it == j.end() || it->is_null()) continue;
+    if (!it->is_string()) {
+      return Invalid(absl::StrCat("'", key, "' must be a string such as ",
+                                  "\"bfloat16\", got ", JsonForError(*it)));
+    }
+    c.dtype = it->get<std::string>();
   }
   if (c.dtype != "float32" && c.dtype != "bfloat16" && c.dtype != "float16") {
     return Invalid(absl::StrCat("unsupported dtype '", c.dtype,
                                 "' (float32, bfloat16, float16)"));
   }
   RETURN_IF_ERROR(GetInt(j, "bos_token_id", false, 0, &c.bos_token_id));
-  RETURN_IF_ERROR(GetIntList(j, "eos_token_id", &c.eos_token_ids));
+  RETURN_IF_ERROR(GetIntList(j, "eos_token_id", std::numeric_limits<int>::max(),
+                             &c.eos_token_ids));
   for (int id : c.eos_token_ids) {
     if (id >= c.vocab_size) {
       return Invalid(
@@ -169,20 +210,23 @@ absl::StatusOr<DrafterConfig> ParseDrafterConfig(const std::string& json_text) {
   ASSIGN_OR_RETURN(Json j, ParseObject(json_text));
   DrafterConfig c;
   ASSIGN_OR_RETURN(c.layers, ParseQwen3Object(j));
-  RETURN_IF_ERROR(GetInt(j, "block_size", false, 1, &c.block_size));
   RETURN_IF_ERROR(
-      GetInt(j, "num_target_layers", true, 1, &c.num_target_layers));
+      GetInt(j, "block_size", false, 1, kMaxBlockSize, &c.block_size));
+  RETURN_IF_ERROR(GetInt(j, "num_target_layers", true, 1, kMaxLayers,
+                         &c.num_target_layers));
   auto df = j.find("dflash_config");
   if (df == j.end() || !df->is_object()) {
     return Invalid("missing 'dflash_config' object (not a DFlash drafter)");
   }
-  RETURN_IF_ERROR(GetInt(*df, "block_size", false, 1, &c.block_size));
+  RETURN_IF_ERROR(
+      GetInt(*df, "block_size", false, 1, kMaxBlockSize, &c.block_size));
   RETURN_IF_ERROR(GetInt(*df, "mask_token_id", true, 0, &c.mask_token_id));
   if (c.mask_token_id >= c.layers.vocab_size) {
     return Invalid(absl::StrCat("mask_token_id ", c.mask_token_id,
                                 " is outside the vocabulary"));
   }
-  RETURN_IF_ERROR(GetIntList(*df, "target_layer_ids", &c.target_layer_ids));
+  RETURN_IF_ERROR(
+      GetIntList(*df, "target_layer_ids", kMaxLayers - 1, &c.target_layer_ids));
   if (c.target_layer_ids.empty()) {
     // Older checkpoints leave the ids implicit: one per drafter layer.
     c.target_layer_ids =
@@ -276,14 +320,16 @@ std::string DrafterConfigToJson(const DrafterConfig& config) {
 }
 
 absl::StatusOr<Qwen3Config> LoadQwen3Config(const std::string& dir) {
-  ASSIGN_OR_RETURN(std::string text, ReadFileToString(dir + "/config.json"));
+  ASSIGN_OR_RETURN(std::string text,
+                   ReadFileToString(dir + "/config.json", kMaxConfigBytes));
   auto c = ParseQwen3Config(text);
   if (!c.ok()) return Annotate(c.status(), dir);
   return c;
 }
 
 absl::StatusOr<DrafterConfig> LoadDrafterConfig(const std::string& dir) {
-  ASSIGN_OR_RETURN(std::string text, ReadFileToString(dir + "/config.json"));
+  ASSIGN_OR_RETURN(std::string text,
+                   ReadFileToString(dir + "/config.json", kMaxConfigBytes));
   auto c = ParseDrafterConfig(text);
   if (!c.ok()) return Annotate(c.status(), dir);
   return c;

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "base/bounded_json.h"
 #include "base/file_util.h"
 #include "base/status.h"
 #include "nlohmann/json.hpp"
@@ -23,8 +24,18 @@ namespace {
 using Json = nlohmann::json;
 
 // A header this large is either corrupt or hostile; real headers are a few
-// hundred KB even for models with tens of thousands of tensors.
+// hundred KB even for models with tens of thousands of tensors. (The
+// reference implementation caps at 100 MB too.)
 constexpr uint64_t kMaxHeaderBytes = 100u << 20;
+// Parsing a header into a JSON document costs up to ~16x its size in memory,
+// so the header must also be small next to the data it describes: at most
+// this much plus the size of the data section. A real checkpoint's header is
+// a tiny fraction of its data; a small test file fits in the slack.
+constexpr uint64_t kHeaderSlackBytes = 1u << 20;
+// Containers in a header: the top object, a tensor entry (or __metadata__),
+// and a shape or data_offsets array. Anything deeper is malformed, so it is
+// refused while parsing rather than built and walked.
+constexpr int kMaxHeaderDepth = 3;
 // The index file is JSON too and gets the same sanity cap.
 constexpr uint64_t kMaxIndexBytes = 100u << 20;
 
@@ -104,15 +115,6 @@ IntResult ReadNonNegative(const Json& j, uint64_t* out) {
     return IntResult::kOk;
   }
   return IntResult::kNotInteger;
-}
-
-// Parses JSON text without exceptions; nullopt when it is not valid JSON
-// (including invalid UTF-8 inside strings).
-std::optional<Json> ParseJson(const char* begin, const char* end) {
-  Json json = Json::parse(begin, end, /*cb=*/nullptr,
-                          /*allow_exceptions=*/false);
-  if (json.is_discarded()) return std::nullopt;
-  return json;
 }
 
 // Serialises `json`. dump() throws on strings that are not valid UTF-8
@@ -311,10 +313,16 @@ absl::Status SafetensorsFile::ParseHeader(const uint8_t* bytes, size_t size) {
     return error("header length ", header_len, " exceeds the ", size - 8,
                  " bytes that follow it (truncated file?)");
   }
+  if (header_len > kHeaderSlackBytes + (size - 8 - header_len)) {
+    return error("header length ", header_len, " is out of proportion to the ",
+                 size - 8 - header_len, " bytes of tensor data (at most ",
+                 kHeaderSlackBytes, " + the data size)");
+  }
   const char* header_begin = reinterpret_cast<const char*>(bytes + 8);
-  std::optional<Json> header =
-      ParseJson(header_begin, header_begin + header_len);
-  if (!header) return error("header is not valid JSON");
+  absl::StatusOr<Json> header =
+      ParseBoundedJson(absl::string_view(header_begin, header_len),
+                       absl::StrCat(src, ": header"), kMaxHeaderDepth);
+  if (!header.ok()) return header.status();
   if (!header->is_object()) return error("header JSON is not an object");
 
   const uint8_t* data = bytes + 8 + header_len;
@@ -467,12 +475,8 @@ absl::StatusOr<std::unique_ptr<WeightArchive>> WeightArchive::OpenDirectory(
   if (PathExists(index_path)) {
     ASSIGN_OR_RETURN(std::string text,
                      ReadFileToString(index_path, kMaxIndexBytes));
-    std::optional<Json> index =
-        ParseJson(text.data(), text.data() + text.size());
-    if (!index) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(index_path, ": not valid JSON"));
-    }
+    ASSIGN_OR_RETURN(Json index_doc, ParseBoundedJson(text, index_path));
+    const Json* index = &index_doc;
     if (!index->is_object()) {
       return absl::InvalidArgumentError(
           absl::StrCat(index_path, ": not a JSON object"));

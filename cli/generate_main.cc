@@ -23,6 +23,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "base/file_util.h"
 #include "base/status.h"
 #include "cli/command_flags.h"
 #include "model/cpu_threads.h"
@@ -86,8 +87,9 @@ absl::Status LoadTokenizerIfPresent() {
 #ifdef DEDIT_HAVE_TOKENIZER
   std::string path = absl::GetFlag(FLAGS_tokenizer);
   if (path.empty()) path = absl::GetFlag(FLAGS_target) + "/tokenizer.json";
-  if (FILE* f = std::fopen(path.c_str(), "r")) {
-    std::fclose(f);
+  // stat, never open, to test for presence: opening a FIFO blocks, and
+  // FromFile refuses anything that is not a regular file.
+  if (PathExists(path)) {
     ASSIGN_OR_RETURN(g_tokenizer, Tokenizer::FromFile(path));
   } else if (!absl::GetFlag(FLAGS_tokenizer).empty()) {
     return absl::NotFoundError("tokenizer not found: " + path);

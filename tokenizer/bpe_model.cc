@@ -5,6 +5,7 @@
 
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
+#include "base/bounded_json.h"
 #include "base/status.h"
 #include "tokenizer/json_util.h"
 #include "tokenizer/utf8.h"
@@ -26,7 +27,7 @@ absl::Status RejectOption(const nlohmann::json& model, const char* key,
   if (it->is_boolean() && !it->get<bool>()) return absl::OkStatus();
   if (it->is_number() && it->get<double>() == 0.0) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
-      "model.", key, ": ", it->dump(), " is not supported (", why, ")"));
+      "model.", key, ": ", JsonForError(*it), " is not supported (", why, ")"));
 }
 
 // Splits one merges entry into its two token strings.
@@ -53,7 +54,7 @@ absl::Status ParseMergeEntry(const nlohmann::json& entry, size_t index,
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "model.merges[", index, "]: expected \"a b\" or [\"a\", \"b\"], got ",
-      entry.dump()));
+      JsonForError(entry)));
 }
 
 }  // namespace
@@ -67,7 +68,7 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(
   auto type = model.find("type");
   if (type != model.end() && !(type->is_string() && *type == "BPE")) {
     return absl::InvalidArgumentError(
-        absl::StrCat("model.type: ", type->dump(),
+        absl::StrCat("model.type: ", JsonForError(*type),
                      " is not supported (only BPE models are)"));
   }
   RETURN_IF_ERROR(

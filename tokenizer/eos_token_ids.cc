@@ -10,10 +10,18 @@
 namespace dedit {
 namespace {
 
+// generation_config.json, config.json and tokenizer_config.json are KBs
+// (a tokenizer_config.json with a long chat template, ~1 MB at most).
+constexpr uint64_t kMaxSideFileBytes = 16u << 20;
+// Stop-id lists are deduplicated by linear search, and real ones hold one to
+// three ids.
+constexpr size_t kMaxEosTokenIds = 1024;
+
 // Contents of model_dir/name, or nullopt when the file does not exist.
 absl::StatusOr<std::optional<std::string>> ReadOptionalFile(
     const std::string& model_dir, const char* name) {
-  auto text = ReadFileToString(absl::StrCat(model_dir, "/", name));
+  auto text =
+      ReadFileToString(absl::StrCat(model_dir, "/", name), kMaxSideFileBytes);
   if (absl::IsNotFound(text.status())) return std::optional<std::string>();
   if (!text.ok()) return text.status();
   return std::optional<std::string>(*std::move(text));
@@ -62,6 +70,11 @@ absl::StatusOr<std::vector<int32_t>> ParseEosTokenIdField(
   if (it == doc.end() || it->is_null()) return ids;
   const std::string where = absl::StrCat(file_name, " eos_token_id");
   if (it->is_array()) {
+    if (it->size() > kMaxEosTokenIds) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": ", it->size(),
+                                                     " ids, over the limit of ",
+                                                     kMaxEosTokenIds));
+    }
     for (size_t i = 0; i < it->size(); ++i) {
       ASSIGN_OR_RETURN(
           int32_t id,

@@ -20,8 +20,10 @@
 
 namespace dedit {
 
-// Parses `text`. INVALID_ARGUMENT "<what>: invalid JSON: ... line L, column
-// C ..." on a syntax error (truncation included).
+// Parses `text` (ParseBoundedJson, base/bounded_json.h: at most
+// kMaxJsonDepth levels). INVALID_ARGUMENT "<what>: invalid JSON: ... line L,
+// column C ..." on a syntax error (truncation included), "<what>: JSON
+// nested deeper than 64 levels" past the depth limit.
 absl::StatusOr<nlohmann::json> ParseJson(absl::string_view text,
                                          absl::string_view what);
 

@@ -34,9 +34,14 @@ absl::StatusOr<std::unique_ptr<Regex>> Regex::Compile(
   if (!utf8.ok()) return Annotate(utf8, "regex pattern");
   int error_code = 0;
   PCRE2_SIZE error_offset = 0;
-  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()),
-                                   pattern.size(), PCRE2_UTF | PCRE2_UCP,
-                                   &error_code, &error_offset, nullptr);
+  // PCRE2_NEVER_BACKSLASH_C: \C matches one code unit even in UTF mode, so a
+  // match could end inside a character. Split would then hand the next step
+  // a piece that is not valid UTF-8, and pcre2_match over-reads on such
+  // subjects. No tokenizer needs \C; it is refused at compile time.
+  pcre2_code* code = pcre2_compile(
+      reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+      PCRE2_UTF | PCRE2_UCP | PCRE2_NEVER_BACKSLASH_C, &error_code,
+      &error_offset, nullptr);
   if (code == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
         "regex pattern does not compile at offset ", error_offset, ": ",
@@ -67,9 +72,12 @@ absl::Status Regex::FindAll(absl::string_view subject,
   size_t search_from = 0;
   bool have_last = false;
   size_t last_match_end = 0;
-  // PCRE2_NO_UTF_CHECK: the caller validated the subject once; without the
-  // flag PCRE2 re-validates the whole subject on every call (quadratic).
-  uint32_t options = PCRE2_NO_UTF_CHECK;
+  // PCRE2 reads past the end of a subject that is not valid UTF-8 when told
+  // not to check it, so the first call lets it check the whole subject, and
+  // only the later calls (which start on character boundaries of the same,
+  // now validated, subject) skip the check: re-validating on every call
+  // would be quadratic.
+  uint32_t options = 0;
   while (search_from <= n) {
     int rc =
         pcre2_match(code, text, n, search_from, options, md.get(), nullptr);
@@ -80,10 +88,15 @@ absl::Status Regex::FindAll(absl::string_view subject,
       continue;
     }
     if (rc == PCRE2_ERROR_NOMATCH) break;
+    if (rc <= PCRE2_ERROR_UTF8_ERR1 && rc >= PCRE2_ERROR_UTF8_ERR21) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "regex subject is not valid UTF-8: ", Pcre2ErrorMessage(rc)));
+    }
     if (rc < 0) {
       return absl::ResourceExhaustedError(
           absl::StrCat("regex match failed: ", Pcre2ErrorMessage(rc)));
     }
+    options |= PCRE2_NO_UTF_CHECK;
     const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(md.get());
     const size_t begin = ovector[0];
     const size_t end = ovector[1];

@@ -34,7 +34,8 @@ class Regex {
   };
 
   // Compiles `pattern` with UTF and UCP. INVALID_ARGUMENT naming the
-  // position and PCRE2's reason when the pattern does not compile.
+  // position and PCRE2's reason when the pattern does not compile, or uses
+  // \C (one byte inside a character; PCRE2_NEVER_BACKSLASH_C).
   static absl::StatusOr<std::unique_ptr<Regex>> Compile(
       absl::string_view pattern);
 
@@ -45,8 +46,8 @@ class Regex {
   // Replaces `matches` by every non-overlapping match in `subject`, left to
   // right. An empty match directly at the end of the previous match is
   // skipped (the search moves on by one character), as Oniguruma's iterator
-  // does. REQUIRES: `subject` is valid UTF-8 (it is not re-checked, for
-  // speed). RESOURCE_EXHAUSTED if PCRE2's match limits are hit.
+  // does. INVALID_ARGUMENT when `subject` is not valid UTF-8 (PCRE2 checks
+  // it once per call), RESOURCE_EXHAUSTED if PCRE2's match limits are hit.
   absl::Status FindAll(absl::string_view subject,
                        std::vector<Match>* matches) const;
 

@@ -20,6 +20,10 @@ constexpr uint8_t kIdExists = 1;
 constexpr uint8_t kIdSpecial = 2;
 // Same bound as BpeModel's: ids index dense tables.
 constexpr int32_t kMaxAddedTokenId = (1 << 24) - 1;
+// Real tokenizer.json files are 2-35 MB (Qwen3: 11 MB). Parsing costs about
+// ten times the file size in memory, so a file far past the real ones is
+// refused before it is read.
+constexpr uint64_t kMaxTokenizerJsonBytes = 64u << 20;
 
 // The decoder turns ids back into text; only ByteLevel gives the exact
 // inverse of a byte-level vocabulary, so anything else is refused rather
@@ -93,6 +97,11 @@ absl::StatusOr<std::vector<AddedToken>> ParseAddedTokens(
     if (token.content.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(where, ".content: empty"));
     }
+    if (token.content.size() > kMaxAddedTokenBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ".content: ", token.content.size(),
+          " bytes, over the added-token limit of ", kMaxAddedTokenBytes));
+    }
     ASSIGN_OR_RETURN(token.special,
                      JsonOptionalBool(entry, "special", false, where));
     ASSIGN_OR_RETURN(token.single_word,
@@ -116,7 +125,8 @@ Tokenizer::~Tokenizer() = default;
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromFile(
     const std::string& path) {
-  ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  ASSIGN_OR_RETURN(std::string text,
+                   ReadFileToString(path, kMaxTokenizerJsonBytes));
   auto tokenizer = FromJson(text);
   if (!tokenizer.ok()) return Annotate(tokenizer.status(), path);
   return tokenizer;
@@ -159,6 +169,14 @@ absl::Status Tokenizer::Load(absl::string_view json_text) {
     }
     normalized_contents[i] = added[i].content;
     RETURN_IF_ERROR(normalizer_->Normalize(&normalized_contents[i]));
+    // Normalization can lengthen a token (NFKD expands some characters
+    // 18-fold); the matcher's bound is on the pattern it matches.
+    if (normalized_contents[i].size() > kMaxAddedTokenBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "added_tokens[", i, "].content: ", normalized_contents[i].size(),
+          " bytes once normalized, over the added-token limit of ",
+          kMaxAddedTokenBytes));
+    }
   }
 
   // The id -> bytes table that Decode and the streaming detokenizer read.

@@ -130,7 +130,7 @@ struct BadCase {
 
 TEST(ModelConfigTest, MalformedConfigsAreClearErrors) {
   const BadCase cases[] = {
-      {"", "not valid JSON"},
+      {"", "invalid JSON"},
       {"[1,2]", "not an object"},
       {"{\"vocab_size\": 10}", "missing 'hidden_size'"},
       {R"({"vocab_size": "ten", "hidden_size": 8})", "'vocab_size' must be"},

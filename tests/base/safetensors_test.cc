@@ -431,9 +431,10 @@ std::vector<MalformedCase> MalformedCases() {
       {"ShapeFloat",
        RawFile("{" + Entry("t", "F32", "[1.0]", "[0,4]") + "}", data16),
        "integer"},
+      // Refused while parsing: a header never nests deeper than 3.
       {"ShapeNested",
        RawFile("{" + Entry("t", "F32", "[[1]]", "[0,4]") + "}", data16),
-       "integer"},
+       "nested deeper"},
       {"UnknownDtype",
        RawFile("{" + Entry("t", "F8_E9", "[1]", "[0,1]") + "}", data16),
        "F8_E9"},
