@@ -144,6 +144,11 @@ void GenerationLoop::RerouteOrFinish(RouterRequest request,
   request.sink->Finish(status);
 }
 
+void GenerationLoop::MarkUnreachable() {
+  reachable_.store(false);
+  metrics_->OnStackReachable(false);
+}
+
 bool GenerationLoop::ProbeTarget() {
   if (!backends_.target->FetchInfo(options_.target_info_retry_ms).ok()) {
     return false;
@@ -270,9 +275,8 @@ void GenerationLoop::Run() {
       // A failed step has already finished its requests with the error
       // (e.g. UNAVAILABLE when the target is down); they complete below.
       const absl::Status step = engine_->Step();
-      if (step.code() == absl::StatusCode::kUnavailable) {
-        reachable_.store(false);
-        metrics_->OnStackReachable(false);
+      if (absl::IsUnavailable(step)) {
+        MarkUnreachable();
         next_probe = std::chrono::steady_clock::now() +
                      std::chrono::milliseconds(options_.target_info_retry_ms);
       }
@@ -281,7 +285,17 @@ void GenerationLoop::Run() {
       for (SequenceId id : to_cancel_) (void)engine_->Cancel(id);
       to_cancel_.clear();
     }
-    for (GenerationResult& result : engine_->TakeFinished()) Complete(result);
+    for (GenerationResult& result : engine_->TakeFinished()) {
+      // A prompt-only round reports a dead target per prompt, not as the
+      // step's status.
+      if (result.finish == FinishReason::kError &&
+          absl::IsUnavailable(result.status) && reachable_.load()) {
+        MarkUnreachable();
+        next_probe = std::chrono::steady_clock::now() +
+                     std::chrono::milliseconds(options_.target_info_retry_ms);
+      }
+      Complete(result);
+    }
     if (stopping && engine_->idle()) break;
   }
   FailQueued(stop_status_for_loop_);

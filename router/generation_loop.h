@@ -178,6 +178,7 @@ class GenerationLoop {
   // it with `status` when nobody takes it.
   void RerouteOrFinish(RouterRequest request, const absl::Status& status);
   bool ProbeTarget();  // Info once; true (and reachable) when it answered
+  void MarkUnreachable();
   // The loop thread has something to do (or must stop).
   bool HasWork() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

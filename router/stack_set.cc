@@ -85,7 +85,11 @@ void StackSet::Update(const std::vector<StackAddress>& stacks) {
     s->retirement = std::thread([s] {
       s->loop->Retire(absl::UnavailableError(
           absl::StrCat("stack ", s->address.name, " went away")));
-      if (s->drafter) s->drafter->Stop();
+      // Its metric series go with the loop; the stack is unreachable
+      // from here on (only Stop and JoinRetired see it, after the join).
+      s->loop.reset();
+      s->drafter.reset();
+      s->verifier.reset();
       s->retired.store(true);
     });
     absl::MutexLock lock(&mu_);
@@ -153,7 +157,7 @@ void StackSet::Stop() {
   }
   for (auto& s : stacks) {
     if (s->retirement.joinable()) s->retirement.join();
-    s->loop->Stop();
+    if (s->loop) s->loop->Stop();
     if (s->drafter) s->drafter->Stop();
   }
 }
