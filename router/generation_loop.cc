@@ -70,13 +70,17 @@ void GenerationLoop::Start() {
 }
 
 void GenerationLoop::Stop() {
-  Retire(absl::UnavailableError("router is shutting down"));
+  Retire(absl::UnavailableError("router is shutting down"),
+         absl::ZeroDuration());
 }
 
-void GenerationLoop::Retire(const absl::Status& status) {
+void GenerationLoop::Retire(const absl::Status& status, absl::Duration drain) {
   {
     absl::MutexLock lock(&mu_);
-    if (!stopping_) stop_status_ = status;
+    if (!stopping_) {
+      stop_status_ = status;
+      drain_until_ = absl::Now() + drain;
+    }
     stopping_ = true;
   }
   if (thread_.joinable()) thread_.join();
@@ -218,6 +222,7 @@ void GenerationLoop::Run() {
     std::vector<RouterRequest> submitted;
     std::vector<std::weak_ptr<const GenerationSink>> cancel_requests;
     bool stopping = false;
+    bool cut = false;  // stopping, and running requests may not finish
     {
       absl::MutexLock lock(&mu_);
       if (engine_->idle()) {
@@ -231,6 +236,7 @@ void GenerationLoop::Run() {
         }
       }
       stopping = stopping_;
+      cut = stopping_ && absl::Now() >= drain_until_;
       stop_status_for_loop_ = stop_status_;
       submitted.swap(submitted_);
       queued_.fetch_sub(static_cast<int>(submitted.size()));
@@ -266,7 +272,7 @@ void GenerationLoop::Run() {
       if (!cancel && now_system >= a.request.deadline) {
         a.deadline_exceeded = true;
       }
-      if (cancel || a.deadline_exceeded || stopping) to_cancel_.push_back(id);
+      if (cancel || a.deadline_exceeded || cut) to_cancel_.push_back(id);
     }
     for (SequenceId id : to_cancel_) (void)engine_->Cancel(id);
     to_cancel_.clear();

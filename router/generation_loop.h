@@ -46,6 +46,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "dedit/v1/generation.pb.h"
 #include "engine/speculative_engine.h"
 #include "router/router_backends.h"
@@ -127,9 +128,11 @@ class GenerationLoop {
   // Finishes every request still queued or running with UNAVAILABLE, then
   // joins the loop thread. Idempotent.
   void Stop();
-  // Stop() for one stack that left: requests end with `status` (UNAVAILABLE)
-  // and those without a token yet are offered to Options::reroute.
-  void Retire(const absl::Status& status);
+  // Stop() for one stack that left: queued requests are offered to
+  // Options::reroute at once; running ones may finish for `drain`, then
+  // end with `status` (UNAVAILABLE; offered to reroute if they have no
+  // token yet). A target that died fails them sooner.
+  void Retire(const absl::Status& status, absl::Duration drain);
 
   // Queues a request; its sink hears from the loop thread from then on.
   void Submit(RouterRequest request);
@@ -200,6 +203,7 @@ class GenerationLoop {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   // Why running and queued requests end at Stop()/Retire().
   absl::Status stop_status_ ABSL_GUARDED_BY(mu_);
+  absl::Time drain_until_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   std::vector<RouterRequest> submitted_ ABSL_GUARDED_BY(mu_);
   std::vector<std::weak_ptr<const GenerationSink>> cancelled_
       ABSL_GUARDED_BY(mu_);

@@ -27,6 +27,9 @@ ABSL_FLAG(std::string, stacks_dns, "",
           "--stacks_refresh_ms; replaces --target/--drafter");
 ABSL_FLAG(int64_t, stacks_refresh_ms, 2000,
           "how often --stacks_file / --stacks_dns are read again");
+ABSL_FLAG(int64_t, stack_drain_ms, 30000,
+          "a stack that leaves discovery may finish its running requests "
+          "this long before they end UNAVAILABLE");
 ABSL_FLAG(std::string, tokenizer, "",
           "tokenizer.json for text/chat prompts and text deltas");
 ABSL_FLAG(std::string, model_name, "",
@@ -67,6 +70,7 @@ int main(int argc, char** argv) {
   o.stacks.stacks_file = absl::GetFlag(FLAGS_stacks_file);
   o.stacks.stacks_dns = absl::GetFlag(FLAGS_stacks_dns);
   o.stacks_refresh_ms = absl::GetFlag(FLAGS_stacks_refresh_ms);
+  o.stack_drain_ms = absl::GetFlag(FLAGS_stack_drain_ms);
   if (!o.stacks.stacks_file.empty() || !o.stacks.stacks_dns.empty()) {
     if (absl::Status s = dedit::StackDiscovery::Validate(o.stacks); !s.ok()) {
       std::fprintf(stderr, "dedit-router: %s\n",

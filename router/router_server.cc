@@ -20,6 +20,7 @@ absl::Status RunRouterServer(const RouterServerOptions& options) {
   stack_options.loop = options.loop;
   stack_options.verifier = options.verifier;
   stack_options.drafter = options.drafter;
+  stack_options.stack_drain_ms = options.stack_drain_ms;
   StackSet stacks(tokenizer.get(), registry, stack_options);
   std::unique_ptr<StackDiscovery> discovery;
   const bool discovered =

@@ -32,7 +32,8 @@ struct RouterServerOptions {
   // target_address/drafter_address are not used.
   StackDiscovery::Source stacks;
   int64_t stacks_refresh_ms = 2000;
-  std::string tokenizer_path;  // empty → token ids only
+  int64_t stack_drain_ms = 30000;  // StackSet::Options
+  std::string tokenizer_path;      // empty → token ids only
   // Where to serve (binary and banner are the server's):
   // serving/serve_until_signal.h.
   ServeOptions serve = ServeOptionsFor("0.0.0.0", 50050, 9100, "", 30000);

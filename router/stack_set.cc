@@ -82,9 +82,11 @@ void StackSet::Update(const std::vector<StackAddress>& stacks) {
     Stack* s = stack.get();
     std::fprintf(stderr, "dedit-router: stack %s (%s) left\n",
                  s->address.name.c_str(), s->address.target_address.c_str());
-    s->retirement = std::thread([s] {
-      s->loop->Retire(absl::UnavailableError(
-          absl::StrCat("stack ", s->address.name, " went away")));
+    const absl::Duration drain = absl::Milliseconds(options_.stack_drain_ms);
+    s->retirement = std::thread([s, drain] {
+      s->loop->Retire(absl::UnavailableError(absl::StrCat(
+                          "stack ", s->address.name, " went away")),
+                      drain);
       // Its metric series go with the loop; the stack is unreachable
       // from here on (only Stop and JoinRetired see it, after the join).
       s->loop.reset();

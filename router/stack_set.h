@@ -9,10 +9,11 @@
 // loop) among those whose target answers, ties broken round-robin. A stack
 // whose target stops answering (a failed round, UNAVAILABLE) takes no new
 // requests until its loop's Info probe answers again; a stack that leaves
-// discovery (Update) is retired: its running requests end UNAVAILABLE. In
-// both cases a request that has not streamed a token yet moves to another
-// stack (GenerationLoop::Options::reroute); a request never returns to a
-// stack that failed it. Other stacks are untouched.
+// discovery (Update) is retired: its running requests may finish for
+// Options::stack_drain_ms (a pod being replaced), then end UNAVAILABLE (a
+// dead one fails them at once). In both cases a request that has not streamed a
+// token yet moves to another stack (GenerationLoop::Options::reroute); a
+// request never returns to a stack that failed it. Other stacks are untouched.
 //
 //   StackSet stacks(tokenizer, registry, options);
 //   stacks.Update({{"a", "10.0.0.5:50051", "10.0.0.5:50052"}});
@@ -67,6 +68,9 @@ class StackSet : public DrafterHealth {
     GenerationLoop::Options loop;  // stack_name and reroute are set here
     RemoteVerifier::Options verifier;
     RemoteDrafter::Options drafter;
+    // How long a stack that left discovery may finish its running requests
+    // (a pod being replaced drains; a dead one fails them at once).
+    int64_t stack_drain_ms = 30000;
   };
 
   // `tokenizer` may be null; it and `registry` are shared by every stack.

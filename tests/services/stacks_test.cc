@@ -235,16 +235,48 @@ TEST_F(StacksTest, RequestWithoutATokenMovesToAnotherStack) {
   EXPECT_FALSE(Reachable(0, 2));
 }
 
-// Discovery: a stack removed from the stacks file gets no more requests
-// (its series go away); listed again, it is used again.
-TEST_F(StacksTest, StackLeavingDiscoveryIsRetiredAndReturns) {
+// Discovery: a stack removed from the stacks file takes no new request but
+// drains its running one (a pod being replaced); its series go away once it
+// has. Listed again, it is used again.
+TEST_F(StacksTest, StackLeavingDiscoveryDrainsAndReturns) {
   StartCluster(/*routers=*/1);
+  constexpr int kStreams = 3, kNew = 160;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < kStreams; ++i) {
+    prompts.push_back(RandomPrompt(6, 300, 900 + i));
+  }
+  // Three at once on idle stacks: one each.
+  std::vector<Generated> results(kStreams);
+  std::atomic<int> started{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kStreams; ++i) {
+    threads.emplace_back([&, i] {
+      bool counted = false;
+      results[i] = Generate(stubs_[0].get(),
+                            IdsRequest(prompts[i], kNew, kWindow, kPasses), 120,
+                            [&](const Generated& g) {
+                              if (!counted && !g.tokens.empty()) {
+                                counted = true;
+                                ++started;
+                              }
+                            });
+    });
+  }
+  ASSERT_TRUE(WaitFor([&] { return started.load() == kStreams; }, 60000));
+  const double running_on_s2 =
+      StackMetric(0, "dedit_stack_requests_running", 2);
   ASSERT_TRUE(cluster_->WriteStacksFile({0, 1}).ok());
+  for (std::thread& t : threads) t.join();
+  for (int i = 0; i < kStreams; ++i) {
+    ASSERT_TRUE(results[i].status.ok()) << results[i].status.error_message();
+    EXPECT_THAT(results[i].tokens, ElementsAreArray(Greedy(prompts[i], kNew)));
+  }
+  EXPECT_EQ(running_on_s2, 1);
   ASSERT_TRUE(WaitFor(
       [&] { return Metrics(0).find("stack=\"s2\"") == std::string::npos; },
       10000));
   SequentialRequests(0, 4, 700, 8);
-  EXPECT_EQ(OkOn(0, 0) + OkOn(0, 1), 4);
+  EXPECT_EQ(OkOn(0, 0) + OkOn(0, 1), kStreams - 1 + 4);
 
   ASSERT_TRUE(cluster_->WriteStacksFile({0, 1, 2}).ok());
   ASSERT_TRUE(WaitFor([&] { return Reachable(0, 2); }, 10000));
