@@ -199,6 +199,12 @@ TEST_F(StacksTest, KilledStackFailsOnlyItsRequestsAndRejoinsWhenBack) {
                 ElementsAreArray(greedy.begin(),
                                  greedy.begin() + results[i].tokens.size()));
   }
+  std::printf(
+      "stack s1 killed with %.0f of %d requests running on it: %d ended "
+      "UNAVAILABLE, %d completed with greedy output (ok per stack: s0=%.0f "
+      "s1=%.0f s2=%.0f)\n",
+      running_on_s1, kStreams, failed, kStreams - failed, OkOn(0, 0),
+      OkOn(0, 1), OkOn(0, 2));
   EXPECT_GE(failed, 1);
   EXPECT_EQ(failed, StackMetric(0, "dedit_stack_requests_total", 1,
                                 ",status=\"unavailable\""));
@@ -282,6 +288,73 @@ TEST_F(StacksTest, StackLeavingDiscoveryDrainsAndReturns) {
   ASSERT_TRUE(WaitFor([&] { return Reachable(0, 2); }, 10000));
   SequentialRequests(0, 3, 800, 8);
   EXPECT_EQ(OkOn(0, 2), 1);
+}
+
+// The router's own CPU per round and per token (docs/SERVICES.md,
+// "Scale-out"): user + system time of the router process over a load on
+// three stacks, divided by the rounds its requests ran and the tokens it
+// streamed. The models are the smallest the services load, so the rounds
+// come as fast as this machine allows and the router's share is what is
+// measured. Bounds are loose (2 shared cores); the numbers are printed.
+TEST_F(StacksTest, RouterCpuPerRoundAndToken) {
+  StartCluster(/*routers=*/1);
+  auto cpu_seconds = [&] {
+    std::ifstream in(
+        absl::StrCat("/proc/", cluster_->router(0)->pid(), "/stat"));
+    std::string stat((std::istreambuf_iterator<char>(in)),
+                     std::istreambuf_iterator<char>());
+    // Fields after the ")" of the command name: utime is the 12th, stime
+    // the 13th (proc(5) fields 14 and 15).
+    std::istringstream fields(stat.substr(stat.rfind(')') + 2));
+    std::string f;
+    double ticks = 0;
+    for (int i = 1; i <= 13 && fields >> f; ++i) {
+      if (i >= 12) ticks += std::stod(f);
+    }
+    return ticks / sysconf(_SC_CLK_TCK);
+  };
+  auto steps = [&] {
+    return ServiceCluster::MetricValue(
+        Metrics(0), "dedit_round_duration_seconds_count", "phase=\"total\"");
+  };
+  // `requests` concurrent requests of `new_tokens` each: `requests / 3`
+  // per stack, so that is the batch of each loop step.
+  auto measure = [&](int requests, int new_tokens, uint64_t seed) {
+    const double cpu0 = cpu_seconds(), steps0 = steps();
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<Generated> results(requests);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < requests; ++i) {
+      threads.emplace_back([&, i] {
+        results[i] = Generate(stubs_[0].get(),
+                              IdsRequest(RandomPrompt(6, 300, seed + i),
+                                         new_tokens, kWindow, kPasses),
+                              120);
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    const double wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+            .count();
+    const double cpu = cpu_seconds() - cpu0, loop_steps = steps() - steps0;
+    double rounds = 0, tokens = 0;
+    for (const Generated& g : results) {
+      EXPECT_TRUE(g.status.ok()) << g.status.error_message();
+      rounds += g.last.acceptance().rounds();
+      tokens += g.tokens.size();
+    }
+    std::printf(
+        "router CPU, %d per stack: %.3f s over %.2f s wall (%.0f%% of one "
+        "core); %.0f request-rounds, %.0f loop steps, %.0f tokens; "
+        "%.1f us/request-round, %.1f us/step, %.1f us/token\n",
+        requests / 3, cpu, wall, 100 * cpu / wall, rounds, loop_steps, tokens,
+        1e6 * cpu / rounds, 1e6 * cpu / loop_steps, 1e6 * cpu / tokens);
+    EXPECT_EQ(tokens, static_cast<double>(requests) * new_tokens);
+    EXPECT_GT(cpu, 0);
+    EXPECT_LT(cpu / tokens, 0.005) << "more than 5 ms of router CPU per token";
+  };
+  measure(/*requests=*/3, /*new_tokens=*/480, 1000);
+  measure(/*requests=*/24, /*new_tokens=*/160, 2000);
 }
 
 }  // namespace
