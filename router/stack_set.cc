@@ -94,8 +94,13 @@ void StackSet::Update(const std::vector<StackAddress>& stacks) {
       s->verifier.reset();
       s->retired.store(true);
     });
-    absl::MutexLock lock(&mu_);
-    retired_.push_back(std::move(stack));
+    bool stopped = false;
+    {
+      absl::MutexLock lock(&mu_);
+      stopped = stopping_;  // Stop() has taken retired_ already
+      if (!stopped) retired_.push_back(std::move(stack));
+    }
+    if (stopped) stack->retirement.join();
   }
   for (const StackAddress& a : added) {
     // Its series and name must be free before a new incarnation uses them.
@@ -217,8 +222,14 @@ void StackSet::Cancel(std::weak_ptr<const GenerationSink> sink) {
 
 void StackSet::CountRejected(const absl::Status& status) {
   absl::MutexLock lock(&mu_);
-  // The totals are shared by every stack's metrics; any loop counts.
-  if (!stacks_.empty()) stacks_.front()->loop->CountRejected(status);
+  // The totals are shared by every stack's metrics; any loop that has
+  // them (its target answered once) counts.
+  for (auto& s : stacks_) {
+    if (s->loop->served_model().ready) {
+      s->loop->CountRejected(status);
+      return;
+    }
+  }
 }
 
 ServedModel StackSet::served_model() const {
