@@ -21,10 +21,10 @@
 // Failure containment (issue 14): a request that fails before any token
 // reached its client, because the target is unreachable (UNAVAILABLE), out
 // of KV (RESOURCE_EXHAUSTED) or the loop is retired, is offered to
-// Options::reroute (StackSet: another stack) instead of failing. A Step that
-// fails with UNAVAILABLE marks the target unreachable: queued requests are
-// offered to `reroute` (or refused) until an Info probe, every
-// target_info_retry_ms, answers again.
+// Options::reroute (StackSet: another stack) instead of failing. A round
+// whose target call fails with UNAVAILABLE (the whole step or one prompt)
+// marks the target unreachable: queued requests are offered to `reroute`
+// (or refused) until an Info probe, every target_info_retry_ms, answers.
 //
 // Thread-safe: Submit/Cancel/CountRejected/served_model/running/load/
 // reachable from any thread. The backends are driven by the loop thread only;
