@@ -23,6 +23,8 @@ PACKAGES=(
   python3 python3-torch python3-numpy python3-grpcio python3-grpc-tools
   # Deployment tests: render/validate deploy/k8s and deploy/prometheus
   python3-yaml
+  # The DEdit plots next to docs/RESULTS.md (scripts/plot_dedit.py)
+  python3-matplotlib
   # Training corpus for the bundled model (scripts/train_tiny.sh)
   libpython3.11-stdlib python3.11-doc
   # Prometheus server + promtool (deployment tests)

@@ -39,7 +39,8 @@
 #   CHAT_FRACTION share of the target's windows drawn from the chat task
 #                suite (chat profile; default 0.75)
 #   DRAFTER_STEPS / ABLATION_STEPS  steps of the chat profile's drafter and
-#                of its ProposalMix twins (defaults 1400 and 400)
+#                of its ProposalMix twins (defaults 1200 and 300)
+#   DRAFTER_LAYERS  the chat profile drafter's layers (default 2)
 #   EVAL_THREADS libtorch threads of the eval stages (default 1: the tiny
 #                models decode fastest on one core, and the speedups are
 #                measured like that)
@@ -116,23 +117,26 @@ case "$profile" in
                           --distill_batch=35
                           --chat_prompts="$WORK/tasks/heldout.jsonl"
                           --chat_fraction=1)
-    # The DEdit drafter (issue 13, docs/RESULTS.md): 1 layer (the target is
-    # 8x its depth), block 32 trained on blocks of 16 and 32 (one drafter
-    # for W = 16 and 32), a low feature layer (0) so context keys carry
-    # token identity, 64 anchors per sequence, P1 alone until held-out
-    # slot-1 accuracy plateaus, then P1 + P2 with ProposalMix's eta adapted
-    # per batch (ground truth for 0.875 x P1 accuracy of the slots),
-    # evaluated on the held-out instances' answers.
-    drafter_steps=${DRAFTER_STEPS:-1400}
-    drafter_args=(--drafter_layers=1 --block_size=32 --train_windows=16,32
+    # The DEdit drafter (issue 13, docs/RESULTS.md): 2 layers (copying needs
+    # two hops: read the previous slot, then find it in the context; a
+    # 1-layer drafter reached 16% slot-1 accuracy), block 32 trained on
+    # blocks of 16 and 32 (one drafter for W = 16 and 32), a low feature
+    # layer (0) so context keys carry token identity, 32 anchors per
+    # sequence, P1 alone until held-out slot-1 accuracy plateaus, then
+    # P1 + P2 with ProposalMix's eta adapted per batch (ground truth for
+    # 0.875 x P1 accuracy of the slots), evaluated on the held-out
+    # instances' answers.
+    drafter_steps=${DRAFTER_STEPS:-1200}
+    drafter_args=(--drafter_layers="${DRAFTER_LAYERS:-2}" --block_size=32
+                  --train_windows=16,32
                   --target_layer_ids=0,3,6 --sequences_per_step=4
-                  --blocks_per_sequence=64 --steps="$drafter_steps"
+                  --blocks_per_sequence=32 --steps="$drafter_steps"
                   --p1_only_steps=$((drafter_steps / 2)) --plateau_delta=0.005
                   --gt_selection_ratio=0.875 --lr=2e-3 --eval_every=100
                   --heldout_data="$WORK/distill-heldout.bin" --heldout_blocks=8)
     # The ProposalMix ablation twin (ABLATION=1): same data, seed and
     # schedule shape, fewer steps, with and without ProposalMix.
-    ablation_steps=${ABLATION_STEPS:-400}
+    ablation_steps=${ABLATION_STEPS:-300}
     eval_args=(--num_prompts=48 --prompt_tokens=64 --max_new_tokens=128)
     ;;
   *) echo "usage: $0 [full|smoke|chat]" >&2; exit 2 ;;
