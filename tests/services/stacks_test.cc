@@ -290,6 +290,43 @@ TEST_F(StacksTest, StackLeavingDiscoveryDrainsAndReturns) {
   EXPECT_EQ(OkOn(0, 2), 1);
 }
 
+// --stacks_dns: a router resolving a name finds the stack behind each
+// address (loopback has one address, so one stack; a headless Service
+// gives one per pod) and serves through it.
+TEST(StacksDnsDiscoveryTest, RouterFindsTheStackBehindAName) {
+  StackCluster cluster(StackCluster::Options{.stacks = 1, .routers = 0});
+  ASSERT_TRUE(cluster.Start().ok());
+  auto router = testing::ServiceProcess::Start(
+      DEDIT_ROUTER_BINARY,
+      {absl::StrCat("--stacks_dns=localhost:", cluster.target(0)->grpc_port(),
+                    ":", cluster.drafter(0)->grpc_port()),
+       "--stacks_refresh_ms=200", "--host=127.0.0.1", "--port=0",
+       "--metrics_port=0"},
+      testing::MakeTempDir(), "router_dns");
+  ASSERT_TRUE(router.ok()) << router.status();
+  auto stub = v1::Generation::NewStub(
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", (*router)->grpc_port()),
+                          grpc::InsecureChannelCredentials()));
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto text = ServiceCluster::Scrape((*router)->metrics_port());
+        return text.ok() &&
+               ServiceCluster::MetricValue(*text, "dedit_stack_reachable",
+                                           "stack=\"127.0.0.1\"") == 1;
+      },
+      20000));
+  const std::vector<int32_t> prompt = RandomPrompt(5, 300, 77);
+  Generated g = Generate(stub.get(), IdsRequest(prompt, 12, kWindow, kPasses));
+  ASSERT_TRUE(g.status.ok()) << g.status.error_message();
+  InProcessStack::Options o;
+  o.target_dir = cluster.target_dir();
+  o.drafter_dir = cluster.drafter_dir();
+  auto reference = InProcessStack::Load(o);
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  EXPECT_THAT(g.tokens, ElementsAreArray(testing::GreedyReference(
+                            (*reference)->target(), prompt, 12)));
+}
+
 // The router's own CPU per round and per token (docs/SERVICES.md,
 // "Scale-out"): user + system time of the router process over a load on
 // three stacks, divided by the rounds its requests ran and the tokens it
