@@ -70,24 +70,36 @@ void GenerationLoop::Start() {
 }
 
 void GenerationLoop::Stop() {
+  Retire(absl::UnavailableError("router is shutting down"),
+         absl::ZeroDuration());
+}
+
+void GenerationLoop::Retire(const absl::Status& status, absl::Duration drain) {
   {
     absl::MutexLock lock(&mu_);
+    if (!stopping_) {
+      stop_status_ = status;
+      drain_until_ = absl::Now() + drain;
+    }
     stopping_ = true;
   }
   if (thread_.joinable()) thread_.join();
   // Requests queued before a Start() that never came.
-  FailQueued(absl::UnavailableError("router is shutting down"));
+  FailQueued(status);
 }
 
 void GenerationLoop::Submit(RouterRequest request) {
+  absl::Status refused;
   {
     absl::MutexLock lock(&mu_);
     if (!stopping_) {
       submitted_.push_back(std::move(request));
+      queued_.fetch_add(1);
       return;
     }
+    refused = stop_status_;
   }
-  request.sink->Finish(absl::UnavailableError("router is shutting down"));
+  request.sink->Finish(refused);
 }
 
 void GenerationLoop::Cancel(std::weak_ptr<const GenerationSink> sink) {
@@ -120,9 +132,34 @@ void GenerationLoop::FailQueued(const absl::Status& status) {
   {
     absl::MutexLock lock(&mu_);
     queued.swap(submitted_);
+    queued_.fetch_sub(static_cast<int>(queued.size()));
     cancelled_.clear();
   }
-  for (RouterRequest& r : queued) r.sink->Finish(status);
+  for (RouterRequest& r : queued) RerouteOrFinish(std::move(r), status);
+}
+
+void GenerationLoop::RerouteOrFinish(RouterRequest request,
+                                     const absl::Status& status) {
+  const bool retryable = status.code() == absl::StatusCode::kUnavailable ||
+                         status.code() == absl::StatusCode::kResourceExhausted;
+  if (retryable && options_.reroute && options_.reroute(request, status)) {
+    return;
+  }
+  request.sink->Finish(status);
+}
+
+void GenerationLoop::MarkUnreachable() {
+  reachable_.store(false);
+  metrics_->OnStackReachable(false);
+}
+
+bool GenerationLoop::ProbeTarget() {
+  if (!backends_.target->FetchInfo(options_.target_info_retry_ms).ok()) {
+    return false;
+  }
+  reachable_.store(true);
+  metrics_->OnStackReachable(true);
+  return true;
 }
 
 bool GenerationLoop::ConnectTarget() {
@@ -136,7 +173,8 @@ bool GenerationLoop::ConnectTarget() {
   served.vocab_size = info->vocab_size;
   served.max_context = info->max_context;
   served.eos_token_ids = info->eos_token_ids;
-  metrics_ = std::make_unique<RouterMetrics>(*registry_, served.name);
+  metrics_ = std::make_unique<RouterMetrics>(*registry_, served.name,
+                                             options_.stack_name);
   SpeculativeEngine::Options o;
   o.eos_token_ids = served.eos_token_ids;
   o.vocab_size = served.vocab_size;
@@ -152,6 +190,8 @@ bool GenerationLoop::ConnectTarget() {
   };
   engine_ = std::make_unique<SpeculativeEngine>(backends_.verifier,
                                                 backends_.drafter, o);
+  reachable_.store(true);
+  metrics_->OnStackReachable(true);
   absl::MutexLock lock(&mu_);
   served_ = served;
   shared_metrics_ = metrics_.get();
@@ -164,29 +204,49 @@ void GenerationLoop::Run() {
   while (!ConnectTarget()) {
     FailQueued(absl::UnavailableError("target service is not reachable"));
     bool stopping = false;
+    absl::Status stop_status;
     {
       absl::MutexLock lock(&mu_);
       mu_.AwaitWithTimeout(absl::Condition(&stopping_),
                            absl::Milliseconds(options_.target_info_retry_ms));
       stopping = stopping_;
+      stop_status = stop_status_;
     }
     if (stopping) {
-      FailQueued(absl::UnavailableError("router is shutting down"));
+      FailQueued(stop_status);
       return;
     }
   }
+  auto next_probe = std::chrono::steady_clock::now();
   while (true) {
     std::vector<RouterRequest> submitted;
     std::vector<std::weak_ptr<const GenerationSink>> cancel_requests;
     bool stopping = false;
+    bool cut = false;  // stopping, and running requests may not finish
     {
       absl::MutexLock lock(&mu_);
       if (engine_->idle()) {
-        mu_.Await(absl::Condition(this, &GenerationLoop::HasWork));
+        if (reachable_.load()) {
+          mu_.Await(absl::Condition(this, &GenerationLoop::HasWork));
+        } else {
+          // Wake up to probe the target again.
+          mu_.AwaitWithTimeout(
+              absl::Condition(this, &GenerationLoop::HasWork),
+              absl::Milliseconds(options_.target_info_retry_ms));
+        }
       }
       stopping = stopping_;
+      cut = stopping_ && absl::Now() >= drain_until_;
+      stop_status_for_loop_ = stop_status_;
       submitted.swap(submitted_);
+      queued_.fetch_sub(static_cast<int>(submitted.size()));
       cancel_requests.swap(cancelled_);
+    }
+    if (!reachable_.load() && !stopping &&
+        std::chrono::steady_clock::now() >= next_probe) {
+      next_probe = std::chrono::steady_clock::now() +
+                   std::chrono::milliseconds(options_.target_info_retry_ms);
+      ProbeTarget();
     }
     // Sinks still alive are held by their requests, so an address can only
     // match the request that asked to cancel.
@@ -196,7 +256,10 @@ void GenerationLoop::Run() {
     }
     for (RouterRequest& r : submitted) {
       if (stopping) {
-        r.sink->Finish(absl::UnavailableError("router is shutting down"));
+        RerouteOrFinish(std::move(r), stop_status_for_loop_);
+      } else if (!reachable_.load()) {
+        RerouteOrFinish(std::move(r), absl::UnavailableError(
+                                          "target service is not reachable"));
       } else {
         Admit(std::move(r));
       }
@@ -209,7 +272,7 @@ void GenerationLoop::Run() {
       if (!cancel && now_system >= a.request.deadline) {
         a.deadline_exceeded = true;
       }
-      if (cancel || a.deadline_exceeded || stopping) to_cancel_.push_back(id);
+      if (cancel || a.deadline_exceeded || cut) to_cancel_.push_back(id);
     }
     for (SequenceId id : to_cancel_) (void)engine_->Cancel(id);
     to_cancel_.clear();
@@ -217,19 +280,39 @@ void GenerationLoop::Run() {
       const auto t0 = std::chrono::steady_clock::now();
       // A failed step has already finished its requests with the error
       // (e.g. UNAVAILABLE when the target is down); they complete below.
-      (void)engine_->Step();
+      const absl::Status step = engine_->Step();
+      if (absl::IsUnavailable(step)) {
+        MarkUnreachable();
+        next_probe = std::chrono::steady_clock::now() +
+                     std::chrono::milliseconds(options_.target_info_retry_ms);
+      }
       metrics_->OnStep(engine_->last_step(),
                        SecondsBetween(t0, std::chrono::steady_clock::now()));
       for (SequenceId id : to_cancel_) (void)engine_->Cancel(id);
       to_cancel_.clear();
     }
-    for (GenerationResult& result : engine_->TakeFinished()) Complete(result);
+    for (GenerationResult& result : engine_->TakeFinished()) {
+      // A prompt-only round reports a dead target per prompt, not as the
+      // step's status.
+      if (result.finish == FinishReason::kError &&
+          absl::IsUnavailable(result.status) && reachable_.load()) {
+        MarkUnreachable();
+        next_probe = std::chrono::steady_clock::now() +
+                     std::chrono::milliseconds(options_.target_info_retry_ms);
+      }
+      Complete(result);
+    }
     if (stopping && engine_->idle()) break;
   }
-  FailQueued(absl::UnavailableError("router is shutting down"));
+  FailQueued(stop_status_for_loop_);
 }
 
 void GenerationLoop::Admit(RouterRequest request) {
+  if (request.sink->client_gone()) {
+    metrics_->OnRequestFinished("cancelled", 0, false);
+    request.sink->Finish(absl::CancelledError("client cancelled the request"));
+    return;
+  }
   GenerationRequest engine_request = request.engine;
   const DrafterHealth* drafter = backends_.drafter_health;
   const int block_size =
@@ -262,6 +345,7 @@ void GenerationLoop::Admit(RouterRequest request) {
   }
   backends_.target->SetRequestLimits(*id, reserve, request.deadline);
   Active& a = active_[*id];
+  a.reserve_tokens = reserve;
   if (tokenizer_ != nullptr) {
     a.detokenizer = std::make_unique<StreamingDetokenizer>(tokenizer_);
   }
@@ -271,7 +355,7 @@ void GenerationLoop::Admit(RouterRequest request) {
   a.request = std::move(request);
   a.last_token_time = a.request.arrival;
   running_.fetch_add(1);
-  metrics_->OnRequestStarted(prompt_tokens);
+  metrics_->OnRequestStarted(prompt_tokens, reserve);
 }
 
 void GenerationLoop::OnTokens(SequenceId id,
@@ -355,11 +439,18 @@ void GenerationLoop::Complete(GenerationResult& result) {
     } else if (a.deadline_exceeded) {
       status = absl::DeadlineExceededError("request deadline exceeded");
     } else {
-      status = absl::UnavailableError("router is shutting down");
+      status = stop_status_for_loop_;
     }
   }
+  const bool retryable = status.code() == absl::StatusCode::kUnavailable ||
+                         status.code() == absl::StatusCode::kResourceExhausted;
+  if (retryable && a.completion_tokens == 0 && options_.reroute &&
+      options_.reroute(a.request, status)) {
+    metrics_->OnRequestRerouted(a.reserve_tokens);
+    return;
+  }
   metrics_->OnRequestFinished(RouterMetrics::StatusLabel(status), duration,
-                              true);
+                              true, a.reserve_tokens);
   if (!status.ok()) {
     a.request.sink->Finish(status);
     return;

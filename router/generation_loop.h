@@ -18,15 +18,24 @@
 //   loop.Submit(std::move(request));   // from a reactor; never blocks
 //   loop.Cancel(sink);                 // client went away
 //
-// Thread-safe: Submit/Cancel/CountRejected/served_model/running from any
-// thread. The backends are driven by the loop thread only; sinks are called
-// on it (and on the submitting thread when the loop is stopping), never
-// under the loop's lock.
+// Failure containment (issue 14): a request that fails before any token
+// reached its client, because the target is unreachable (UNAVAILABLE), out
+// of KV (RESOURCE_EXHAUSTED) or the loop is retired, is offered to
+// Options::reroute (StackSet: another stack) instead of failing. A round
+// whose target call fails with UNAVAILABLE (the whole step or one prompt)
+// marks the target unreachable: queued requests are offered to `reroute`
+// (or refused) until an Info probe, every target_info_retry_ms, answers.
+//
+// Thread-safe: Submit/Cancel/CountRejected/served_model/running/load/
+// reachable from any thread. The backends are driven by the loop thread only;
+// sinks are called on it (and on the submitting thread when the loop is
+// stopping), never under the loop's lock.
 #ifndef DEDIT_ROUTER_GENERATION_LOOP_H_
 #define DEDIT_ROUTER_GENERATION_LOOP_H_
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -37,6 +46,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "dedit/v1/generation.pb.h"
 #include "engine/speculative_engine.h"
 #include "router/router_backends.h"
@@ -54,6 +64,9 @@ class GenerationSink {
   virtual void Send(v1::GenerateResponse response) = 0;
   // Ends the stream: OK after the final message, or an error.
   virtual void Finish(const absl::Status& status) = 0;
+  // True once the client went away (thread-safe). Checked at admission, so
+  // that a cancel that raced a reroute to another stack is not lost.
+  virtual bool client_gone() const { return false; }
 };
 
 // A validated, tokenized request (see request_builder.h).
@@ -65,6 +78,8 @@ struct RouterRequest {
       std::chrono::system_clock::time_point::max();
   std::chrono::steady_clock::time_point arrival;
   std::shared_ptr<GenerationSink> sink;
+  // Stacks that failed this request before its first token (StackSet).
+  std::vector<std::string> tried_stacks;
 };
 
 // What the router serves, as learned from the services (ListModels/Info).
@@ -87,6 +102,15 @@ class GenerationLoop {
     // service: requests that ask for it speculate whatever the drafter's
     // health.
     NgramDrafter::Options ngram;
+    // Names this loop's stack in the per-stack metrics (`stack` label);
+    // empty → no per-stack metrics.
+    std::string stack_name;
+    // Offered, on the loop thread, each request that failed with `status`
+    // before its first token and might succeed elsewhere. Returns true if it
+    // took the request (then the loop forgets it); false → the request ends
+    // with `status`. Must not block or call back into this loop.
+    std::function<bool(RouterRequest& request, const absl::Status& status)>
+        reroute;
   };
 
   // REQUIRES: backends.verifier and backends.target are set; drafter and
@@ -104,6 +128,11 @@ class GenerationLoop {
   // Finishes every request still queued or running with UNAVAILABLE, then
   // joins the loop thread. Idempotent.
   void Stop();
+  // Stop() for one stack that left: queued requests are offered to
+  // Options::reroute at once; running ones may finish for `drain`, then
+  // end with `status` (UNAVAILABLE; offered to reroute if they have no
+  // token yet). A target that died fails them sooner.
+  void Retire(const absl::Status& status, absl::Duration drain);
 
   // Queues a request; its sink hears from the loop thread from then on.
   void Submit(RouterRequest request);
@@ -118,6 +147,11 @@ class GenerationLoop {
 
   ServedModel served_model() const;
   int running() const { return running_.load(); }
+  // Admitted plus queued requests: what admission balances on.
+  int load() const { return running_.load() + queued_.load(); }
+  // False from a Step that failed with UNAVAILABLE (or before the first
+  // Info) until an Info probe answers.
+  bool reachable() const { return reachable_.load(); }
   const Options& options() const { return options_; }
 
  private:
@@ -132,6 +166,7 @@ class GenerationLoop {
     std::string stop_reason;
     bool deadline_exceeded = false;
     bool client_cancelled = false;
+    int64_t reserve_tokens = 0;  // KV reserved on the target
     std::optional<std::chrono::steady_clock::time_point> first_token_time;
     std::chrono::steady_clock::time_point last_token_time;
   };
@@ -142,6 +177,11 @@ class GenerationLoop {
   void OnTokens(SequenceId id, const std::vector<int32_t>& tokens);
   void Complete(GenerationResult& result);
   void FailQueued(const absl::Status& status);
+  // Offers a request that has sent nothing to Options::reroute; finishes
+  // it with `status` when nobody takes it.
+  void RerouteOrFinish(RouterRequest request, const absl::Status& status);
+  bool ProbeTarget();  // Info once; true (and reachable) when it answered
+  void MarkUnreachable();
   // The loop thread has something to do (or must stop).
   bool HasWork() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -155,9 +195,15 @@ class GenerationLoop {
   std::unique_ptr<RouterMetrics> metrics_;  // published as shared_metrics_
   std::map<SequenceId, Active> active_;
   std::vector<SequenceId> to_cancel_;  // stop strings hit during a Step
+  // stop_status_ as the loop thread last saw it.
+  absl::Status stop_status_for_loop_ =
+      absl::UnavailableError("router is shutting down");
 
   mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // Why running and queued requests end at Stop()/Retire().
+  absl::Status stop_status_ ABSL_GUARDED_BY(mu_);
+  absl::Time drain_until_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   std::vector<RouterRequest> submitted_ ABSL_GUARDED_BY(mu_);
   std::vector<std::weak_ptr<const GenerationSink>> cancelled_
       ABSL_GUARDED_BY(mu_);
@@ -165,6 +211,8 @@ class GenerationLoop {
   // Set once by the loop thread; the metrics themselves are thread-safe.
   RouterMetrics* shared_metrics_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::atomic<int> running_{0};
+  std::atomic<int> queued_{0};  // submitted_.size()
+  std::atomic<bool> reachable_{false};
   std::thread thread_;
 };
 

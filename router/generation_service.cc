@@ -1,5 +1,6 @@
 #include "router/generation_service.h"
 
+#include <atomic>
 #include <deque>
 #include <memory>
 #include <utility>
@@ -28,6 +29,8 @@ class StreamSink : public GenerationSink {
   void Send(v1::GenerateResponse response) override;
   void Finish(const absl::Status& status) override;
   void OnWriteDone(bool ok);
+  bool client_gone() const override { return client_gone_.load(); }
+  void MarkClientGone() { client_gone_.store(true); }
   void Detach() {
     absl::MutexLock lock(&mu_);
     reactor_ = nullptr;
@@ -44,6 +47,7 @@ class StreamSink : public GenerationSink {
   NextCall TakeFinishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static void Perform(const NextCall& call);
 
+  std::atomic<bool> client_gone_{false};
   absl::Mutex mu_;
   GenerateReactor* reactor_ ABSL_GUARDED_BY(mu_);  // null once done
   // Front is in flight while writing_; its address stays valid (only the
@@ -57,20 +61,24 @@ class StreamSink : public GenerationSink {
 
 class GenerateReactor : public grpc::ServerWriteReactor<v1::GenerateResponse> {
  public:
-  explicit GenerateReactor(GenerationLoop* loop) : loop_(loop) {
+  explicit GenerateReactor(StackSet* stacks) : stacks_(stacks) {
     sink_ = std::make_shared<StreamSink>(this);
   }
   std::shared_ptr<StreamSink> sink() { return sink_; }
 
   void OnWriteDone(bool ok) override { sink_->OnWriteDone(ok); }
-  void OnCancel() override { loop_->Cancel(sink_); }
+  void OnCancel() override {
+    // Flag first: a request moving between stacks sees it at admission.
+    sink_->MarkClientGone();
+    stacks_->Cancel(sink_);
+  }
   void OnDone() override {
     sink_->Detach();
     delete this;
   }
 
  private:
-  GenerationLoop* loop_;
+  StackSet* stacks_;
   std::shared_ptr<StreamSink> sink_;
 };
 
@@ -155,7 +163,7 @@ void StreamSink::OnWriteDone(bool ok) {
 
 RequestLimits GenerationServiceImpl::CurrentLimits() const {
   RequestLimits limits;
-  limits.model = loop_->served_model();
+  limits.model = stacks_->served_model();
   limits.max_tokens_limit = defaults_.max_tokens_limit;
   limits.max_passes = defaults_.max_passes;
   const int block = drafter_ != nullptr ? drafter_->block_size() : 0;
@@ -174,7 +182,7 @@ RequestLimits GenerationServiceImpl::CurrentLimits() const {
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationServiceImpl::Generate(
     grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
-  auto* reactor = new GenerateReactor(loop_);
+  auto* reactor = new GenerateReactor(stacks_);
   const RequestLimits limits = CurrentLimits();
   if (!limits.model.ready) {
     reactor->sink()->Finish(
@@ -184,14 +192,14 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationServiceImpl::Generate(
   absl::StatusOr<RouterRequest> built =
       BuildRouterRequest(*request, limits, tokenizer_);
   if (!built.ok()) {
-    loop_->CountRejected(built.status());
+    stacks_->CountRejected(built.status());
     reactor->sink()->Finish(built.status());
     return reactor;
   }
   built->arrival = std::chrono::steady_clock::now();
   built->deadline = context->deadline();
   built->sink = reactor->sink();
-  loop_->Submit(std::move(*built));
+  stacks_->Submit(std::move(*built));
   return reactor;
 }
 
@@ -216,7 +224,7 @@ grpc::ServerUnaryReactor* GenerationServiceImpl::ListModels(
     grpc::CallbackServerContext* context, const v1::ListModelsRequest*,
     v1::ListModelsResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (loop_->served_model().ready) FillCard(response->add_models());
+  if (stacks_->served_model().ready) FillCard(response->add_models());
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }
@@ -227,7 +235,7 @@ grpc::ServerUnaryReactor* GenerationServiceImpl::Info(
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   FillCard(response->mutable_model());
   response->set_drafter_healthy(drafter_ != nullptr && drafter_->healthy());
-  response->set_requests_running(loop_->running());
+  response->set_requests_running(stacks_->running());
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }

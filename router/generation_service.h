@@ -1,6 +1,7 @@
 // dedit.v1.Generation: the public API. Generate validates and tokenizes the
-// request in the reaction (CPU only, no waiting), hands it to the
-// GenerationLoop, and streams what the loop sends; a client that goes away
+// request in the reaction (CPU only, no waiting), hands it to the StackSet
+// (which admits it on one stack's GenerationLoop), and streams what the
+// loop sends; a client that goes away
 // (cancel, deadline) cancels its request in the engine, which releases the
 // sequence on both services.
 #ifndef DEDIT_ROUTER_GENERATION_SERVICE_H_
@@ -9,9 +10,8 @@
 #include <functional>
 
 #include "dedit/v1/services.grpc.pb.h"
-#include "router/generation_loop.h"
 #include "router/request_builder.h"
-#include "router/router_backends.h"
+#include "router/stack_set.h"
 
 namespace dedit {
 
@@ -26,11 +26,11 @@ class GenerationServiceImpl final : public v1::Generation::CallbackService {
     int ngram_default_window = 8;
     int ngram_max_window = 64;  // = GenerationLoop::Options::ngram
   };
-  // `drafter` (null → target-only router) and `tokenizer` may be null.
-  GenerationServiceImpl(GenerationLoop* loop, const DrafterHealth* drafter,
-                        const Tokenizer* tokenizer, Defaults defaults)
-      : loop_(loop),
-        drafter_(drafter),
+  // `tokenizer` may be null. The stacks' drafters size request defaults.
+  GenerationServiceImpl(StackSet* stacks, const Tokenizer* tokenizer,
+                        Defaults defaults)
+      : stacks_(stacks),
+        drafter_(stacks),
         tokenizer_(tokenizer),
         defaults_(defaults) {}
 
@@ -49,7 +49,7 @@ class GenerationServiceImpl final : public v1::Generation::CallbackService {
   RequestLimits CurrentLimits() const;
   void FillCard(v1::ModelCard* card) const;
 
-  GenerationLoop* loop_;
+  StackSet* stacks_;
   const DrafterHealth* drafter_;
   const Tokenizer* tokenizer_;
   Defaults defaults_;

@@ -4,6 +4,8 @@
 //   dedit-router --target 127.0.0.1:50051 --drafter 127.0.0.1:50052
 //       --tokenizer models/qwen3/tokenizer.json
 //       --port 50050 --metrics_port 9100
+//   dedit-router --stacks_dns dedit-stack.dedit.svc:50051:50052 ...  # k8s
+//   dedit-router --stacks_file stacks.txt ...                       # local
 #include <string>
 
 #include "absl/flags/flag.h"
@@ -15,6 +17,19 @@
 ABSL_FLAG(std::string, target, "127.0.0.1:50051", "dedit-target address");
 ABSL_FLAG(std::string, drafter, "",
           "dedit-drafter address; empty → target-only decoding");
+ABSL_FLAG(std::string, stacks_file, "",
+          "file listing the stacks, one `name target_host:port "
+          "[drafter_host:port]` per line, re-read when it changes; replaces "
+          "--target/--drafter");
+ABSL_FLAG(std::string, stacks_dns, "",
+          "host:target_port[:drafter_port] of a headless Service: every "
+          "address it resolves to is one stack pod; re-resolved every "
+          "--stacks_refresh_ms; replaces --target/--drafter");
+ABSL_FLAG(int64_t, stacks_refresh_ms, 2000,
+          "how often --stacks_file / --stacks_dns are read again");
+ABSL_FLAG(int64_t, stack_drain_ms, 30000,
+          "a stack that leaves discovery may finish its running requests "
+          "this long before they end UNAVAILABLE");
 ABSL_FLAG(std::string, tokenizer, "",
           "tokenizer.json for text/chat prompts and text deltas");
 ABSL_FLAG(std::string, model_name, "",
@@ -52,6 +67,21 @@ int main(int argc, char** argv) {
   dedit::RouterServerOptions o;
   o.target_address = absl::GetFlag(FLAGS_target);
   o.drafter_address = absl::GetFlag(FLAGS_drafter);
+  o.stacks.stacks_file = absl::GetFlag(FLAGS_stacks_file);
+  o.stacks.stacks_dns = absl::GetFlag(FLAGS_stacks_dns);
+  o.stacks_refresh_ms = absl::GetFlag(FLAGS_stacks_refresh_ms);
+  o.stack_drain_ms = absl::GetFlag(FLAGS_stack_drain_ms);
+  if (!o.stacks.stacks_file.empty() || !o.stacks.stacks_dns.empty()) {
+    if (absl::Status s = dedit::StackDiscovery::Validate(o.stacks); !s.ok()) {
+      std::fprintf(stderr, "dedit-router: %s\n",
+                   std::string(s.message()).c_str());
+      return 2;
+    }
+  }
+  if (o.stacks_refresh_ms < 10) {
+    std::fprintf(stderr, "dedit-router: --stacks_refresh_ms must be >= 10\n");
+    return 2;
+  }
   o.tokenizer_path = absl::GetFlag(FLAGS_tokenizer);
   o.serve = dedit::ServeOptionsFor(
       absl::GetFlag(FLAGS_host), absl::GetFlag(FLAGS_port),

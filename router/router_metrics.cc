@@ -23,7 +23,8 @@ Histogram::BucketBoundaries RequestBuckets() {
 
 }  // namespace
 
-RouterMetrics::RouterMetrics(prometheus::Registry& r, const std::string& model)
+RouterMetrics::RouterMetrics(prometheus::Registry& r, const std::string& model,
+                             const std::string& stack)
     : model_(model),
       num_drafts_(prometheus::BuildCounter()
                       .Name("dedit_spec_decode_num_drafts_total")
@@ -102,16 +103,97 @@ RouterMetrics::RouterMetrics(prometheus::Registry& r, const std::string& model)
               .Name("dedit_fallback_rounds_total")
               .Help("Rounds where drafting was wanted but the drafter failed")
               .Register(r)
-              .Add({{"model", model}})) {
+              .Add({{"model", model}})),
+      stack_(stack) {
+  if (!stack.empty()) {
+    const prometheus::Labels labels = {{"model", model}, {"stack", stack}};
+    StackSeries& s = stack_series_;
+    // Every loop Registers the same families (the registry merges them);
+    // each adds its own stack's series.
+    s.running_family = &prometheus::BuildGauge()
+                            .Name("dedit_stack_requests_running")
+                            .Help(
+                                "Requests admitted on the stack and not "
+                                "finished")
+                            .Register(r);
+    s.running = &s.running_family->Add(labels);
+    s.kv_family = &prometheus::BuildGauge()
+                       .Name("dedit_stack_kv_reserved_tokens")
+                       .Help(
+                           "KV tokens this router's running requests "
+                           "reserve on the stack's target")
+                       .Register(r);
+    s.kv_reserved_tokens = &s.kv_family->Add(labels);
+    s.reachable_family = &prometheus::BuildGauge()
+                              .Name("dedit_stack_reachable")
+                              .Help(
+                                  "1 while the stack's target answers and "
+                                  "the stack takes new requests")
+                              .Register(r);
+    s.reachable = &s.reachable_family->Add(labels);
+    s.drafts_family = &prometheus::BuildCounter()
+                           .Name("dedit_stack_num_drafts_total")
+                           .Help("Drafted rounds on the stack")
+                           .Register(r);
+    s.drafts = &s.drafts_family->Add(labels);
+    s.accepted_family = &prometheus::BuildCounter()
+                             .Name("dedit_stack_num_accepted_tokens_total")
+                             .Help("Accepted draft tokens on the stack")
+                             .Register(r);
+    s.accepted_tokens = &s.accepted_family->Add(labels);
+    s.tokens_family = &prometheus::BuildCounter()
+                           .Name("dedit_stack_generation_tokens_total")
+                           .Help("Tokens streamed from the stack")
+                           .Register(r);
+    s.generation_tokens = &s.tokens_family->Add(labels);
+    s.requests = &prometheus::BuildCounter()
+                      .Name("dedit_stack_requests_total")
+                      .Help(
+                          "Requests that left the stack, by gRPC status "
+                          "(rerouted: moved to another stack before "
+                          "their first token)")
+                      .Register(r);
+    StackRequests("ok");
+  }
   for (const char* phase : {"draft", "verify", "total"}) {
     round_duration_.Add({{"model", model}, {"phase", phase}}, LatencyBuckets());
   }
   requests_.Add({{"model", model}, {"status", "ok"}});
 }
 
+RouterMetrics::~RouterMetrics() {
+  StackSeries& s = stack_series_;
+  if (s.running == nullptr) return;
+  // The families stay in the registry (other stacks use them); this
+  // stack's series go, so a stack that left leaves no stale gauge.
+  s.running_family->Remove(s.running);
+  s.kv_family->Remove(s.kv_reserved_tokens);
+  s.reachable_family->Remove(s.reachable);
+  s.drafts_family->Remove(s.drafts);
+  s.accepted_family->Remove(s.accepted_tokens);
+  s.tokens_family->Remove(s.generation_tokens);
+  absl::MutexLock lock(&mu_);
+  for (prometheus::Counter* c : stack_requests_) s.requests->Remove(c);
+}
+
+prometheus::Counter& RouterMetrics::StackRequests(const std::string& status) {
+  prometheus::Counter& c = stack_series_.requests->Add(
+      {{"model", model_}, {"stack", stack_}, {"status", status}});
+  absl::MutexLock lock(&mu_);
+  if (std::find(stack_requests_.begin(), stack_requests_.end(), &c) ==
+      stack_requests_.end()) {
+    stack_requests_.push_back(&c);
+  }
+  return c;
+}
+
 void RouterMetrics::OnRound(const RoundRecord& round, int block_size) {
   if (round.fallback) fallback_rounds_.Increment();
   if (round.window < 2) return;
+  if (stack_series_.drafts != nullptr) {
+    stack_series_.drafts->Increment();
+    stack_series_.accepted_tokens->Increment(round.accepted);
+  }
   num_drafts_.Increment();
   num_draft_tokens_.Increment(round.window - 1);
   num_accepted_tokens_.Increment(round.accepted);
@@ -158,22 +240,53 @@ void RouterMetrics::OnFirstToken(double seconds) { ttft_.Observe(seconds); }
 
 void RouterMetrics::OnTokens(int n, double interval_seconds) {
   generation_tokens_.Increment(n);
+  if (stack_series_.generation_tokens != nullptr) {
+    stack_series_.generation_tokens->Increment(n);
+  }
   if (interval_seconds < 0 || n <= 0) return;
   for (int i = 0; i < n; ++i) itl_.Observe(interval_seconds / n);
 }
 
-void RouterMetrics::OnRequestStarted(int prompt_tokens) {
+void RouterMetrics::OnRequestStarted(int prompt_tokens,
+                                     int64_t reserve_tokens) {
   running_.Increment();
   prompt_tokens_.Increment(prompt_tokens);
+  if (stack_series_.running != nullptr) {
+    stack_series_.running->Increment();
+    stack_series_.kv_reserved_tokens->Increment(
+        static_cast<double>(reserve_tokens));
+  }
 }
 
 void RouterMetrics::OnRequestFinished(const std::string& status,
-                                      double duration_seconds,
-                                      bool was_running) {
+                                      double duration_seconds, bool was_running,
+                                      int64_t reserve_tokens) {
   requests_.Add({{"model", model_}, {"status", status}}).Increment();
   if (was_running) {
     running_.Decrement();
     request_duration_.Observe(duration_seconds);
+    if (stack_series_.running != nullptr) {
+      stack_series_.running->Decrement();
+      stack_series_.kv_reserved_tokens->Decrement(
+          static_cast<double>(reserve_tokens));
+      StackRequests(status).Increment();
+    }
+  }
+}
+
+void RouterMetrics::OnRequestRerouted(int64_t reserve_tokens) {
+  running_.Decrement();
+  if (stack_series_.running != nullptr) {
+    stack_series_.running->Decrement();
+    stack_series_.kv_reserved_tokens->Decrement(
+        static_cast<double>(reserve_tokens));
+    StackRequests("rerouted").Increment();
+  }
+}
+
+void RouterMetrics::OnStackReachable(bool reachable) {
+  if (stack_series_.reachable != nullptr) {
+    stack_series_.reachable->Set(reachable ? 1 : 0);
   }
 }
 

@@ -3,6 +3,13 @@
 // one drafted round, draft tokens are W-1 per round, position i is counted
 // accepted only if positions 0..i all were.
 //
+// Several GenerationLoops (one per stack, router/stack_set.h) share one
+// registry: the families above are shared (same name and labels → the same
+// series), so they stay the router-wide totals the dashboard and rules use.
+// Each stack also gets `dedit_stack_*` series labelled {model, stack}: load,
+// acceptance, tokens, KV reserved by this router, reachability, outcomes.
+// They are removed when the stack's loop goes away.
+//
 // Thread-safe (prometheus-cpp metrics are).
 #ifndef DEDIT_ROUTER_ROUTER_METRICS_H_
 #define DEDIT_ROUTER_ROUTER_METRICS_H_
@@ -26,7 +33,12 @@ namespace dedit {
 
 class RouterMetrics {
  public:
-  RouterMetrics(prometheus::Registry& registry, const std::string& model);
+  // `stack` empty → no per-stack series.
+  RouterMetrics(prometheus::Registry& registry, const std::string& model,
+                const std::string& stack = "");
+  ~RouterMetrics();  // removes this stack's series
+  RouterMetrics(const RouterMetrics&) = delete;
+  RouterMetrics& operator=(const RouterMetrics&) = delete;
 
   // One finished round of one request; `block_size` sizes the acceptance
   // histogram's integer buckets (1..W) the first time a drafted round is seen.
@@ -35,10 +47,14 @@ class RouterMetrics {
   void OnFirstToken(double seconds_since_arrival);
   // `n` tokens arrived together `interval_seconds` after the previous ones.
   void OnTokens(int n, double interval_seconds);
-  void OnRequestStarted(int prompt_tokens);
+  // Admitted on this stack, reserving `reserve_tokens` of its KV.
+  void OnRequestStarted(int prompt_tokens, int64_t reserve_tokens = 0);
   // `status` is "ok" or a lowercase gRPC code name ("invalid_argument").
   void OnRequestFinished(const std::string& status, double duration_seconds,
-                         bool was_running);
+                         bool was_running, int64_t reserve_tokens = 0);
+  // A running request left this stack, before its first token, for another.
+  void OnRequestRerouted(int64_t reserve_tokens);
+  void OnStackReachable(bool reachable);
 
   static std::string StatusLabel(const absl::Status& status);
 
@@ -60,11 +76,32 @@ class RouterMetrics {
   prometheus::Counter& generation_tokens_;
   prometheus::Counter& fallback_rounds_;
 
+  // Per stack (null when `stack` is empty).
+  struct StackSeries {
+    prometheus::Family<prometheus::Gauge>* running_family = nullptr;
+    prometheus::Gauge* running = nullptr;
+    prometheus::Family<prometheus::Gauge>* kv_family = nullptr;
+    prometheus::Gauge* kv_reserved_tokens = nullptr;
+    prometheus::Family<prometheus::Gauge>* reachable_family = nullptr;
+    prometheus::Gauge* reachable = nullptr;
+    prometheus::Family<prometheus::Counter>* drafts_family = nullptr;
+    prometheus::Counter* drafts = nullptr;
+    prometheus::Family<prometheus::Counter>* accepted_family = nullptr;
+    prometheus::Counter* accepted_tokens = nullptr;
+    prometheus::Family<prometheus::Counter>* tokens_family = nullptr;
+    prometheus::Counter* generation_tokens = nullptr;
+    prometheus::Family<prometheus::Counter>* requests = nullptr;
+  };
+  const std::string stack_;
+  StackSeries stack_series_;
+  prometheus::Counter& StackRequests(const std::string& status);
+
   // Created on first use: the bucket count and the number of positions
   // come from the first drafted rounds.
   absl::Mutex mu_;
   prometheus::Histogram* acceptance_length_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::vector<prometheus::Counter*> per_pos_ ABSL_GUARDED_BY(mu_);
+  std::vector<prometheus::Counter*> stack_requests_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace dedit

@@ -1,7 +1,6 @@
 #include "router/router_server.h"
 
 #include <memory>
-#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
@@ -16,41 +15,47 @@ absl::Status RunRouterServer(const RouterServerOptions& options) {
   if (!options.tokenizer_path.empty()) {
     ASSIGN_OR_RETURN(tokenizer, Tokenizer::FromFile(options.tokenizer_path));
   }
-  // Distinguishes this router's sequences in the shared services.
-  std::random_device random;
-  uint32_t nonce = 0;
-  while (nonce == 0) nonce = random();
-
-  const grpc::ChannelArguments args = InternalChannelArguments();
-  RemoteVerifier verifier(
-      grpc::CreateCustomChannel(options.target_address,
-                                grpc::InsecureChannelCredentials(), args),
-      options.verifier, nonce);
-  std::unique_ptr<RemoteDrafter> drafter;
-  if (!options.drafter_address.empty()) {
-    drafter = std::make_unique<RemoteDrafter>(
-        grpc::CreateCustomChannel(options.drafter_address,
-                                  grpc::InsecureChannelCredentials(), args),
-        options.drafter, nonce);
-    drafter->Start();
-  }
   auto registry = std::make_shared<prometheus::Registry>();
-  GenerationLoop loop({&verifier, &verifier, drafter.get(), drafter.get()},
-                      tokenizer.get(), registry, options.loop);
-  loop.Start();
-  GenerationServiceImpl service(&loop, drafter.get(), tokenizer.get(),
-                                options.defaults);
+  StackSet::Options stack_options;
+  stack_options.loop = options.loop;
+  stack_options.verifier = options.verifier;
+  stack_options.drafter = options.drafter;
+  stack_options.stack_drain_ms = options.stack_drain_ms;
+  StackSet stacks(tokenizer.get(), registry, stack_options);
+  std::unique_ptr<StackDiscovery> discovery;
+  const bool discovered =
+      !options.stacks.stacks_file.empty() || !options.stacks.stacks_dns.empty();
+  if (discovered) {
+    RETURN_IF_ERROR(StackDiscovery::Validate(options.stacks));
+    discovery = std::make_unique<StackDiscovery>(
+        options.stacks, options.stacks_refresh_ms,
+        [&stacks](const std::vector<StackAddress>& list) {
+          stacks.Update(list);
+        });
+    discovery->Start();
+  } else {
+    // One stack; named by its target, as a discovered one is by its IP.
+    stacks.Update({{options.target_address, options.target_address,
+                    options.drafter_address}});
+  }
+  GenerationServiceImpl service(&stacks, tokenizer.get(), options.defaults);
   ServeOptions serve = options.serve;
   serve.binary = "dedit-router";
-  serve.banner = absl::StrCat(
-      "target ", options.target_address, ", drafter ",
-      options.drafter_address.empty() ? "(none)" : options.drafter_address);
+  serve.banner =
+      !options.stacks.stacks_dns.empty()
+          ? absl::StrCat("stacks from DNS ", options.stacks.stacks_dns)
+      : !options.stacks.stacks_file.empty()
+          ? absl::StrCat("stacks from ", options.stacks.stacks_file)
+          : absl::StrCat("target ", options.target_address, ", drafter ",
+                         options.drafter_address.empty()
+                             ? "(none)"
+                             : options.drafter_address);
   ServeHooks hooks;
   // Running streams finish during the drain, or are cancelled at its
   // deadline, which the loop turns into CANCELLED + Release.
   hooks.after_drain = [&] {
-    loop.Stop();
-    if (drafter) drafter->Stop();
+    if (discovery) discovery->Stop();
+    stacks.Stop();
   };
   return ServeUntilSignal(serve, {&service}, registry, hooks);
 }

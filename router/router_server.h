@@ -1,11 +1,14 @@
-// dedit-router as a library call: connects to dedit-target and (optionally)
-// dedit-drafter, runs the GenerationLoop and serves dedit.v1.Generation,
-// health, reflection and /metrics until SIGTERM/SIGINT, then drains
+// dedit-router as a library call: connects to its stacks (one
+// dedit-target + dedit-drafter pair each, router/stack_set.h: from
+// --target/--drafter, a stacks file or a headless Service's DNS name), runs
+// one GenerationLoop per stack and serves dedit.v1.Generation, health,
+// reflection and /metrics until SIGTERM/SIGINT, then drains
 // (ServeUntilSignal, serving/serve_until_signal.h).
 //
 //   RouterServerOptions options;      // filled from flags in main.cc
 //   options.target_address = "127.0.0.1:50051";
 //   options.drafter_address = "127.0.0.1:50052";
+//   // or: options.stacks.stacks_dns = "dedit-stack:50051:50052";
 //   ExitAfterServing("dedit-router", RunRouterServer(options));
 #ifndef DEDIT_ROUTER_ROUTER_SERVER_H_
 #define DEDIT_ROUTER_ROUTER_SERVER_H_
@@ -17,6 +20,7 @@
 #include "router/generation_service.h"
 #include "router/remote_drafter.h"
 #include "router/remote_verifier.h"
+#include "router/stack_discovery.h"
 #include "serving/serve_until_signal.h"
 
 namespace dedit {
@@ -24,7 +28,12 @@ namespace dedit {
 struct RouterServerOptions {
   std::string target_address = "127.0.0.1:50051";
   std::string drafter_address;  // empty → target-only router
-  std::string tokenizer_path;   // empty → token ids only
+  // When set (one of the two), the stacks come from here and
+  // target_address/drafter_address are not used.
+  StackDiscovery::Source stacks;
+  int64_t stacks_refresh_ms = 2000;
+  int64_t stack_drain_ms = 30000;  // StackSet::Options
+  std::string tokenizer_path;      // empty → token ids only
   // Where to serve (binary and banner are the server's):
   // serving/serve_until_signal.h.
   ServeOptions serve = ServeOptionsFor("0.0.0.0", 50050, 9100, "", 30000);

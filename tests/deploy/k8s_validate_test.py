@@ -3,6 +3,11 @@
 (kubectl's built-in `kubectl kustomize`, or a standalone `kustomize`) and
 checks what a cluster would otherwise only tell us at rollout:
 
+  * the stacks (issue 14): Deployment dedit-stack, one pod = containers
+    target and drafter, the target's --drafter on 127.0.0.1 (its own pod),
+    at least 2 replicas (exactly 3 in the gpu overlay); a headless Service
+    whose DNS the routers re-resolve (--stacks_dns host:target:drafter
+    ports matching the containers); routers >= 2 with a PDB;
   * every container has cpu/memory requests and limits, native gRPC
     startup/liveness/readiness probes on its gRPC port, and a non-root
     securityContext with readOnlyRootFilesystem and no privilege escalation;
@@ -11,14 +16,19 @@ checks what a cluster would otherwise only tell us at rollout:
     named containerPorts agree with them;
   * every $(VAR) in args is defined by the referenced ConfigMap;
   * Service selectors match exactly one Deployment, their targetPorts name
-    real container ports with the same numbers; --target/--drafter addresses
-    name an existing Service port; PDB and PodMonitor selectors match pods;
-    every volumeMount has a volume and every PVC claim exists;
-  * gpu overlay: target and drafter request and limit nvidia.com/gpu: 1,
-    the router none, DEDIT_DEVICE is cuda; cpu overlay: no GPU, device cpu.
+    real container ports with the same numbers (port names unique per pod);
+    PDB and PodMonitor selectors match pods, and the PodMonitors give jobs
+    dedit-router/target/drafter; every volumeMount has a volume and every
+    PVC claim exists;
+  * gpu overlay: target and drafter containers each request and limit
+    nvidia.com/gpu: 1 (two per stack pod), the router none, DEDIT_DEVICE
+    is cuda; cpu overlay: no GPU, device cpu;
+  * deploy/k8s/examples/stack-hpa.yaml scales dedit-stack on KV usage or
+    running requests.
 
 A self-check mutates the rendered gpu overlay (drops a probe, a GPU, a
-securityContext field, a Service port) and asserts each mutation is caught.
+container, the headless Service, a securityContext field, ...) and asserts
+each mutation is caught.
 
   k8s_validate_test.py --source-dir /path/to/dedit
 """
@@ -68,6 +78,15 @@ def selector_matches(selector, labels):
     return all(labels.get(k) == v for k, v in selector.items())
 
 
+STACK_CONTAINERS = ("target", "drafter")
+PORT_NAMES = {  # container -> (gRPC port name, metrics port name)
+    "router": ("grpc", "metrics"),
+    "target": ("target-grpc", "target-metrics"),
+    "drafter": ("drafter-grpc", "drafter-metrics"),
+}
+GPU_STACK_REPLICAS = 3
+
+
 def validate(docs, overlay, flags_by_bin):
     errors = []
 
@@ -80,22 +99,38 @@ def validate(docs, overlay, flags_by_bin):
     services = by_kind.get("Service", [])
     cms = {d["metadata"]["name"]: d.get("data", {}) for d in by_kind.get("ConfigMap", [])}
     pvcs = {d["metadata"]["name"] for d in by_kind.get("PersistentVolumeClaim", [])}
-    if {d["metadata"]["name"] for d in deps} != {"dedit-target", "dedit-drafter", "dedit-router"}:
-        err(f"expected Deployments dedit-target/drafter/router, got {[d['metadata']['name'] for d in deps]}")
-    svc_ports = {}  # service name -> {port: (targetPort)}
-    for s in services:
-        svc_ports[s["metadata"]["name"]] = {p["port"]: p.get("targetPort", p["port"])
-                                            for p in s["spec"].get("ports", [])}
+    if {d["metadata"]["name"] for d in deps} != {"dedit-stack", "dedit-router"}:
+        err(f"expected Deployments dedit-stack/router, got {[d['metadata']['name'] for d in deps]}")
+    svc_by_name = {s["metadata"]["name"]: s for s in services}
     pod_labels = {}
-    container_ports = {}  # deployment -> {name: number}
+    container_ports = {}  # deployment -> {port name: number}, all containers
+    port_owner = {}  # (deployment, port name) -> container name
+    grpc_port = {}  # (deployment, container) -> resolved --port
+    resolved_args = {}  # (deployment, container) -> resolved args
     device = {}
     for dep in deps:
         name = dep["metadata"]["name"]
         spec = dep["spec"]["template"]["spec"]
         labels = dep["spec"]["template"]["metadata"].get("labels", {})
         pod_labels[name] = labels
+        container_ports[name] = {}
         if not selector_matches(dep["spec"]["selector"].get("matchLabels", {}), labels):
             err(f"{name}: selector does not match its pod template labels")
+        names = [c["name"] for c in spec.get("containers", [])]
+        if name == "dedit-stack":
+            # A stack is one pod: the target and the drafter it streams to.
+            if sorted(names) != sorted(STACK_CONTAINERS):
+                err(f"{name}: a stack pod must have containers target and drafter, got {names}")
+            replicas = dep["spec"].get("replicas", 1)
+            if overlay == "gpu" and replicas != GPU_STACK_REPLICAS:
+                err(f"{name}: gpu overlay renders replicas: {replicas}, expected {GPU_STACK_REPLICAS}")
+            if replicas < 2:
+                err(f"{name}: replicas {replicas}: one stack does not scale out")
+        elif name == "dedit-router":
+            if names != ["router"]:
+                err(f"{name}: containers {names}, expected router")
+            if dep["spec"].get("replicas", 1) < 2:
+                err(f"{name}: routers are stateless; run at least 2")
         psc = spec.get("securityContext", {})
         vols = {v["name"]: v for v in spec.get("volumes", [])}
         for v in vols.values():
@@ -104,6 +139,7 @@ def validate(docs, overlay, flags_by_bin):
                 err(f"{name}: volume {v['name']} claims missing PVC {claim}")
         if not spec.get("containers"):
             err(f"{name}: no containers")
+        pod_gpus = 0
         for c in spec.get("containers", []):
             where = f"{name}/{c['name']}"
             csc = c.get("securityContext", {})
@@ -155,18 +191,27 @@ def validate(docs, overlay, flags_by_bin):
                     if var not in env:
                         err(f"{where}: --{f} uses $({var}), not defined by its ConfigMap/env")
                 resolved[f] = re.sub(r"\$\((\w+)\)", lambda m: str(env.get(m.group(1), "")), v)
+            resolved_args[(name, binary)] = resolved
             device[binary] = resolved.get("device", known.get("device"))
             port = int(resolved.get("port", known.get("port", 0)))
             mport = int(resolved.get("metrics_port", known.get("metrics_port", 0)))
+            grpc_port[(name, binary)] = port
             if port != int(known["port"]) or mport != int(known["metrics_port"]):
                 err(f"{where}: ports {port}/{mport} differ from the binary's defaults "
                     f"{known['port']}/{known['metrics_port']}")
-            cports = {p.get("name"): p["containerPort"] for p in c.get("ports", [])}
-            container_ports[name] = cports
-            if cports.get("grpc") != port:
-                err(f"{where}: containerPort grpc={cports.get('grpc')} but --port={port}")
-            if cports.get("metrics") != mport:
-                err(f"{where}: containerPort metrics={cports.get('metrics')} but --metrics_port={mport}")
+            cports = {}
+            for p in c.get("ports", []):
+                pname = p.get("name")
+                cports[pname] = p["containerPort"]
+                if pname in container_ports[name]:
+                    err(f"{where}: port name {pname} repeats in the pod")
+                container_ports[name][pname] = p["containerPort"]
+                port_owner[(name, pname)] = binary
+            gname, mname = PORT_NAMES[binary]
+            if cports.get(gname) != port:
+                err(f"{where}: containerPort {gname}={cports.get(gname)} but --port={port}")
+            if cports.get(mname) != mport:
+                err(f"{where}: containerPort {mname}={cports.get(mname)} but --metrics_port={mport}")
             for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
                 p = c.get(probe)
                 if not p:
@@ -177,18 +222,14 @@ def validate(docs, overlay, flags_by_bin):
                     pp = p["grpc"].get("port")
                     if pp != port:
                         err(f"{where}: {probe} gRPC port {pp} != --port {port}")
-            # Addresses of the other services.
-            for f in ("target", "drafter"):
-                if f in resolved and resolved[f]:
-                    host, _, p = resolved[f].rpartition(":")
-                    if host not in svc_ports or int(p) not in svc_ports[host]:
-                        err(f"{where}: --{f}={resolved[f]} is not a Service port")
             gpu_req = res.get("requests", {}).get("nvidia.com/gpu")
             gpu_lim = res.get("limits", {}).get("nvidia.com/gpu")
-            if overlay == "gpu" and binary in ("target", "drafter"):
+            if overlay == "gpu" and binary in STACK_CONTAINERS:
                 if str(gpu_lim) != "1" or str(gpu_req) != "1":
                     err(f"{where}: gpu overlay must request and limit nvidia.com/gpu: 1 "
                         f"(requests {gpu_req}, limits {gpu_lim})")
+                else:
+                    pod_gpus += 1
                 if not str(device[binary]).startswith("cuda"):
                     err(f"{where}: gpu overlay runs on --device={device[binary]}")
             elif gpu_req or gpu_lim:
@@ -199,6 +240,42 @@ def validate(docs, overlay, flags_by_bin):
                     err(f"{where}: the router takes no --device")
             elif overlay == "cpu" and device.get(binary) != "cpu":
                 err(f"{where}: cpu overlay runs on --device={device.get(binary)}")
+        if overlay == "gpu" and name == "dedit-stack" and pod_gpus != 2:
+            err(f"{name}: a gpu stack pod must hold two GPUs (one per container), has {pod_gpus}")
+    # The target streams context to the drafter of its own pod.
+    target_args = resolved_args.get(("dedit-stack", "target"), {})
+    drafter_port = grpc_port.get(("dedit-stack", "drafter"))
+    host, _, p = target_args.get("drafter", "").rpartition(":")
+    if host not in ("127.0.0.1", "localhost") or not p.isdigit() or int(p) != drafter_port:
+        err(f"dedit-stack/target: --drafter={target_args.get('drafter')} is not its pod's "
+            f"drafter (127.0.0.1:{drafter_port})")
+    # Routers find the stacks by DNS on a headless Service.
+    router_args = resolved_args.get(("dedit-router", "router"), {})
+    for f in ("target", "drafter", "stacks_file"):
+        if router_args.get(f):
+            err(f"dedit-router/router: --{f} bypasses stack discovery; use --stacks_dns")
+    dns = router_args.get("stacks_dns", "")
+    parts = dns.split(":")
+    if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
+        err(f"dedit-router/router: --stacks_dns={dns!r} is not host:target_port:drafter_port")
+    else:
+        svc = svc_by_name.get(parts[0])
+        if svc is None:
+            err(f"dedit-router/router: --stacks_dns names no Service ({parts[0]})")
+        else:
+            if svc["spec"].get("clusterIP") != "None":
+                err(f"Service {parts[0]}: must be headless (clusterIP: None) so that DNS "
+                    "lists every stack pod")
+            sel = svc["spec"].get("selector", {})
+            if not selector_matches(sel, pod_labels.get("dedit-stack", {"-": "-"})):
+                err(f"Service {parts[0]}: does not select the stack pods")
+            sports = {pp["port"] for pp in svc["spec"].get("ports", [])}
+            for want, cname in ((int(parts[1]), "target"), (int(parts[2]), "drafter")):
+                if want != grpc_port.get(("dedit-stack", cname)):
+                    err(f"dedit-router/router: --stacks_dns port {want} is not the {cname}'s "
+                        f"--port {grpc_port.get(('dedit-stack', cname))}")
+                if want not in sports:
+                    err(f"Service {parts[0]}: lacks port {want}")
     # Services: selector -> exactly one Deployment; targetPorts exist.
     for s in services:
         sname = s["metadata"]["name"]
@@ -215,32 +292,64 @@ def validate(docs, overlay, flags_by_bin):
                 err(f"Service {sname}: targetPort {tp} is no container port of {matched[0]}")
             elif num != p["port"]:
                 err(f"Service {sname}: port {p['port']} forwards to {num}; keep them equal")
-    for svc in ("dedit-router", "dedit-target", "dedit-drafter"):
-        if svc not in svc_ports:
+    for svc in ("dedit-router", "dedit-stack"):
+        if svc not in svc_by_name:
             err(f"Service {svc} missing")
-    for pdb in by_kind.get("PodDisruptionBudget", []):
+    pdbs = by_kind.get("PodDisruptionBudget", [])
+    for pdb in pdbs:
         sel = pdb["spec"]["selector"].get("matchLabels", {})
         if not any(selector_matches(sel, l) for l in pod_labels.values()):
             err(f"PDB {pdb['metadata']['name']} selects no pod")
-    if not by_kind.get("PodDisruptionBudget"):
-        err("no PodDisruptionBudget")
+    if not any(selector_matches(pdb["spec"]["selector"].get("matchLabels", {}),
+                                pod_labels.get("dedit-router", {"-": "-"})) for pdb in pdbs):
+        err("no PodDisruptionBudget keeps a router serving")
     pms = by_kind.get("PodMonitor", []) + by_kind.get("ServiceMonitor", [])
     if not pms:
         err("no PodMonitor/ServiceMonitor")
+    jobs = {}  # job -> the container it scrapes
     for pm in by_kind.get("PodMonitor", []):
         sel = pm["spec"]["selector"].get("matchLabels", {})
         hit = [d for d, l in pod_labels.items() if selector_matches(sel, l)]
-        if sorted(hit) != ["dedit-drafter", "dedit-router", "dedit-target"]:
-            err(f"PodMonitor {pm['metadata']['name']} selects {hit}, not all three services")
+        if not hit:
+            err(f"PodMonitor {pm['metadata']['name']} selects no pod")
+        jl = pm["spec"].get("jobLabel")
         for ep in pm["spec"].get("podMetricsEndpoints", []):
             for d in hit:
                 if ep.get("port") not in container_ports.get(d, {}):
                     err(f"PodMonitor port {ep.get('port')} missing on {d}")
-        jl = pm["spec"].get("jobLabel")
-        for d in hit:
-            if jl and pod_labels[d].get(jl) != d:
-                err(f"PodMonitor jobLabel {jl} gives job {pod_labels[d].get(jl)} for {d}, "
-                    f"but deploy/prometheus and the dashboard expect job {d}")
+                    continue
+                job = pod_labels[d].get(jl) if jl else None
+                for rl in ep.get("relabelings", []):
+                    if rl.get("targetLabel") == "job":
+                        job = rl.get("replacement")
+                owner = port_owner.get((d, ep.get("port")))
+                if job != f"dedit-{owner}":
+                    err(f"PodMonitor {pm['metadata']['name']}: port {ep.get('port')} of {d} "
+                        f"gets job {job}, but deploy/prometheus and the dashboard expect "
+                        f"dedit-{owner}")
+                jobs[job] = owner
+    if sorted(jobs) != ["dedit-drafter", "dedit-router", "dedit-target"]:
+        err(f"PodMonitors scrape jobs {sorted(jobs)}, not the three services")
+    return errors
+
+
+def validate_hpa(src):
+    """deploy/k8s/examples/stack-hpa.yaml scales the stack Deployment."""
+    errors = []
+    docs = [d for d in yaml.safe_load_all(open(os.path.join(
+        src, "deploy/k8s/examples/stack-hpa.yaml"))) if d]
+    hpas = [d for d in docs if d["kind"] == "HorizontalPodAutoscaler"]
+    if len(hpas) != 1:
+        return [f"[hpa] expected one HorizontalPodAutoscaler, got {len(hpas)}"]
+    spec = hpas[0]["spec"]
+    ref = spec.get("scaleTargetRef", {})
+    if (ref.get("kind"), ref.get("name")) != ("Deployment", "dedit-stack"):
+        errors.append(f"[hpa] scales {ref}, not Deployment dedit-stack")
+    names = [m.get("pods", {}).get("metric", {}).get("name") for m in spec.get("metrics", [])]
+    if not any(n in ("dedit_kv_cache_usage_ratio", "dedit_stack_requests_running") for n in names):
+        errors.append(f"[hpa] scales on {names}, not KV usage or running requests")
+    if spec.get("minReplicas", 1) < 1 or spec.get("maxReplicas", 0) <= spec.get("minReplicas", 1):
+        errors.append("[hpa] replica bounds make no room to scale")
     return errors
 
 
@@ -249,25 +358,44 @@ def self_check(docs, flags_by_bin):
     def dep(ds, name):
         return next(d for d in ds if d["kind"] == "Deployment" and d["metadata"]["name"] == name)
 
-    def c0(ds, name):
-        return dep(ds, name)["spec"]["template"]["spec"]["containers"][0]
+    def c(ds, name, container):
+        return next(x for x in dep(ds, name)["spec"]["template"]["spec"]["containers"]
+                    if x["name"] == container)
+
+    def svc(ds, name):
+        return next(d for d in ds if d["kind"] == "Service" and d["metadata"]["name"] == name)
     mutations = {
-        "drop readinessProbe": lambda ds: c0(ds, "dedit-router").pop("readinessProbe"),
-        "http probe": lambda ds: c0(ds, "dedit-target").__setitem__(
+        "drop readinessProbe": lambda ds: c(ds, "dedit-router", "router").pop("readinessProbe"),
+        "drop drafter startupProbe": lambda ds: c(ds, "dedit-stack", "drafter").pop("startupProbe"),
+        "http probe": lambda ds: c(ds, "dedit-stack", "target").__setitem__(
             "livenessProbe", {"httpGet": {"port": 9101, "path": "/metrics"}}),
-        "drop GPU": lambda ds: c0(ds, "dedit-drafter")["resources"]["limits"].pop("nvidia.com/gpu"),
-        "writable root": lambda ds: c0(ds, "dedit-target")["securityContext"].__setitem__(
+        "drop GPU": lambda ds: c(ds, "dedit-stack", "drafter")["resources"]["limits"].pop(
+            "nvidia.com/gpu"),
+        "two GPUs in one container": lambda ds: [
+            c(ds, "dedit-stack", "target")["resources"][k].__setitem__("nvidia.com/gpu", 2)
+            for k in ("requests", "limits")],
+        "one stack": lambda ds: dep(ds, "dedit-stack")["spec"].__setitem__("replicas", 1),
+        "drafter in its own pod": lambda ds: dep(ds, "dedit-stack")["spec"]["template"]["spec"][
+            "containers"].pop(),
+        "remote drafter": lambda ds: c(ds, "dedit-stack", "target").__setitem__(
+            "args", [a if not a.startswith("--drafter=") else "--drafter=dedit-drafter:50052"
+                     for a in c(ds, "dedit-stack", "target")["args"]]),
+        "ClusterIP stacks": lambda ds: svc(ds, "dedit-stack")["spec"].pop("clusterIP"),
+        "router on a fixed target": lambda ds: c(ds, "dedit-router", "router")["args"].append(
+            "--target=dedit-stack:50051"),
+        "writable root": lambda ds: c(ds, "dedit-stack", "target")["securityContext"].__setitem__(
             "readOnlyRootFilesystem", False),
-        "root user": lambda ds: [c0(ds, "dedit-router")["securityContext"].__setitem__("runAsUser", 0),
-                                 c0(ds, "dedit-router")["securityContext"].__setitem__("runAsNonRoot", False)],
-        "no limits": lambda ds: c0(ds, "dedit-router")["resources"].pop("limits"),
-        "wrong port": lambda ds: c0(ds, "dedit-drafter").__setitem__(
+        "root user": lambda ds: [c(ds, "dedit-router", "router")["securityContext"].__setitem__(
+                                     "runAsUser", 0),
+                                 c(ds, "dedit-router", "router")["securityContext"].__setitem__(
+                                     "runAsNonRoot", False)],
+        "no limits": lambda ds: c(ds, "dedit-router", "router")["resources"].pop("limits"),
+        "wrong port": lambda ds: c(ds, "dedit-stack", "drafter").__setitem__(
             "args", [a if not a.startswith("--port=") else "--port=50053"
-                     for a in c0(ds, "dedit-drafter")["args"]]),
-        "unknown flag": lambda ds: c0(ds, "dedit-router")["args"].append("--no_such_flag=1"),
-        "bad selector": lambda ds: next(d for d in ds if d["kind"] == "Service" and
-                                        d["metadata"]["name"] == "dedit-target")["spec"]
-                                   .__setitem__("selector", {"app.kubernetes.io/name": "dedit-targt"}),
+                     for a in c(ds, "dedit-stack", "drafter")["args"]]),
+        "unknown flag": lambda ds: c(ds, "dedit-router", "router")["args"].append("--no_such_flag=1"),
+        "bad selector": lambda ds: svc(ds, "dedit-stack")["spec"].__setitem__(
+            "selector", {"app.kubernetes.io/name": "dedit-stak"}),
     }
     failures = []
     for what, mutate in mutations.items():
@@ -305,6 +433,7 @@ def main():
         errors += errs
         kinds = sorted({d["kind"] for d in docs})
         print(f"{overlay}: {len(docs)} objects ({', '.join(kinds)}), {len(errs)} problems")
+    errors += validate_hpa(src)
     missed = self_check(rendered["gpu"], flags_by_bin)
     if missed:
         errors.append(f"self-check: mutations not caught: {missed}")

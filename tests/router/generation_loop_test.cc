@@ -84,7 +84,8 @@ class FakeTargetControl : public TargetControl {
   std::vector<Limits> limits_ ABSL_GUARDED_BY(mu_);
 };
 
-// Records which sequences the loop released on the target side.
+// Records which sequences the loop released on the target side; while
+// `down`, every round fails as a dead target's would.
 class RecordingVerifier : public Verifier {
  public:
   explicit RecordingVerifier(Verifier* inner) : inner_(inner) {}
@@ -92,8 +93,10 @@ class RecordingVerifier : public Verifier {
   absl::StatusOr<TargetStepResult> Step(
       const std::vector<PrefillWork>& prefills,
       const std::vector<VerifyWork>& verifies) override {
+    if (down.load()) return absl::UnavailableError("target Step: down");
     return inner_->Step(prefills, verifies);
   }
+  std::atomic<bool> down{false};
   absl::Status Release(SequenceId sequence) override {
     {
       absl::MutexLock lock(&mu_);
@@ -418,6 +421,7 @@ class GenerationLoopTest : public ::testing::Test {
     registry_ = std::make_shared<prometheus::Registry>();
     GenerationLoop::Options options;
     options.target_info_retry_ms = 20;
+    options.reroute = reroute_;
     loop_ = std::make_unique<GenerationLoop>(backends, shared_->tokenizer.get(),
                                              registry_, options);
     loop_->Start();
@@ -452,6 +456,8 @@ class GenerationLoopTest : public ::testing::Test {
   std::unique_ptr<FakeTargetControl> target_;
   std::unique_ptr<TestDrafter> drafter_;
   std::shared_ptr<prometheus::Registry> registry_;
+  // GenerationLoop::Options::reroute, set before StartLoop.
+  std::function<bool(RouterRequest&, const absl::Status&)> reroute_;
   std::unique_ptr<GenerationLoop> loop_;  // destroyed first
 };
 
@@ -1134,6 +1140,82 @@ TEST_F(GenerationLoopTest, UnreachableTargetRefusesRequestsUntilItAnswers) {
   ASSERT_TRUE(served->WaitFinished());
   ASSERT_TRUE(served->status().ok()) << served->status();
   EXPECT_THAT(served->tokens(), ElementsAreArray(Reference(0, 8)));
+}
+
+// Failure containment (issue 14): when the target dies, the request that
+// has streamed tokens ends UNAVAILABLE, the one that has not is offered to
+// `reroute` (another stack), and the loop offers new requests there too
+// until an Info probe answers; then it serves again.
+TEST_F(GenerationLoopTest, DeadTargetReroutesRequestsWithoutATokenUntilBack) {
+  absl::Mutex mu;
+  std::vector<RouterRequest> rerouted;
+  std::vector<absl::Status> reasons;
+  reroute_ = [&](RouterRequest& r, const absl::Status& status) {
+    absl::MutexLock lock(&mu);
+    rerouted.push_back(std::move(r));
+    reasons.push_back(status);
+    return true;
+  };
+  StartLoop(nullptr, nullptr);
+  auto running = std::make_shared<CollectingSink>();
+  auto unstarted = std::make_shared<CollectingSink>();
+  bool killed = false;  // loop thread only
+  running->on_send = [&](const v1::GenerateResponse&) {
+    if (killed) return;
+    killed = true;
+    // Joins the next round, which the target no longer answers.
+    loop_->Submit(MakeRequest(prompt(1), 8, 1, 0, unstarted));
+    verifier_->down.store(true);
+    target_->reachable.store(false);
+  };
+  Submit(MakeRequest(prompt(0), 2000, 1, 0, running));
+  ASSERT_TRUE(running->WaitFinished());
+  EXPECT_EQ(running->status().code(), absl::StatusCode::kUnavailable)
+      << running->status();
+  EXPECT_FALSE(running->responses().empty());
+  EXPECT_FALSE(loop_->reachable());
+
+  auto later = Submit(MakeRequest(prompt(2), 8, 1, 0, {}));
+  auto both_rerouted = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return rerouted.size() == 2;
+  };
+  {
+    absl::MutexLock lock(&mu);
+    ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(&both_rerouted),
+                                    absl::Seconds(30)));
+    EXPECT_EQ(rerouted[0].sink, unstarted);
+    EXPECT_EQ(rerouted[1].sink, later);
+    for (const absl::Status& s : reasons) EXPECT_TRUE(absl::IsUnavailable(s));
+  }
+  EXPECT_EQ(unstarted->finish_calls(), 0);
+  EXPECT_EQ(later->finish_calls(), 0);
+  EXPECT_EQ(CounterValue(*registry_, "dedit_requests_total", "unavailable"), 1);
+
+  verifier_->down.store(false);
+  target_->reachable.store(true);
+  for (int i = 0; i < 1000 && !loop_->reachable(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(loop_->reachable());
+  auto served = Submit(MakeRequest(prompt(0), 8, 1, 0, {}));
+  ASSERT_TRUE(served->WaitFinished());
+  ASSERT_TRUE(served->status().ok()) << served->status();
+  EXPECT_THAT(served->tokens(), ElementsAreArray(Reference(0, 8)));
+}
+
+// A request whose client left while it moved between stacks ends CANCELLED
+// at admission instead of running for nobody.
+TEST_F(GenerationLoopTest, RequestOfAGoneClientIsNotAdmitted) {
+  class GoneSink : public CollectingSink {
+   public:
+    bool client_gone() const override { return true; }
+  };
+  StartLoop(nullptr, nullptr);
+  auto sink = std::make_shared<GoneSink>();
+  Submit(MakeRequest(prompt(0), 8, 1, 0, sink));
+  ASSERT_TRUE(sink->WaitFinished());
+  EXPECT_EQ(sink->status().code(), absl::StatusCode::kCancelled);
+  EXPECT_TRUE(sink->responses().empty());
 }
 
 }  // namespace

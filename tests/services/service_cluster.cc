@@ -113,16 +113,43 @@ int ServiceProcess::Terminate(int timeout_ms) {
 
 ServiceCluster::ServiceCluster() : ServiceCluster(Options()) {}
 
-ServiceCluster::ServiceCluster(Options options) : options_(std::move(options)) {
-  spec_ = DefaultTinySpec();
+namespace {
+
+TinyModelSpec ServiceTestSpec() {
+  TinyModelSpec spec = DefaultTinySpec();
   // Room for the test tokenizer's ids (tiny_gpt2.json: 308 entries), so
   // that text prompts encode and most generated ids decode.
-  spec_.target.vocab_size = 320;
-  spec_.target.eos_token_ids = {};
-  spec_.drafter.layers = spec_.target;
-  spec_.drafter.layers.num_hidden_layers = 2;
-  spec_.drafter.mask_token_id = spec_.target.vocab_size - 1;
+  spec.target.vocab_size = 320;
+  spec.target.eos_token_ids = {};
+  spec.drafter.layers = spec.target;
+  spec.drafter.layers.num_hidden_layers = 2;
+  spec.drafter.mask_token_id = spec.target.vocab_size - 1;
+  return spec;
 }
+
+std::vector<std::string> DrafterArgs(const std::string& drafter_dir,
+                                     const std::string& target_dir, int port) {
+  return {"--drafter_dir=" + drafter_dir,
+          "--target_dir=" + target_dir,
+          "--host=127.0.0.1",
+          absl::StrCat("--port=", port),
+          "--metrics_port=0",
+          "--threads=1",
+          "--drain_timeout_ms=1000"};
+}
+
+std::vector<std::string> TargetArgs(const std::string& target_dir,
+                                    const std::string& drafter_dir, int port) {
+  return {"--target_dir=" + target_dir, "--drafter_dir=" + drafter_dir,
+          "--host=127.0.0.1",           absl::StrCat("--port=", port),
+          "--metrics_port=0",           "--threads=1",
+          "--drain_timeout_ms=1000"};
+}
+
+}  // namespace
+
+ServiceCluster::ServiceCluster(Options options)
+    : options_(std::move(options)), spec_(ServiceTestSpec()) {}
 
 ServiceCluster::~ServiceCluster() {
   router_.reset();
@@ -140,13 +167,7 @@ absl::Status ServiceCluster::Start() {
                                tokenizer_path());
   }
   if (options_.with_drafter) RETURN_IF_ERROR(StartDrafter(0));
-  std::vector<std::string> targs = {"--target_dir=" + target_dir(),
-                                    "--drafter_dir=" + drafter_dir(),
-                                    "--host=127.0.0.1",
-                                    "--port=0",
-                                    "--metrics_port=0",
-                                    "--threads=1",
-                                    "--drain_timeout_ms=1000"};
+  std::vector<std::string> targs = TargetArgs(target_dir(), drafter_dir(), 0);
   if (options_.with_drafter) {
     targs.push_back(absl::StrCat("--drafter=127.0.0.1:", drafter_port_));
   }
@@ -169,15 +190,10 @@ absl::Status ServiceCluster::Start() {
 }
 
 absl::Status ServiceCluster::StartDrafter(int port) {
-  std::vector<std::string> dargs = {"--drafter_dir=" + drafter_dir(),
-                                    "--target_dir=" + target_dir(),
-                                    "--host=127.0.0.1",
-                                    absl::StrCat("--port=", port),
-                                    "--metrics_port=0",
-                                    "--threads=1",
-                                    "--drain_timeout_ms=1000"};
-  ASSIGN_OR_RETURN(drafter_, ServiceProcess::Start(DEDIT_DRAFTER_BINARY, dargs,
-                                                   dir_, "drafter"));
+  ASSIGN_OR_RETURN(drafter_, ServiceProcess::Start(
+                                 DEDIT_DRAFTER_BINARY,
+                                 DrafterArgs(drafter_dir(), target_dir(), port),
+                                 dir_, "drafter"));
   drafter_port_ = drafter_->grpc_port();
   return absl::OkStatus();
 }
@@ -266,6 +282,95 @@ double ServiceCluster::MetricValue(const std::string& text,
     sum += std::stod(line.substr(space + 1));
   }
   return sum;
+}
+
+StackCluster::StackCluster(Options options)
+    : options_(std::move(options)), spec_(ServiceTestSpec()) {}
+
+StackCluster::~StackCluster() {
+  routers_.clear();
+  stacks_.clear();
+}
+
+std::string StackCluster::StackName(int i) { return absl::StrCat("s", i); }
+
+absl::Status StackCluster::Start() {
+  dir_ = MakeTempDir();
+  RETURN_IF_ERROR(WriteRandomQwen3(target_dir(), spec_.target, 7));
+  RETURN_IF_ERROR(WriteRandomDrafter(drafter_dir(), spec_.drafter, 8));
+  std::filesystem::copy_file(std::string(DEDIT_SOURCE_DIR) +
+                                 "/tests/tokenizer/testdata/tiny_gpt2.json",
+                             target_dir() + "/tokenizer.json");
+  stacks_.resize(options_.stacks);
+  std::vector<int> all;
+  for (int i = 0; i < options_.stacks; ++i) {
+    RETURN_IF_ERROR(StartStack(i));
+    all.push_back(i);
+  }
+  RETURN_IF_ERROR(WriteStacksFile(all));
+  for (int r = 0; r < options_.routers; ++r) {
+    std::vector<std::string> args = {
+        "--stacks_file=" + dir_ + "/stacks.txt",
+        "--stacks_refresh_ms=100",
+        "--tokenizer=" + target_dir() + "/tokenizer.json",
+        "--host=127.0.0.1",
+        "--port=0",
+        "--metrics_port=0",
+        "--drain_timeout_ms=2000"};
+    for (const std::string& f : options_.router_flags) args.push_back(f);
+    ASSIGN_OR_RETURN(auto router, ServiceProcess::Start(DEDIT_ROUTER_BINARY,
+                                                        args, dir_, "router"));
+    routers_.push_back(std::move(router));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StackCluster::StartStack(int i) {
+  Stack& s = stacks_[i];
+  // Like the pod: the drafter first, then the target streaming to it.
+  ASSIGN_OR_RETURN(s.drafter,
+                   ServiceProcess::Start(
+                       DEDIT_DRAFTER_BINARY,
+                       DrafterArgs(drafter_dir(), target_dir(), s.drafter_port),
+                       dir_, absl::StrCat("drafter_", StackName(i))));
+  s.drafter_port = s.drafter->grpc_port();
+  std::vector<std::string> targs =
+      TargetArgs(target_dir(), drafter_dir(), s.target_port);
+  targs.push_back(absl::StrCat("--drafter=127.0.0.1:", s.drafter_port));
+  ASSIGN_OR_RETURN(
+      s.target, ServiceProcess::Start(DEDIT_TARGET_BINARY, targs, dir_,
+                                      absl::StrCat("target_", StackName(i))));
+  s.target_port = s.target->grpc_port();
+  return absl::OkStatus();
+}
+
+std::shared_ptr<grpc::Channel> StackCluster::RouterChannel(int router) const {
+  return grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", routers_[router]->grpc_port()),
+      grpc::InsecureChannelCredentials());
+}
+
+void StackCluster::KillStack(int i) {
+  stacks_[i].target->Kill();
+  stacks_[i].drafter->Kill();
+}
+
+absl::Status StackCluster::RestartStack(int i) { return StartStack(i); }
+
+absl::Status StackCluster::WriteStacksFile(const std::vector<int>& stacks) {
+  std::string text = "# name target drafter\n";
+  for (int i : stacks) {
+    absl::StrAppend(&text, StackName(i), " 127.0.0.1:", stacks_[i].target_port,
+                    " 127.0.0.1:", stacks_[i].drafter_port, "\n");
+  }
+  const std::string path = dir_ + "/stacks.txt";
+  {
+    std::ofstream out(path + ".tmp");
+    out << text;
+    if (!out) return absl::InternalError("cannot write the stacks file");
+  }
+  std::filesystem::rename(path + ".tmp", path);
+  return absl::OkStatus();
 }
 
 }  // namespace dedit::testing

@@ -1,11 +1,16 @@
 // Real dedit-target / dedit-drafter / dedit-router processes on loopback
 // with ephemeral ports, over tiny random models written to a temp dir, for
-// the service tests.
+// the service tests: one stack (ServiceCluster), or several stacks behind
+// routers that read a stacks file (StackCluster, issue 14).
 //
 //   ServiceCluster cluster;                 // models + three processes
 //   ASSERT_TRUE(cluster.Start().ok());
 //   auto stub = dedit::v1::Generation::NewStub(cluster.RouterChannel());
 //   cluster.KillDrafter();  cluster.RestartDrafter();
+//
+//   StackCluster stacks({.stacks = 3, .routers = 2});
+//   ASSERT_TRUE(stacks.Start().ok());
+//   stacks.KillStack(1);  stacks.RestartStack(1);
 #ifndef DEDIT_TESTS_SERVICES_SERVICE_CLUSTER_H_
 #define DEDIT_TESTS_SERVICES_SERVICE_CLUSTER_H_
 
@@ -97,6 +102,57 @@ class ServiceCluster {
   std::string dir_;
   int drafter_port_ = 0;
   std::unique_ptr<ServiceProcess> drafter_, target_, router_;
+};
+
+// N stacks, each a dedit-drafter and the dedit-target that streams context
+// to it (one Kubernetes pod), all serving the same tiny models, and routers
+// that find the stacks in a stacks file (--stacks_file, re-read every
+// 100 ms). Stack i is named "s<i>".
+class StackCluster {
+ public:
+  struct Options {
+    int stacks = 3;
+    int routers = 1;
+    std::vector<std::string> router_flags;
+  };
+  explicit StackCluster(Options options);
+  ~StackCluster();
+
+  // Writes the models, starts every stack, writes the stacks file, starts
+  // the routers.
+  absl::Status Start();
+
+  const TinyModelSpec& spec() const { return spec_; }
+  std::string target_dir() const { return dir_ + "/target"; }
+  std::string drafter_dir() const { return dir_ + "/drafter"; }
+  int num_stacks() const { return static_cast<int>(stacks_.size()); }
+  static std::string StackName(int i);
+
+  std::shared_ptr<grpc::Channel> RouterChannel(int router = 0) const;
+  ServiceProcess* router(int r) { return routers_[r].get(); }
+  ServiceProcess* target(int i) { return stacks_[i].target.get(); }
+  ServiceProcess* drafter(int i) { return stacks_[i].drafter.get(); }
+
+  // SIGKILLs both processes of stack i (its pod died).
+  void KillStack(int i);
+  // Starts stack i again on its old ports.
+  absl::Status RestartStack(int i);
+  // Rewrites the stacks file (atomically) to list only `stacks`.
+  absl::Status WriteStacksFile(const std::vector<int>& stacks);
+
+ private:
+  struct Stack {
+    int target_port = 0;
+    int drafter_port = 0;
+    std::unique_ptr<ServiceProcess> drafter, target;
+  };
+  absl::Status StartStack(int i);
+
+  Options options_;
+  TinyModelSpec spec_;
+  std::string dir_;
+  std::vector<Stack> stacks_;
+  std::vector<std::unique_ptr<ServiceProcess>> routers_;
 };
 
 }  // namespace dedit::testing

@@ -21,55 +21,18 @@
 #include "model/in_process.h"
 #include "tests/model/test_util.h"
 #include "tests/services/service_cluster.h"
+#include "tests/services/stream_client.h"
 
 namespace dedit {
 namespace {
 
+using testing::Generate;
+using testing::Generated;
 using ::testing::HasSubstr;
+using testing::IdsRequest;
 using testing::RandomPrompt;
 using testing::ServiceCluster;
-
-struct Generated {
-  grpc::Status status;
-  std::vector<int32_t> tokens;
-  std::string text;
-  v1::GenerateResponse last;  // the final message
-  int messages = 0;
-};
-
-v1::GenerateRequest IdsRequest(const std::vector<int32_t>& prompt,
-                               int max_tokens, int window = 0, int passes = 0) {
-  v1::GenerateRequest r;
-  r.mutable_token_ids()->mutable_ids()->Add(prompt.begin(), prompt.end());
-  r.set_max_tokens(max_tokens);
-  r.set_ignore_eos(true);
-  r.set_window(window);
-  r.set_passes(passes);
-  return r;
-}
-
-// Streams one request to the end. `on_message` runs after every message.
-Generated Generate(
-    v1::Generation::Stub* stub, const v1::GenerateRequest& request,
-    int timeout_s = 60,
-    const std::function<void(const Generated&)>& on_message = nullptr) {
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::seconds(timeout_s));
-  Generated g;
-  auto reader = stub->Generate(&context, request);
-  v1::GenerateResponse response;
-  while (reader->Read(&response)) {
-    ++g.messages;
-    g.tokens.insert(g.tokens.end(), response.token_ids().begin(),
-                    response.token_ids().end());
-    g.text += response.text();
-    if (response.finished()) g.last = response;
-    if (on_message) on_message(g);
-  }
-  g.status = reader->Finish();
-  return g;
-}
+using testing::WaitFor;
 
 // Target-only greedy tokens and the in-process engine's tokens for (W, K).
 class Reference {
@@ -101,17 +64,6 @@ class Reference {
  private:
   std::unique_ptr<InProcessStack> stack_;
 };
-
-template <typename Pred>
-bool WaitFor(Pred pred, int timeout_ms) {
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(25));
-  }
-  return pred();
-}
 
 class ServicesTest : public ::testing::Test {
  protected:

@@ -1,0 +1,143 @@
+// The router's stacks (issue 14): one stack is one dedit-target plus the
+// dedit-drafter it streams context to (in Kubernetes, one pod with two
+// containers). The router keeps one set of backends per stack, a
+// RemoteVerifier, a RemoteDrafter and its own GenerationLoop, so a sequence
+// is pinned to the stack that admitted it by construction: its KV cache and
+// its drafter context live there and nowhere else.
+//
+// Admission picks the least loaded stack (requests running or queued in its
+// loop) among those whose target answers, ties broken round-robin. A stack
+// whose target stops answering (a failed round, UNAVAILABLE) takes no new
+// requests until its loop's Info probe answers again; a stack that leaves
+// discovery (Update) is retired: its running requests may finish for
+// Options::stack_drain_ms (a pod being replaced), then end UNAVAILABLE (a
+// dead one fails them at once). In both cases a request that has not streamed a
+// token yet moves to another stack (GenerationLoop::Options::reroute); a
+// request never returns to a stack that failed it. Other stacks are untouched.
+//
+//   StackSet stacks(tokenizer, registry, options);
+//   stacks.Update({{"a", "10.0.0.5:50051", "10.0.0.5:50052"}});
+//   stacks.Submit(std::move(request));   // from a reactor; never blocks
+//   stacks.Stop();                       // router shutdown
+//
+// Thread-safe. Update may block while a removed stack's loop stops (only
+// when the same stack name comes back before its old loop has stopped).
+#ifndef DEDIT_ROUTER_STACK_SET_H_
+#define DEDIT_ROUTER_STACK_SET_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "router/generation_loop.h"
+#include "router/remote_drafter.h"
+#include "router/remote_verifier.h"
+#include "router/router_backends.h"
+
+namespace dedit {
+
+// Where one stack's services answer.
+struct StackAddress {
+  std::string name;             // the `stack` metric label; unique
+  std::string target_address;   // host:port
+  std::string drafter_address;  // empty → the stack decodes target-only
+  bool operator==(const StackAddress& o) const {
+    return name == o.name && target_address == o.target_address &&
+           drafter_address == o.drafter_address;
+  }
+};
+
+// One stack as admission sees it (for Info, logs and tests).
+struct StackState {
+  std::string name;
+  bool ready = false;      // its target answered Info at least once
+  bool reachable = false;  // takes new requests
+  bool drafter_healthy = false;
+  int load = 0;  // running + queued in its loop
+};
+
+class StackSet : public DrafterHealth {
+ public:
+  struct Options {
+    GenerationLoop::Options loop;  // stack_name and reroute are set here
+    RemoteVerifier::Options verifier;
+    RemoteDrafter::Options drafter;
+    // How long a stack that left discovery may finish its running requests
+    // (a pod being replaced drains; a dead one fails them at once).
+    int64_t stack_drain_ms = 30000;
+  };
+
+  // `tokenizer` may be null; it and `registry` are shared by every stack.
+  StackSet(const Tokenizer* tokenizer,
+           std::shared_ptr<prometheus::Registry> registry, Options options);
+  ~StackSet() override;  // Stop()s
+
+  // Makes the stacks exactly `stacks`: new names get backends and a loop,
+  // names that are gone (or whose addresses changed) are retired. Ignored
+  // after Stop().
+  void Update(const std::vector<StackAddress>& stacks);
+  // Router shutdown: every loop stops (requests end UNAVAILABLE, none is
+  // rerouted), probes stop. Idempotent.
+  void Stop();
+
+  // Admits a request on the least loaded reachable stack; UNAVAILABLE when
+  // there is none.
+  void Submit(RouterRequest request);
+  // The client behind `sink` went away; told to every stack (a request may
+  // be moving between them).
+  void Cancel(std::weak_ptr<const GenerationSink> sink);
+  void CountRejected(const absl::Status& status);
+
+  // The model of the first ready stack (every stack serves the same one).
+  ServedModel served_model() const;
+  int running() const;
+  std::vector<StackState> Stacks() const;
+
+  // DrafterHealth over the stacks, for request defaults and limits:
+  // healthy when any drafter is; the sizes of a healthy drafter (else of
+  // any drafter that answered). A stack offering a smaller window clamps it
+  // at admission (GenerationLoop::Admit).
+  bool healthy() const override;
+  int block_size() const override;
+  int num_passes() const override;
+  int max_passes() const override;
+
+ private:
+  struct Stack {
+    StackAddress address;
+    std::unique_ptr<RemoteVerifier> verifier;
+    std::unique_ptr<RemoteDrafter> drafter;  // null → target-only
+    std::unique_ptr<GenerationLoop> loop;
+    std::thread retirement;            // Retire()s the loop once the stack left
+    std::atomic<bool> retired{false};  // the retirement has finished
+  };
+
+  std::unique_ptr<Stack> MakeStack(const StackAddress& address);
+  // Picks and submits under mu_ (a stack is never retired mid-Submit).
+  // False when no reachable stack outside `request.tried_stacks` exists.
+  bool SubmitLocked(RouterRequest& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // GenerationLoop::Options::reroute of the stack `from`.
+  bool Reroute(const std::string& from, RouterRequest& request);
+  void JoinRetired(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
+  const DrafterHealth* SizingDrafter() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+
+  const Tokenizer* tokenizer_;
+  std::shared_ptr<prometheus::Registry> registry_;
+  Options options_;
+
+  mutable absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::unique_ptr<Stack>> stacks_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<Stack>> retired_ ABSL_GUARDED_BY(mu_);
+  uint64_t round_robin_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace dedit
+
+#endif  // DEDIT_ROUTER_STACK_SET_H_
