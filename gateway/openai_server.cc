@@ -275,8 +275,12 @@ void OpenAiFront::Stream(std::unique_ptr<Generation> generation,
       [state, heartbeat](size_t, httplib::DataSink& sink) {
         auto write = [&](const std::string& data) {
           // A failed write means the client is gone: returning false ends
-          // the response, and the releaser cancels the router call.
-          return sink.write(data.data(), data.size());
+          // the response, and the releaser cancels the router call. An
+          // empty write would end the chunked body (cpp-httplib reads it as
+          // the last chunk): a message whose text is still held back (a
+          // possible stop string, an incomplete UTF-8 sequence) writes
+          // nothing.
+          return data.empty() || sink.write(data.data(), data.size());
         };
         if (state->pending) {
           const std::string events = state->response.StreamEvents(
