@@ -129,24 +129,24 @@ absl::StatusOr<StageOutcome> RunDrafterTraining(
   dc.causal_editor = o.causal_editor;
   dc.has_dedit_config = true;
   RETURN_IF_ERROR(CheckDrafterMatchesTarget(dc, tc));
-  const std::vector<int> windows =
-      o.train_windows.empty() ? std::vector<int>{o.block_size}
-                              : o.train_windows;
+  const std::vector<int> windows = o.train_windows.empty()
+                                       ? std::vector<int>{o.block_size}
+                                       : o.train_windows;
   for (int w : windows) {
     if (w < 2 || w > o.block_size) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "train window ", w, " outside [2, ", o.block_size, "]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("train window ", w, " outside [2, ", o.block_size, "]"));
     }
   }
 
   auto usable = [](std::vector<DistillRecord>* records) {
-    records->erase(std::remove_if(records->begin(), records->end(),
-                                  [](const DistillRecord& r) {
-                                    return static_cast<int64_t>(
-                                               r.tokens.size()) <
-                                           r.prompt_len + 2;
-                                  }),
-                   records->end());
+    records->erase(
+        std::remove_if(records->begin(), records->end(),
+                       [](const DistillRecord& r) {
+                         return static_cast<int64_t>(r.tokens.size()) <
+                                r.prompt_len + 2;
+                       }),
+        records->end());
   };
   ASSIGN_OR_RETURN(std::vector<DistillRecord> records,
                    ReadDistillData(o.distill_path));
@@ -203,7 +203,8 @@ absl::StatusOr<StageOutcome> RunDrafterTraining(
       return absl::FailedPreconditionError(absl::StrCat(
           state_path, " belongs to a different run; use another --work_dir"));
     }
-    if (!meta["joint_from"].empty()) joint_from = std::stoll(meta["joint_from"]);
+    if (!meta["joint_from"].empty())
+      joint_from = std::stoll(meta["joint_from"]);
     if (!meta["last_slot1"].empty()) last_slot1 = std::stod(meta["last_slot1"]);
     std::cerr << "[drafter] resumed at step " << step << "\n";
   }
@@ -257,9 +258,11 @@ absl::StatusOr<StageOutcome> RunDrafterTraining(
           input = at::cat({batch.truth.narrow(-1, 0, 1), tokens}, -1);
         }
         at::Tensor v1 = batch.valid.select(-1, 0);
-        slot1_hits +=
-            y1.select(-1, 0).eq(truth.select(-1, 0)).logical_and(v1).sum()
-                .item<double>();
+        slot1_hits += y1.select(-1, 0)
+                          .eq(truth.select(-1, 0))
+                          .logical_and(v1)
+                          .sum()
+                          .item<double>();
         slot1_n += v1.sum().item<double>();
         if (w == o.block_size) {
           // Neighbour oracle: block b's probe slot k = b mod (W-1) holds P1's
@@ -279,8 +282,7 @@ absl::StatusOr<StageOutcome> RunDrafterTraining(
           at::Tensor y2 =
               logits_of(ctx, oracle_in, batch.anchors, true).argmax(-1);
           at::Tensor counted = at_probe.logical_and(batch.valid);
-          oracle_hits +=
-              y2.eq(truth).logical_and(counted).sum().item<double>();
+          oracle_hits += y2.eq(truth).logical_and(counted).sum().item<double>();
           oracle_p1 += y1.eq(truth).logical_and(counted).sum().item<double>();
           oracle_n += counted.sum().item<double>();
         }
@@ -300,11 +302,10 @@ absl::StatusOr<StageOutcome> RunDrafterTraining(
     return out;
   };
   auto save = [&]() {
-    return SaveTrainingState(
-        state_path, drafter.parameters(), optimizer, step,
-        {{"fingerprint", fingerprint},
-         {"joint_from", absl::StrCat(joint_from)},
-         {"last_slot1", absl::StrCat(last_slot1)}});
+    return SaveTrainingState(state_path, drafter.parameters(), optimizer, step,
+                             {{"fingerprint", fingerprint},
+                              {"joint_from", absl::StrCat(joint_from)},
+                              {"last_slot1", absl::StrCat(last_slot1)}});
   };
 
   Deadline deadline(o.max_minutes);
@@ -321,8 +322,8 @@ absl::StatusOr<StageOutcome> RunDrafterTraining(
       std::vector<const DistillRecord*> seqs;
       for (int i = 0; i < o.sequences_per_step; ++i)
         seqs.push_back(&records[pick(rng)]);
-      BlockBatch batch = MakeBlockBatch(seqs, o.blocks_per_sequence, w, *mask,
-                                        *eot, &rng);
+      BlockBatch batch =
+          MakeBlockBatch(seqs, o.blocks_per_sequence, w, *mask, *eot, &rng);
       at::Tensor targets = batch.truth.narrow(-1, 1, w - 1);
       DrafterContext ctx = drafter.ProjectContext(features_of(batch.ids));
       // P1 on [anchor, MASK...].
@@ -410,9 +411,9 @@ absl::StatusOr<StageOutcome> RunDrafterTraining(
               "%s W%d loss P1 %.3f P2 %.3f | P1 acc %.1f%% GT-sel %.1f%% "
               "(eta %.2f) overwrite %.1f%% P2 acc %.1f%% | lr %.2e",
               joint ? "joint" : "P1", w, loss1.item<double>(),
-              joint ? loss2.item<double>() : 0.0,
-              100 * edit.rates.p1_accuracy, 100 * edit.rates.gt_selection, eta,
-              100 * edit.rates.overwrite, 100 * p2_acc, lr));
+              joint ? loss2.item<double>() : 0.0, 100 * edit.rates.p1_accuracy,
+              100 * edit.rates.gt_selection, eta, 100 * edit.rates.overwrite,
+              100 * p2_acc, lr));
       if (checkpoint.Due()) RETURN_IF_ERROR(save());
     }
     return absl::OkStatus();

@@ -62,10 +62,10 @@ struct DrafterTrainingOptions {
   std::vector<int> train_windows;
   // Objective.
   double gamma = 7.0;
-  double eta = 0.5;                 // fixed threshold when the ratio is 0
-  double gt_selection_ratio = 0;    // > 0: adaptive eta (AdaptiveEta)
-  int64_t p1_only_steps = 0;        // longest P1-only warm-up
-  double plateau_delta = 0.01;      // slot-1 accuracy gain that still counts
+  double eta = 0.5;               // fixed threshold when the ratio is 0
+  double gt_selection_ratio = 0;  // > 0: adaptive eta (AdaptiveEta)
+  int64_t p1_only_steps = 0;      // longest P1-only warm-up
+  double plateau_delta = 0.01;    // slot-1 accuracy gain that still counts
   bool proposal_mix = true;
   bool causal_editor = false;
   double edit_loss_weight = 1.0;

@@ -113,14 +113,13 @@ TEST(AdaptiveEtaTest, SelectsRatioTimesCorrectSlotsByConfidence) {
   // 8 valid slots, 4 of them correct; one invalid slot, the most confident.
   at::Tensor truth = Long({1, 2, 3, 4, 5, 6, 7, 8, 9}).view({1, 9});
   at::Tensor proposal = Long({1, 2, 3, 4, 0, 0, 0, 0, 9}).view({1, 9});
-  at::Tensor conf = at::tensor(
-      std::vector<float>{0.9f, 0.2f, 0.8f, 0.1f, 0.7f, 0.3f, 0.6f, 0.4f,
-                         0.99f}).view({1, 9});
-  at::Tensor valid =
-      at::tensor(std::vector<int64_t>{1, 1, 1, 1, 1, 1, 1, 1, 0},
-                 at::TensorOptions().dtype(at::kLong))
-          .view({1, 9})
-          .to(at::kBool);
+  at::Tensor conf = at::tensor(std::vector<float>{0.9f, 0.2f, 0.8f, 0.1f, 0.7f,
+                                                  0.3f, 0.6f, 0.4f, 0.99f})
+                        .view({1, 9});
+  at::Tensor valid = at::tensor(std::vector<int64_t>{1, 1, 1, 1, 1, 1, 1, 1, 0},
+                                at::TensorOptions().dtype(at::kLong))
+                         .view({1, 9})
+                         .to(at::kBool);
   // ratio 0.75 x 4 correct = 3 slots: the third most confident valid slot.
   const double eta = AdaptiveEta(proposal, conf, truth, valid, 0.75);
   EXPECT_FLOAT_EQ(eta, 0.7f);
