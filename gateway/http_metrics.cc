@@ -39,13 +39,13 @@ std::string HttpMetrics::RouteLabel(const std::string& path) {
 }
 
 void HttpMetrics::OnResponse(const std::string& route, int status,
-                             double seconds) {
+                             std::optional<double> seconds) {
   requests_.Add({{"route", route}, {"code", std::to_string(status)}})
       .Increment();
   static const prometheus::Histogram::BucketBoundaries kBuckets = {
       0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
       0.5,   1,      2.5,   5,    10,    30,   60,  120};
-  duration_.Add({{"route", route}}, kBuckets).Observe(seconds);
+  if (seconds) duration_.Add({{"route", route}}, kBuckets).Observe(*seconds);
 }
 
 void HttpMetrics::OnGenerationStarted(bool stream) {

@@ -14,6 +14,7 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include <optional>
 #include <string>
 
 namespace dedit {
@@ -23,8 +24,10 @@ class HttpMetrics {
   explicit HttpMetrics(prometheus::Registry& registry);
 
   // A response was written completely (for a stream: after its last
-  // event). `route` is one of the served paths or "other".
-  void OnResponse(const std::string& route, int status, double seconds);
+  // event). `route` is one of the served paths or "other"; `seconds` is
+  // unknown for requests cpp-httplib refused before routing.
+  void OnResponse(const std::string& route, int status,
+                  std::optional<double> seconds);
   void OnGenerationStarted(bool stream);
   void OnGenerationFinished(bool stream);
   // A stream's client went away before the end; the router call was

@@ -409,11 +409,13 @@ void OpenAiFront::Routes() {
   });
   server_.set_logger([this](const httplib::Request& req,
                             const httplib::Response& res) {
-    const double seconds =
-        request_start
-            ? std::chrono::duration<double>(Clock::now() - *request_start)
-                  .count()
-            : 0.0;
+    // cpp-httplib's own refusals (malformed request, oversized body) skip
+    // the pre-routing handler: counted, without a duration.
+    std::optional<double> seconds;
+    if (request_start) {
+      seconds =
+          std::chrono::duration<double>(Clock::now() - *request_start).count();
+    }
     request_start.reset();
     metrics_.OnResponse(HttpMetrics::RouteLabel(req.path), res.status, seconds);
   });

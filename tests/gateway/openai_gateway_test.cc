@@ -369,6 +369,89 @@ TEST_F(OpenAiGatewayTest, SdkAbortFreesTheSequenceOnTheTarget) {
       5000));
 }
 
+// The gateway's /metrics is valid Prometheus text with its names
+// (docs/ARCHITECTURE.md §4).
+TEST_F(OpenAiGatewayTest, MetricsPassPromtool) {
+  httplib::Client client("127.0.0.1", gateway_->metrics_port());
+  auto done = client.Post(
+      "/v1/completions",
+      json({{"prompt", kCompletionPrompt}, {"max_tokens", 2}}).dump(),
+      "application/json");
+  ASSERT_TRUE(done);
+  ASSERT_EQ(done->status, 200);
+  auto text = ServiceCluster::Scrape(gateway_->metrics_port());
+  ASSERT_TRUE(text.ok()) << text.status();
+  for (const char* name :
+       {"dedit_http_requests_total", "dedit_http_request_duration_seconds",
+        "dedit_http_generations_running", "dedit_http_streams_open",
+        "dedit_http_client_disconnects_total"}) {
+    EXPECT_NE(text->find(name), std::string::npos) << name;
+  }
+  EXPECT_GE(ServiceCluster::MetricValue(*text, "dedit_http_requests_total",
+                                        "code=\"200\""),
+            1);
+  const std::string path = *dir_ + "/gateway.prom";
+  std::ofstream(path) << *text;
+  const std::string command =
+      absl::StrCat("promtool check metrics < '", path, "'");
+  EXPECT_EQ(std::system(command.c_str()), 0) << *text;
+}
+
+// SIGTERM: a running stream finishes ([DONE]), new requests get 503, and
+// the process exits 0 after the drain.
+TEST_F(OpenAiGatewayTest, SigtermDrainsRunningStreams) {
+  auto started = ServiceProcess::Start(
+      DEDIT_OPENAI_BINARY,
+      {absl::StrCat("--router=127.0.0.1:", router_->grpc_port()),
+       "--host=127.0.0.1", "--port=0", "--drain_timeout_ms=20000"},
+      *dir_, "draining_gateway");
+  ASSERT_TRUE(started.ok()) << started.status();
+  std::unique_ptr<ServiceProcess> gateway = std::move(*started);
+  const int port = gateway->metrics_port();
+  std::atomic<bool> first_chunk{false};
+  std::string sse;
+  std::thread stream([&] {
+    httplib::Client client("127.0.0.1", port);
+    client.set_read_timeout(60, 0);
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.body = json({{"prompt", kCompletionPrompt},
+                     {"max_tokens", 900},
+                     {"ignore_eos", true},
+                     {"temperature", 0},
+                     {"stream", true}})
+                   .dump();
+    req.set_header("Content-Type", "application/json");
+    req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+      sse.append(data, n);
+      first_chunk = true;
+      return true;
+    };
+    httplib::Response res;
+    httplib::Error error;
+    client.send(req, res, error);
+  });
+  ASSERT_TRUE(WaitFor([&] { return first_chunk.load(); }, 30000));
+  int exit_code = -2;
+  std::thread terminate([&] { exit_code = gateway->Terminate(30000); });
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        httplib::Client client("127.0.0.1", port);
+        auto refused =
+            client.Post("/v1/completions", json({{"prompt", "x"}}).dump(),
+                        "application/json");
+        return refused && refused->status == 503;
+      },
+      10000))
+      << "new requests are refused while draining";
+  stream.join();
+  terminate.join();
+  EXPECT_NE(sse.find("data: [DONE]"), std::string::npos);
+  EXPECT_NE(sse.find("\"finish_reason\":\"length\""), std::string::npos);
+  EXPECT_EQ(exit_code, 0);
+}
+
 // README's curl and SDK examples, run against the gateway (extracted from
 // README.md, so they cannot drift).
 TEST_F(OpenAiGatewayTest, ReadmeExamplesRun) {
