@@ -14,6 +14,8 @@ PACKAGES=(
   libtorch-dev libopenblas0-pthread libopenblas-pthread-dev
   # gRPC / protobuf / abseil / Prometheus client
   libgrpc++-dev libgrpc-dev protobuf-compiler protobuf-compiler-grpc libprotobuf-dev
+  # HTTP server of the OpenAI-compatible front (dedit-openai)
+  libcpp-httplib-dev
   libabsl-dev prometheus-cpp-dev
   # tests and benchmarks; valgrind checks the PCRE2 path (fuzz.regex_valgrind),
   # which ASan cannot see into

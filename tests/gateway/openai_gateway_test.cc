@@ -1,0 +1,600 @@
+// dedit-openai end to end: the bundled checkpoints/tiny pair served by real
+// dedit-drafter, dedit-target and dedit-router processes on loopback, the
+// gateway in front, and the official OpenAI Node SDK as the client
+// (openai_sdk_test.cjs). The expected texts come from the router's gRPC
+// stream, checked here against the target's greedy decoding in process.
+#include <httplib.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "dedit/v1/services.grpc.pb.h"
+#include "gtest/gtest.h"
+#include "model/in_process.h"
+#include "tests/model/test_util.h"
+#include "tests/services/service_cluster.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace dedit {
+namespace {
+
+using json = nlohmann::json;
+using testing::ServiceCluster;
+using testing::ServiceProcess;
+
+const std::string kCheckpoints =
+    std::string(DEDIT_SOURCE_DIR) + "/checkpoints/tiny";
+constexpr int kMaxBodyBytes = 65536;
+
+struct Streamed {
+  grpc::Status status;
+  std::vector<int32_t> tokens;
+  std::string text;
+  v1::GenerateResponse last;
+  int messages = 0;
+};
+
+Streamed GrpcGenerate(v1::Generation::Stub* stub,
+                      const v1::GenerateRequest& request) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(120));
+  Streamed s;
+  auto reader = stub->Generate(&context, request);
+  v1::GenerateResponse response;
+  while (reader->Read(&response)) {
+    ++s.messages;
+    s.tokens.insert(s.tokens.end(), response.token_ids().begin(),
+                    response.token_ids().end());
+    s.text += response.text();
+    if (response.finished()) s.last = response;
+  }
+  s.status = reader->Finish();
+  return s;
+}
+
+// User + system CPU seconds a process has used so far (/proc/PID/stat).
+double CpuSeconds(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string stat((std::istreambuf_iterator<char>(in)),
+                   std::istreambuf_iterator<char>());
+  // Fields after the ")" that closes the command name: state is field 3,
+  // utime 14 and stime 15.
+  std::istringstream rest(stat.substr(stat.rfind(')') + 2));
+  std::string field;
+  double ticks = 0;
+  for (int i = 3; i <= 15 && rest >> field; ++i) {
+    if (i >= 14) ticks += std::stod(field);
+  }
+  return ticks / sysconf(_SC_CLK_TCK);
+}
+
+template <typename Pred>
+bool WaitFor(Pred pred, int timeout_ms) {
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  return pred();
+}
+
+// One process set for the whole suite (starting it costs seconds).
+class OpenAiGatewayTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(testing::MakeTempDir());
+    const std::vector<std::string> common = {"--host=127.0.0.1", "--port=0",
+                                             "--metrics_port=0",
+                                             "--drain_timeout_ms=1000"};
+    auto with = [&](std::vector<std::string> args) {
+      args.insert(args.end(), common.begin(), common.end());
+      return args;
+    };
+    auto drafter = ServiceProcess::Start(
+        DEDIT_DRAFTER_BINARY,
+        with({"--drafter_dir=" + kCheckpoints + "/drafter",
+              "--target_dir=" + kCheckpoints + "/target", "--threads=1"}),
+        *dir_, "drafter");
+    ASSERT_TRUE(drafter.ok()) << drafter.status();
+    drafter_ = drafter->release();
+    const std::string drafter_address =
+        absl::StrCat("127.0.0.1:", drafter_->grpc_port());
+    auto target = ServiceProcess::Start(
+        DEDIT_TARGET_BINARY,
+        with({"--target_dir=" + kCheckpoints + "/target",
+              "--drafter_dir=" + kCheckpoints + "/drafter",
+              "--drafter=" + drafter_address, "--threads=1"}),
+        *dir_, "target");
+    ASSERT_TRUE(target.ok()) << target.status();
+    target_ = target->release();
+    auto router = ServiceProcess::Start(
+        DEDIT_ROUTER_BINARY,
+        with({absl::StrCat("--target=127.0.0.1:", target_->grpc_port()),
+              "--drafter=" + drafter_address,
+              "--tokenizer=" + kCheckpoints + "/target/tokenizer.json"}),
+        *dir_, "router");
+    ASSERT_TRUE(router.ok()) << router.status();
+    router_ = router->release();
+    auto gateway = ServiceProcess::Start(
+        DEDIT_OPENAI_BINARY,
+        {absl::StrCat("--router=127.0.0.1:", router_->grpc_port()),
+         "--host=127.0.0.1", "--port=0", "--http_threads=16",
+         "--max_concurrent_generations=8",
+         absl::StrCat("--max_body_bytes=", kMaxBodyBytes),
+         "--sse_heartbeat_ms=200", "--drain_timeout_ms=1000"},
+        *dir_, "gateway");
+    ASSERT_TRUE(gateway.ok()) << gateway.status();
+    gateway_ = gateway->release();
+  }
+  static void TearDownTestSuite() {
+    for (ServiceProcess* p : {gateway_, router_, target_, drafter_}) delete p;
+    gateway_ = router_ = target_ = drafter_ = nullptr;
+  }
+
+  void SetUp() override {
+    ASSERT_NE(gateway_, nullptr);
+    stub_ = v1::Generation::NewStub(
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", router_->grpc_port()),
+                            grpc::InsecureChannelCredentials()));
+    // The router learns the model and the drafter in the background.
+    ASSERT_TRUE(WaitFor(
+        [&] {
+          grpc::ClientContext c;
+          c.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(2));
+          v1::RouterInfoResponse info;
+          return stub_->Info(&c, {}, &info).ok() && info.drafter_healthy() &&
+                 !info.model().name().empty();
+        },
+        30000));
+    auto tokenizer =
+        Tokenizer::FromFile(kCheckpoints + "/target/tokenizer.json");
+    ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+    tokenizer_ = std::move(*tokenizer);
+  }
+
+  std::string BaseUrl() const {
+    return absl::StrCat("http://127.0.0.1:", gateway_->metrics_port(), "/v1");
+  }
+  std::string SdkDir() const { return OPENAI_SDK_DIR; }
+  std::string NodeCommand(const std::string& expected_path,
+                          const std::string& mode) const {
+    return absl::StrCat("OPENAI_SDK_DIR='", SdkDir(), "' OPENAI_BASE_URL='",
+                        BaseUrl(), "' EXPECTED='", expected_path, "' node '",
+                        DEDIT_SOURCE_DIR,
+                        "/tests/gateway/openai_sdk_test.cjs' ", mode);
+  }
+
+  v1::TargetInfoResponse TargetInfo() {
+    auto stub = v1::Target::NewStub(
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", target_->grpc_port()),
+                            grpc::InsecureChannelCredentials()));
+    grpc::ClientContext c;
+    c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    v1::TargetInfoResponse info;
+    EXPECT_TRUE(stub->Info(&c, {}, &info).ok());
+    return info;
+  }
+
+  // Runs `request` through the router's gRPC API at T = 0 and checks its
+  // tokens against the target's greedy decoding of `prompt_ids` in
+  // process; returns the expected OpenAI-side values.
+  json Expect(const v1::GenerateRequest& request,
+              const std::vector<int32_t>& prompt_ids) {
+    const Streamed s = GrpcGenerate(stub_.get(), request);
+    EXPECT_TRUE(s.status.ok()) << s.status.error_message();
+    const std::vector<int32_t> greedy =
+        Greedy(prompt_ids, request.max_tokens());
+    const v1::TargetInfoResponse info = TargetInfo();
+    const std::vector<int32_t> eos(info.eos_token_ids().begin(),
+                                   info.eos_token_ids().end());
+    // Greedy up to and including the first EOS.
+    std::vector<int32_t> want;
+    for (int32_t t : greedy) {
+      want.push_back(t);
+      if (std::find(eos.begin(), eos.end(), t) != eos.end()) break;
+    }
+    EXPECT_EQ(s.tokens, want) << "the router's tokens are not greedy";
+    auto decoded = tokenizer_->Decode(want);
+    EXPECT_TRUE(decoded.ok());
+    EXPECT_EQ(s.text, decoded.value_or("")) << "the router's text";
+    EXPECT_EQ(s.last.usage().prompt_tokens(),
+              static_cast<int>(prompt_ids.size()));
+    EXPECT_EQ(s.last.usage().completion_tokens(),
+              static_cast<int>(want.size()));
+    return {
+        {"text", s.text},
+        {"max_tokens", request.max_tokens()},
+        {"prompt_tokens", s.last.usage().prompt_tokens()},
+        {"completion_tokens", s.last.usage().completion_tokens()},
+        {"finish_reason",
+         s.last.finish_reason() == v1::FINISH_REASON_STOP ? "stop" : "length"}};
+  }
+
+  std::vector<int32_t> Greedy(const std::vector<int32_t>& prompt, int n) {
+    if (!stack_) {
+      InProcessStack::Options o;
+      o.target_dir = kCheckpoints + "/target";
+      auto stack = InProcessStack::Load(o);
+      EXPECT_TRUE(stack.ok()) << stack.status();
+      if (!stack.ok()) return {};
+      stack_ = std::move(*stack);
+    }
+    return testing::GreedyReference(stack_->target(), prompt, n);
+  }
+
+  static std::string* dir_;
+  static ServiceProcess* drafter_;
+  static ServiceProcess* target_;
+  static ServiceProcess* router_;
+  static ServiceProcess* gateway_;
+  std::unique_ptr<v1::Generation::Stub> stub_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<InProcessStack> stack_;
+};
+
+std::string* OpenAiGatewayTest::dir_ = nullptr;
+ServiceProcess* OpenAiGatewayTest::drafter_ = nullptr;
+ServiceProcess* OpenAiGatewayTest::target_ = nullptr;
+ServiceProcess* OpenAiGatewayTest::router_ = nullptr;
+ServiceProcess* OpenAiGatewayTest::gateway_ = nullptr;
+
+const char kCompletionPrompt[] = "Multiply 7315 by 46.";
+const char kChatMessage[] = "Add 128 and 512.";
+
+v1::GenerateRequest TextRequest(const std::string& prompt, int max_tokens) {
+  v1::GenerateRequest r;
+  r.set_text(prompt);
+  r.set_max_tokens(max_tokens);
+  r.mutable_sampling()->set_temperature(0);
+  return r;
+}
+
+// The SDK's completions and chat, streamed and not: text equal to the gRPC
+// result and to greedy decoding, usage counts, stop strings, extensions,
+// errors (openai_sdk_test.cjs "main").
+TEST_F(OpenAiGatewayTest, OfficialSdkMatchesGrpcAndGreedy) {
+  json expected;
+  {
+    grpc::ClientContext c;
+    c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    v1::ListModelsResponse models;
+    ASSERT_TRUE(stub_->ListModels(&c, {}, &models).ok());
+    ASSERT_EQ(models.models_size(), 1);
+    expected["model"] = models.models(0).name();
+  }
+  expected["max_body_bytes"] = kMaxBodyBytes;
+  expected["abort_max_tokens"] = 900;
+
+  const v1::GenerateRequest completion = TextRequest(kCompletionPrompt, 48);
+  auto completion_ids = tokenizer_->Encode(kCompletionPrompt);
+  ASSERT_TRUE(completion_ids.ok());
+  expected["completion"] = Expect(completion, *completion_ids);
+  expected["completion"]["prompt"] = kCompletionPrompt;
+
+  v1::GenerateRequest chat;
+  chat.set_max_tokens(96);
+  chat.mutable_sampling()->set_temperature(0);
+  v1::ChatMessage* user = chat.mutable_chat()->add_messages();
+  user->set_role("user");
+  user->set_content(kChatMessage);
+  chat.mutable_chat()->set_enable_thinking(false);
+  ChatTemplateOptions template_options;
+  template_options.enable_thinking = false;
+  auto chat_ids =
+      EncodeQwen3Chat(*tokenizer_, {{"user", kChatMessage}}, template_options);
+  ASSERT_TRUE(chat_ids.ok());
+  expected["chat"] = Expect(chat, *chat_ids);
+  expected["chat"]["messages"] = {
+      {{"role", "user"}, {"content", kChatMessage}}};
+
+  // A stop string from the middle of the completion's text.
+  const std::string text = expected["completion"]["text"];
+  ASSERT_GE(text.size(), 12u) << text;
+  const std::string stop = text.substr(text.size() / 2, 3);
+  const std::string cut = text.substr(0, text.find(stop));
+  v1::GenerateRequest stopped = completion;
+  stopped.add_stop(stop);
+  const Streamed s = GrpcGenerate(stub_.get(), stopped);
+  ASSERT_TRUE(s.status.ok());
+  EXPECT_EQ(s.text, cut);
+  expected["stop"] = {{"prompt", kCompletionPrompt},
+                      {"max_tokens", completion.max_tokens()},
+                      {"stop", stop},
+                      {"text", cut}};
+
+  const std::string path = *dir_ + "/expected.json";
+  std::ofstream(path) << expected.dump(2);
+  const std::string command = NodeCommand(path, "main");
+  EXPECT_EQ(std::system(command.c_str()), 0) << command;
+}
+
+// A client that aborts a stream cancels its router call, which frees the
+// sequence on the target.
+TEST_F(OpenAiGatewayTest, SdkAbortFreesTheSequenceOnTheTarget) {
+  json expected = {{"model", ""},
+                   {"abort_max_tokens", 900},
+                   {"completion", {{"prompt", kCompletionPrompt}}}};
+  const std::string path = *dir_ + "/abort.json";
+  std::ofstream(path) << expected.dump();
+  const double disconnects_before = ServiceCluster::MetricValue(
+      ServiceCluster::Scrape(gateway_->metrics_port()).value_or(""),
+      "dedit_http_client_disconnects_total");
+
+  std::atomic<bool> done{false};
+  std::atomic<int> most_sequences{0};
+  std::thread watcher([&] {
+    while (!done) {
+      most_sequences =
+          std::max(most_sequences.load(), TargetInfo().num_sequences());
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  });
+  const std::string command = NodeCommand(path, "abort");
+  const int rc = std::system(command.c_str());
+  done = true;
+  watcher.join();
+  ASSERT_EQ(rc, 0) << command;
+  EXPECT_EQ(most_sequences.load(), 1) << "the stream never reached the target";
+  EXPECT_TRUE(WaitFor([&] { return TargetInfo().num_sequences() == 0; }, 5000))
+      << "the aborted sequence is still on the target";
+  EXPECT_EQ(TargetInfo().reserved_tokens(), 0);
+  const std::string router_metrics =
+      ServiceCluster::Scrape(router_->metrics_port()).value_or("");
+  EXPECT_GE(ServiceCluster::MetricValue(router_metrics, "dedit_requests_total",
+                                        "status=\"cancelled\""),
+            1);
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        return ServiceCluster::MetricValue(
+                   ServiceCluster::Scrape(gateway_->metrics_port())
+                       .value_or(""),
+                   "dedit_http_client_disconnects_total") > disconnects_before;
+      },
+      5000));
+}
+
+// The gateway's /metrics is valid Prometheus text with its names
+// (docs/ARCHITECTURE.md §4).
+TEST_F(OpenAiGatewayTest, MetricsPassPromtool) {
+  httplib::Client client("127.0.0.1", gateway_->metrics_port());
+  auto done = client.Post(
+      "/v1/completions",
+      json({{"prompt", kCompletionPrompt}, {"max_tokens", 2}}).dump(),
+      "application/json");
+  ASSERT_TRUE(done);
+  ASSERT_EQ(done->status, 200);
+  auto text = ServiceCluster::Scrape(gateway_->metrics_port());
+  ASSERT_TRUE(text.ok()) << text.status();
+  for (const char* name :
+       {"dedit_http_requests_total", "dedit_http_request_duration_seconds",
+        "dedit_http_generations_running", "dedit_http_streams_open",
+        "dedit_http_client_disconnects_total"}) {
+    EXPECT_NE(text->find(name), std::string::npos) << name;
+  }
+  EXPECT_GE(ServiceCluster::MetricValue(*text, "dedit_http_requests_total",
+                                        "code=\"200\""),
+            1);
+  const std::string path = *dir_ + "/gateway.prom";
+  std::ofstream(path) << *text;
+  const std::string command =
+      absl::StrCat("promtool check metrics < '", path, "'");
+  EXPECT_EQ(std::system(command.c_str()), 0) << *text;
+}
+
+// SIGTERM: a running stream finishes ([DONE]), new requests get 503, and
+// the process exits 0 after the drain.
+TEST_F(OpenAiGatewayTest, SigtermDrainsRunningStreams) {
+  auto started = ServiceProcess::Start(
+      DEDIT_OPENAI_BINARY,
+      {absl::StrCat("--router=127.0.0.1:", router_->grpc_port()),
+       "--host=127.0.0.1", "--port=0", "--drain_timeout_ms=20000"},
+      *dir_, "draining_gateway");
+  ASSERT_TRUE(started.ok()) << started.status();
+  std::unique_ptr<ServiceProcess> gateway = std::move(*started);
+  const int port = gateway->metrics_port();
+  std::atomic<bool> first_chunk{false};
+  std::string sse;
+  std::thread stream([&] {
+    httplib::Client client("127.0.0.1", port);
+    client.set_read_timeout(60, 0);
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.body = json({{"prompt", kCompletionPrompt},
+                     {"max_tokens", 900},
+                     {"ignore_eos", true},
+                     {"temperature", 0},
+                     {"stream", true}})
+                   .dump();
+    req.set_header("Content-Type", "application/json");
+    req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+      sse.append(data, n);
+      first_chunk = true;
+      return true;
+    };
+    httplib::Response res;
+    httplib::Error error;
+    client.send(req, res, error);
+  });
+  ASSERT_TRUE(WaitFor([&] { return first_chunk.load(); }, 30000));
+  int exit_code = -2;
+  std::thread terminate([&] { exit_code = gateway->Terminate(30000); });
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        httplib::Client client("127.0.0.1", port);
+        auto refused =
+            client.Post("/v1/completions", json({{"prompt", "x"}}).dump(),
+                        "application/json");
+        return refused && refused->status == 503;
+      },
+      10000))
+      << "new requests are refused while draining";
+  stream.join();
+  terminate.join();
+  EXPECT_NE(sse.find("data: [DONE]"), std::string::npos);
+  EXPECT_NE(sse.find("\"finish_reason\":\"length\""), std::string::npos);
+  EXPECT_EQ(exit_code, 0);
+}
+
+// README's curl and SDK examples, run against the gateway (extracted from
+// README.md, so they cannot drift).
+TEST_F(OpenAiGatewayTest, ReadmeExamplesRun) {
+  const std::string command =
+      absl::StrCat("bash '", DEDIT_SOURCE_DIR,
+                   "/tests/gateway/run_readme_examples.sh' '", DEDIT_SOURCE_DIR,
+                   "/README.md' 'http://127.0.0.1:", gateway_->metrics_port(),
+                   "' '", SdkDir(), "'");
+  EXPECT_EQ(std::system(command.c_str()), 0) << command;
+}
+
+// More generations than --max_concurrent_generations: the extra ones get
+// 429 at once while the others stream.
+TEST_F(OpenAiGatewayTest, ConcurrencyLimitAnswers429) {
+  std::vector<std::unique_ptr<httplib::Client>> clients;
+  std::vector<std::thread> streams;
+  std::atomic<int> started{0};
+  const std::string body = json({{"prompt", kCompletionPrompt},
+                                 {"max_tokens", 600},
+                                 {"ignore_eos", true},
+                                 {"temperature", 0},
+                                 {"stream", true}})
+                               .dump();
+  for (int i = 0; i < 8; ++i) {
+    streams.emplace_back([&, i] {
+      httplib::Client client("127.0.0.1", gateway_->metrics_port());
+      client.set_read_timeout(60, 0);
+      httplib::Request req;
+      req.method = "POST";
+      req.path = "/v1/completions";
+      req.body = body;
+      req.set_header("Content-Type", "application/json");
+      bool counted = false;
+      req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
+        if (!counted) ++started;
+        counted = true;
+        return true;
+      };
+      httplib::Response res;
+      httplib::Error error;
+      client.send(req, res, error);
+    });
+  }
+  ASSERT_TRUE(WaitFor([&] { return started.load() == 8; }, 30000));
+  httplib::Client client("127.0.0.1", gateway_->metrics_port());
+  auto refused = client.Post("/v1/completions", body, "application/json");
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 429);
+  EXPECT_EQ(json::parse(refused->body)["error"]["code"],
+            "too_many_concurrent_requests");
+  auto health = client.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200) << "a free pool thread answers /health";
+  for (std::thread& t : streams) t.join();
+  auto after = client.Post(
+      "/v1/completions",
+      json({{"prompt", kCompletionPrompt}, {"max_tokens", 2}}).dump(),
+      "application/json");
+  ASSERT_TRUE(after);
+  EXPECT_EQ(after->status, 200) << "slots are given back";
+}
+
+// The per-token cost of HTTP streaming against gRPC streaming through the
+// same router (docs/SERVICES.md reports the numbers). Target-only decoding
+// sends one message per token, the worst case for per-message overhead.
+TEST_F(OpenAiGatewayTest, HttpStreamingOverheadAgainstGrpc) {
+  constexpr int kTokens = 256;
+  constexpr int kRuns = 7;
+  for (bool speculate : {false, true}) {
+    std::vector<double> grpc_us, http_us;
+    v1::GenerateRequest request = TextRequest(kCompletionPrompt, kTokens);
+    request.set_ignore_eos(true);
+    request.set_disable_speculation(!speculate);
+    const std::string body = json({{"prompt", kCompletionPrompt},
+                                   {"max_tokens", kTokens},
+                                   {"ignore_eos", true},
+                                   {"temperature", 0},
+                                   {"disable_speculation", !speculate},
+                                   {"stream", true}})
+                                 .dump();
+    std::string grpc_text;
+    double gateway_cpu_s = 0;
+    for (int run = 0; run < kRuns; ++run) {
+      auto start = std::chrono::steady_clock::now();
+      const Streamed s = GrpcGenerate(stub_.get(), request);
+      ASSERT_TRUE(s.status.ok());
+      ASSERT_EQ(s.tokens.size(), static_cast<size_t>(kTokens));
+      grpc_us.push_back(std::chrono::duration<double, std::micro>(
+                            std::chrono::steady_clock::now() - start)
+                            .count() /
+                        kTokens);
+      grpc_text = s.text;
+
+      httplib::Client client("127.0.0.1", gateway_->metrics_port());
+      client.set_read_timeout(120, 0);
+      httplib::Request req;
+      req.method = "POST";
+      req.path = "/v1/completions";
+      req.body = body;
+      req.set_header("Content-Type", "application/json");
+      std::string sse;
+      req.content_receiver = [&](const char* data, size_t n, uint64_t,
+                                 uint64_t) {
+        sse.append(data, n);
+        return true;
+      };
+      httplib::Response res;
+      httplib::Error error;
+      const double cpu_before = CpuSeconds(gateway_->pid());
+      start = std::chrono::steady_clock::now();
+      ASSERT_TRUE(client.send(req, res, error));
+      gateway_cpu_s += CpuSeconds(gateway_->pid()) - cpu_before;
+      http_us.push_back(std::chrono::duration<double, std::micro>(
+                            std::chrono::steady_clock::now() - start)
+                            .count() /
+                        kTokens);
+      // The SSE text equals the gRPC text.
+      std::string text;
+      for (size_t at = sse.find("data: {"); at != std::string::npos;
+           at = sse.find("data: {", at + 1)) {
+        const json chunk =
+            json::parse(sse.substr(at + 6, sse.find("\n\n", at) - at - 6));
+        text += chunk["choices"][0]["text"].get<std::string>();
+      }
+      EXPECT_EQ(text, grpc_text);
+      EXPECT_NE(sse.find("data: [DONE]"), std::string::npos);
+    }
+    std::sort(grpc_us.begin(), grpc_us.end());
+    std::sort(http_us.begin(), http_us.end());
+    const double g = grpc_us[kRuns / 2], h = http_us[kRuns / 2];
+    std::printf(
+        "overhead (%s, %d tokens, median of %d): gRPC %.1f us/token, HTTP "
+        "SSE %.1f us/token, difference %+.1f us/token (%+.1f%%); gateway "
+        "CPU %.1f us/token\n",
+        speculate ? "speculative" : "target-only", kTokens, kRuns, g, h, h - g,
+        100.0 * (h - g) / g, 1e6 * gateway_cpu_s / (kRuns * kTokens));
+    RecordProperty(speculate ? "speculative_http_minus_grpc_us_per_token"
+                             : "target_only_http_minus_grpc_us_per_token",
+                   std::to_string(h - g));
+    // A sanity bound, not a benchmark: the front must not double the cost.
+    EXPECT_LT(h, 2 * g + 200);
+  }
+}
+
+}  // namespace
+}  // namespace dedit
