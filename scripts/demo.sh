@@ -16,7 +16,8 @@
 # Environment: DEMO_CHAT (a user message in a task format) and
 # DEMO_CHAT_FAMILY (its family, for the check), or DEMO_PROMPT (plain text,
 # no check); DEMO_MAX_TOKENS (default 448 for a chat task, 160 otherwise),
-# DEMO_WINDOW (16), DEMO_PASSES (2), DEMO_NGRAM_WINDOW (8), DEMO_KEEP_LOGS=1
+# DEMO_WINDOW (8), DEMO_PASSES (1): the DEdit drafter's fastest setting in
+# docs/RESULTS.md; DEMO_NGRAM_WINDOW (8), DEMO_KEEP_LOGS=1
 # (keep the run folder).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -24,8 +25,8 @@ BUILD=$(cd "${1:-$ROOT/build}" && pwd)
 CLI=$BUILD/cli/dedit-cli
 [ -x "$CLI" ] || { echo "demo: $CLI not built" >&2; exit 1; }
 
-WINDOW=${DEMO_WINDOW:-16}
-PASSES=${DEMO_PASSES:-2}
+WINDOW=${DEMO_WINDOW:-8}
+PASSES=${DEMO_PASSES:-1}
 NGRAM_WINDOW=${DEMO_NGRAM_WINDOW:-8}
 SERVE_ARGS=()
 CHAT_FAMILY=""

@@ -54,9 +54,10 @@ def main():
             ax.plot(*zip(*pts), marker="o", label=label)
     for n in names:
         if n.startswith("ngram"):
-            ax.axhline(overall(report, n)["tau"], linestyle="--",
-                       color="gray" if n.endswith("16") else "black",
-                       label=f"n-gram, W={n[5:]}")
+            w = n[len("ngram"):]
+            ax.axhline(overall(report, n)["tau"],
+                       linestyle={"8": ":", "16": "--"}.get(w, "-."),
+                       color="gray", label=f"n-gram, W={w}")
     ax.set_xlabel("passes K")
     ax.set_ylabel("tau (held-out chat instances)")
     ax.set_xticks([1, 2, 3, 4])
