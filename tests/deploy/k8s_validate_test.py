@@ -46,6 +46,7 @@ BINARIES = {  # container name -> main.cc
     "target": "target_service/main.cc",
     "drafter": "drafter_service/main.cc",
     "router": "router/main.cc",
+    "openai": "gateway/main.cc",
 }
 
 
@@ -127,8 +128,9 @@ def validate(docs, overlay, flags_by_bin):
             if replicas < 2:
                 err(f"{name}: replicas {replicas}: one stack does not scale out")
         elif name == "dedit-router":
-            if names != ["router"]:
-                err(f"{name}: containers {names}, expected router")
+            # The router and its OpenAI-compatible front (over localhost).
+            if sorted(names) != ["openai", "router"]:
+                err(f"{name}: containers {names}, expected router and openai")
             if dep["spec"].get("replicas", 1) < 2:
                 err(f"{name}: routers are stateless; run at least 2")
         psc = spec.get("securityContext", {})
@@ -192,6 +194,28 @@ def validate(docs, overlay, flags_by_bin):
                         err(f"{where}: --{f} uses $({var}), not defined by its ConfigMap/env")
                 resolved[f] = re.sub(r"\$\((\w+)\)", lambda m: str(env.get(m.group(1), "")), v)
             resolved_args[(name, binary)] = resolved
+            if binary == "openai":
+                # HTTP, not gRPC: the API and /metrics on one --port; ready
+                # when /health answers (the router is reachable).
+                port = int(resolved.get("port", known.get("port", 0)))
+                cports = {p.get("name"): p["containerPort"] for p in c.get("ports", [])}
+                for pname, num in cports.items():
+                    if pname in container_ports[name]:
+                        err(f"{where}: port name {pname} repeats in the pod")
+                    container_ports[name][pname] = num
+                    port_owner[(name, pname)] = binary
+                if cports.get("http") != port:
+                    err(f"{where}: containerPort http={cports.get('http')} but --port={port}")
+                for probe in ("startupProbe", "readinessProbe"):
+                    g = (c.get(probe) or {}).get("httpGet", {})
+                    if g.get("path") != "/health" or g.get("port") not in ("http", port):
+                        err(f"{where}: {probe} must GET /health on the http port")
+                if not c.get("livenessProbe"):
+                    err(f"{where}: livenessProbe missing")
+                if res.get("requests", {}).get("nvidia.com/gpu") or res.get(
+                        "limits", {}).get("nvidia.com/gpu"):
+                    err(f"{where}: the HTTP front needs no GPU")
+                continue
             device[binary] = resolved.get("device", known.get("device"))
             port = int(resolved.get("port", known.get("port", 0)))
             mport = int(resolved.get("metrics_port", known.get("metrics_port", 0)))
@@ -249,6 +273,13 @@ def validate(docs, overlay, flags_by_bin):
     if host not in ("127.0.0.1", "localhost") or not p.isdigit() or int(p) != drafter_port:
         err(f"dedit-stack/target: --drafter={target_args.get('drafter')} is not its pod's "
             f"drafter (127.0.0.1:{drafter_port})")
+    # The OpenAI front talks to the router of its own pod.
+    front = resolved_args.get(("dedit-router", "openai"), {}).get("router", "")
+    fhost, _, fport = front.rpartition(":")
+    if fhost not in ("127.0.0.1", "localhost") or not fport.isdigit() or int(
+            fport) != grpc_port.get(("dedit-router", "router")):
+        err(f"dedit-router/openai: --router={front} is not its pod's router "
+            f"(127.0.0.1:{grpc_port.get(('dedit-router', 'router'))})")
     # Routers find the stacks by DNS on a headless Service.
     router_args = resolved_args.get(("dedit-router", "router"), {})
     for f in ("target", "drafter", "stacks_file"):
@@ -328,8 +359,9 @@ def validate(docs, overlay, flags_by_bin):
                         f"gets job {job}, but deploy/prometheus and the dashboard expect "
                         f"dedit-{owner}")
                 jobs[job] = owner
-    if sorted(jobs) != ["dedit-drafter", "dedit-router", "dedit-target"]:
-        err(f"PodMonitors scrape jobs {sorted(jobs)}, not the three services")
+    if sorted(jobs) != ["dedit-drafter", "dedit-openai", "dedit-router", "dedit-target"]:
+        err(f"PodMonitors scrape jobs {sorted(jobs)}, not the three services and the "
+            "HTTP front")
     return errors
 
 
@@ -394,6 +426,11 @@ def self_check(docs, flags_by_bin):
             "args", [a if not a.startswith("--port=") else "--port=50053"
                      for a in c(ds, "dedit-stack", "drafter")["args"]]),
         "unknown flag": lambda ds: c(ds, "dedit-router", "router")["args"].append("--no_such_flag=1"),
+        "front on a remote router": lambda ds: c(ds, "dedit-router", "openai").__setitem__(
+            "args", [a if not a.startswith("--router=") else "--router=dedit-router:50050"
+                     for a in c(ds, "dedit-router", "openai")["args"]]),
+        "front not ready-checked": lambda ds: c(ds, "dedit-router", "openai").pop(
+            "readinessProbe"),
         "bad selector": lambda ds: svc(ds, "dedit-stack")["spec"].__setitem__(
             "selector", {"app.kubernetes.io/name": "dedit-stak"}),
     }
