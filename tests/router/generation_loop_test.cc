@@ -851,6 +851,36 @@ TEST_F(GenerationLoopTest, UnhealthyDrafterAtAdmissionDecodesTargetOnly) {
             static_cast<int64_t>(prompt(0).size()) + kMaxTokens + 1);
 }
 
+// Issue 15, defect 1: a sequence never holds more than the max context, so
+// a large max_tokens reserves no more KV than that (it used to reserve
+// prompt + max_tokens + W and refuse requests at a fraction of real use).
+TEST(KvReservationTokensTest, CappedAtTheMaxContext) {
+  EXPECT_EQ(KvReservationTokens(10, 20, 8, 256), 10 + 20 + 8);
+  EXPECT_EQ(KvReservationTokens(10, 20, 0, 256), 10 + 20 + 1);
+  EXPECT_EQ(KvReservationTokens(10, 4096, 8, 256), 256);
+  EXPECT_EQ(KvReservationTokens(200, 50, 8, 256), 256);
+  EXPECT_EQ(KvReservationTokens(10, 20, 8, 0), 10 + 20 + 8);  // unknown
+}
+
+TEST_F(GenerationLoopTest, ReservationIsCappedAtTheMaxContext) {
+  ScriptedDrafter inner(block_size(), Oracle(0));
+  TargetInfo info = Info();
+  info.max_context = static_cast<int64_t>(prompt(0).size()) + 12;
+  StartLoop(&inner, nullptr, info);
+  auto sink = Submit(MakeRequest(prompt(0), kMaxTokens, 8, 2, {}));
+  ASSERT_TRUE(sink->WaitFinished());
+  ASSERT_TRUE(sink->status().ok()) << sink->status();
+  // Ends at the context limit with the target's greedy tokens (the last
+  // one is sampled from the full context and never cached).
+  ASSERT_FALSE(sink->tokens().empty());
+  ASSERT_LE(sink->tokens().size(), 13u);
+  EXPECT_THAT(sink->tokens(),
+              ElementsAreArray(Reference(0, sink->tokens().size())));
+  const std::vector<FakeTargetControl::Limits> limits = target_->limits();
+  ASSERT_EQ(limits.size(), 1u);
+  EXPECT_EQ(limits[0].reserve_tokens, info.max_context);
+}
+
 // The n-gram method needs no drafter service: a target-only router (and a
 // router whose drafter is down) still speculates with it when asked, and the
 // output is the target's greedy output.
