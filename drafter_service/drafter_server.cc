@@ -55,9 +55,12 @@ class DrafterMetrics {
     }
   }
 
+  void SetContextTokens(int64_t tokens) {
+    context_tokens_.Set(static_cast<double>(tokens));
+  }
+
   void Observe(const DrafterBatchStats& s) {
     batch_size_.Observe(s.sequences);
-    context_tokens_.Set(static_cast<double>(s.context_tokens));
     // DEditDrafter::Draft runs all passes in one call; every pass does the
     // same work (same block, same context), so each is attributed an equal
     // share of the call. (A per-pass hook in DEditDrafter would make this
@@ -113,6 +116,10 @@ absl::Status RunDrafterServer(const DrafterServerOptions& options) {
       std::move(drafter),
       [&metrics](const DrafterBatchStats& s) { metrics.Observe(s); },
       worker_options);
+  // After every pass, releases included (not only after drafts).
+  worker.SetSnapshotListener([&metrics](const DrafterWorker::Snapshot& s) {
+    metrics.SetContextTokens(s.context_tokens);
+  });
   worker.SetPoisonListener([&readiness](const absl::Status& poisoned) {
     std::fprintf(stderr, "dedit-drafter: %s; health NOT_SERVING\n",
                  poisoned.ToString().c_str());

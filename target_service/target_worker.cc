@@ -571,6 +571,10 @@ void TargetWorker::FailInbox(Inbox& inbox, const absl::Status& status) {
   }
 }
 
-void TargetWorker::PublishSnapshot() { snapshot_.Set(batcher_.snapshot()); }
+void TargetWorker::PublishSnapshot() {
+  const Snapshot s = batcher_.snapshot();
+  snapshot_.Set(s);
+  if (snapshot_listener_) snapshot_listener_(s);
+}
 
 }  // namespace dedit

@@ -827,6 +827,45 @@ TEST_F(TargetWorkerTest, ReleaseAnswersAndTellsThePublisher) {
   EXPECT_EQ(s.kv_capacity_tokens, 50);
 }
 
+// Issue 15, defect 6: the snapshot listener (which feeds the KV usage
+// gauge) hears of a release-only step, not only of forwards.
+TEST_F(TargetWorkerTest, SnapshotListenerHearsOfReleases) {
+  auto worker = MakeWorker(TargetWorkerOptions());
+  absl::Mutex mu;
+  std::vector<TargetWorkerSnapshot> heard;
+  worker->SetSnapshotListener([&](const TargetWorkerSnapshot& s) {
+    absl::MutexLock lock(&mu);
+    heard.push_back(s);
+  });
+  // Polls until the last snapshot heard has `cached` tokens (the listener
+  // runs after the step's answers, so no Sync bounds it).
+  auto heard_cached = [&](int64_t cached, int64_t reserved) {
+    for (int i = 0; i < 400; ++i) {
+      {
+        absl::MutexLock lock(&mu);
+        if (!heard.empty() && heard.back().cached_tokens == cached &&
+            heard.back().reserved_tokens == reserved) {
+          return true;
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return false;
+  };
+  worker->Start();
+  PendingPrefill prefill;
+  worker->Prefill({Item(1, {1, 2, 3}, 10)}, prefill.callback());
+  ASSERT_TRUE(prefill.Get().has_value());
+  EXPECT_TRUE(heard_cached(3, 10));
+  Pending<int> released;
+  worker->Release({1}, released.callback());
+  EXPECT_EQ(released.Get(), 1);
+  EXPECT_TRUE(heard_cached(0, 0));
+  worker->Stop();
+  absl::MutexLock lock(&mu);
+  EXPECT_EQ(heard.back().num_sequences, 0);
+}
+
 TEST_F(TargetWorkerTest, StoppedWorkerAnswersUnavailable) {
   auto worker = MakeWorker(TargetWorkerOptions());
   worker->Start();
