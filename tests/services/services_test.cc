@@ -527,6 +527,21 @@ TEST_F(ServicesTest, DrafterRefusesContextPastTheMaxPositions) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::OUT_OF_RANGE)
       << status.error_message();
   EXPECT_THAT(status.error_message(), HasSubstr("max context"));
+  // A message larger than a whole context's chunk (float32, plus 1 MiB)
+  // is refused before it is read.
+  const int64_t limit = cluster_.spec().target.max_position_embeddings *
+                            int64_t{info.feature_width()} * 4 +
+                        (int64_t{1} << 20);
+  grpc::ClientContext big_context;
+  big_context.set_deadline(std::chrono::system_clock::now() +
+                           std::chrono::seconds(10));
+  auto big = drafter->StreamContext(&big_context, &summary);
+  chunk.mutable_features()->set_data(std::string(limit + 1, '\0'));
+  big->Write(chunk);
+  big->WritesDone();
+  const grpc::Status too_big = big->Finish();
+  EXPECT_EQ(too_big.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << too_big.error_message();
   // The target's stream still serves speculation.
   Generated ok = Generate(stub_.get(), IdsRequest({1, 2, 3}, 8, 8, 2));
   EXPECT_TRUE(ok.status.ok()) << ok.status.error_message();
