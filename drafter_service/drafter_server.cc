@@ -4,6 +4,8 @@
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -18,6 +20,7 @@
 #include "model/qwen3_model.h"
 #include "model/tensor_io.h"
 #include "serving/serve_until_signal.h"
+#include "serving/server_bootstrap.h"
 #include "serving/service_readiness.h"
 
 namespace dedit {
@@ -55,9 +58,12 @@ class DrafterMetrics {
     }
   }
 
+  void SetContextTokens(int64_t tokens) {
+    context_tokens_.Set(static_cast<double>(tokens));
+  }
+
   void Observe(const DrafterBatchStats& s) {
     batch_size_.Observe(s.sequences);
-    context_tokens_.Set(static_cast<double>(s.context_tokens));
     // DEditDrafter::Draft runs all passes in one call; every pass does the
     // same work (same block, same context), so each is attributed an equal
     // share of the call. (A per-pass hook in DEditDrafter would make this
@@ -95,6 +101,12 @@ absl::Status RunDrafterServer(const DrafterServerOptions& options) {
                    DEditDrafter::Load(options.drafter_dir, embed_tokens,
                                       lm_head, drafter_options));
   if (options.causal_editor) drafter->set_causal_editor(*options.causal_editor);
+  // The largest message this port needs is one context chunk of the whole
+  // context (float32 at worst; the target sends bf16) plus framing, so a
+  // larger one is refused before it is read (issue 15).
+  const int64_t chunk_bytes = target_config.max_position_embeddings *
+                                  int64_t{drafter->feature_width()} * 4 +
+                              (int64_t{1} << 20);
   std::string model_name = options.model_name;
   if (model_name.empty()) {
     model_name = std::filesystem::path(options.drafter_dir).filename().string();
@@ -113,6 +125,10 @@ absl::Status RunDrafterServer(const DrafterServerOptions& options) {
       std::move(drafter),
       [&metrics](const DrafterBatchStats& s) { metrics.Observe(s); },
       worker_options);
+  // After every pass, releases included (not only after drafts).
+  worker.SetSnapshotListener([&metrics](const DrafterWorker::Snapshot& s) {
+    metrics.SetContextTokens(s.context_tokens);
+  });
   worker.SetPoisonListener([&readiness](const absl::Status& poisoned) {
     std::fprintf(stderr, "dedit-drafter: %s; health NOT_SERVING\n",
                  poisoned.ToString().c_str());
@@ -128,6 +144,10 @@ absl::Status RunDrafterServer(const DrafterServerOptions& options) {
   serve.banner = absl::StrCat(model_name, " on ", options.device, ", block ",
                               drafter_config.block_size);
   serve.readiness = &readiness;
+  if (serve.max_receive_message_bytes == 0) {
+    serve.max_receive_message_bytes =
+        static_cast<int>(std::min<int64_t>(chunk_bytes, kMaxMessageBytes));
+  }
   ServeHooks hooks;
   hooks.warm_up = [&worker] { return worker.AwaitWarmUp(); };
   // Context streams never end on their own: finish them so that they do

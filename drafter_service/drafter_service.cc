@@ -4,6 +4,7 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "model/torch_status.h"
 #include "proto/grpc_status.h"
 #include "proto/tensor_wire.h"
@@ -53,6 +54,19 @@ class ContextStreamReader : public grpc::ServerReadReactor<v1::ContextChunk> {
     if (chunk_.release()) {
       service_->worker_->ReleaseFromStream(chunk_.sequence());
     } else if (chunk_.has_features()) {
+      // Refused before the rows are copied: a sequence never holds more
+      // context than the model's positions (issue 15).
+      const int64_t rows =
+          chunk_.features().shape_size() > 0 ? chunk_.features().shape(0) : 0;
+      const int64_t limit = service_->worker_->max_context_tokens();
+      if (chunk_.start() < 0 || rows < 0 || rows > limit - chunk_.start()) {
+        FinishOnce(ToGrpcStatus(absl::OutOfRangeError(
+            absl::StrCat("context chunk of sequence ", chunk_.sequence(),
+                         " has start ", chunk_.start(), " and ", rows,
+                         " rows, past the drafter's max context of ", limit,
+                         " positions"))));
+        return;
+      }
       absl::StatusOr<at::Tensor> features = ToTensor(chunk_.features());
       if (!features.ok()) {
         FinishOnce(ToGrpcStatus(features.status()));

@@ -346,6 +346,7 @@ void DrafterWorker::PublishSnapshot() {
   s.num_sequences = static_cast<int>(drafter_->num_sequences());
   s.context_tokens = drafter_->context_tokens();
   snapshot_.Set(s);
+  if (snapshot_listener_) snapshot_listener_(s);
 }
 
 }  // namespace dedit

@@ -87,6 +87,8 @@ class DrafterWorker : public ModelThread {
   ~DrafterWorker() override;
 
   const DrafterConfig& config() const { return drafter_->config(); }
+  // Context positions a sequence may hold: the target's max context.
+  int64_t max_context_tokens() const { return drafter_->max_context_tokens(); }
   const DrafterWorkerOptions& options() const { return options_; }
 
   // Start(), Stop(), Release() (answers how many of the sequences had
@@ -106,6 +108,13 @@ class DrafterWorker : public ModelThread {
 
   // As of the end of the model thread's last pass.
   Snapshot snapshot() const { return snapshot_.Get(); }
+
+  // Called on the model thread with every snapshot published (after every
+  // pass, also one that only applied context or releases), so that gauges
+  // follow releases (issue 15). REQUIRES: before Start().
+  void SetSnapshotListener(std::function<void(const Snapshot&)> listener) {
+    snapshot_listener_ = std::move(listener);
+  }
 
  private:
   struct ContextEvent {
@@ -163,6 +172,7 @@ class DrafterWorker : public ModelThread {
   std::deque<ContextEvent> new_context_ ABSL_GUARDED_BY(mu_);
   std::vector<DraftJob> new_drafts_ ABSL_GUARDED_BY(mu_);
   Published<Snapshot> snapshot_;
+  std::function<void(const Snapshot&)> snapshot_listener_;
 };
 
 }  // namespace dedit

@@ -54,6 +54,13 @@ size_t CharBoundary(const std::string& text, size_t end) {
 
 }  // namespace
 
+int64_t KvReservationTokens(int64_t prompt_tokens, int64_t max_new_tokens,
+                            int window, int64_t max_context) {
+  const int64_t whole_life =
+      prompt_tokens + max_new_tokens + std::max(1, window);
+  return max_context > 0 ? std::min(whole_life, max_context) : whole_life;
+}
+
 GenerationLoop::GenerationLoop(RouterBackends backends,
                                const Tokenizer* tokenizer,
                                std::shared_ptr<prometheus::Registry> registry,
@@ -179,6 +186,7 @@ bool GenerationLoop::ConnectTarget() {
   o.eos_token_ids = served.eos_token_ids;
   o.vocab_size = served.vocab_size;
   o.max_context = served.max_context;
+  max_context_ = served.max_context;
   o.max_new_tokens_limit = options_.max_tokens_limit;
   o.max_passes = options_.max_passes;
   o.ngram = options_.ngram;
@@ -329,8 +337,9 @@ void GenerationLoop::Admit(RouterRequest request) {
     engine_request.window = std::min(engine_request.window, block_size);
   }
   const int prompt_tokens = static_cast<int>(engine_request.prompt.size());
-  const int64_t reserve = prompt_tokens + engine_request.max_new_tokens +
-                          std::max(1, engine_request.window);
+  const int64_t reserve =
+      KvReservationTokens(prompt_tokens, engine_request.max_new_tokens,
+                          engine_request.window, max_context_);
   std::shared_ptr<GenerationSink> sink = request.sink;
   absl::StatusOr<SequenceId> id = engine_->Submit(
       std::move(engine_request),

@@ -91,6 +91,15 @@ struct ServedModel {
   std::vector<int32_t> eos_token_ids;
 };
 
+// KV tokens to reserve on the target for a sequence's whole life
+// (docs/ARCHITECTURE.md §3 "Admission control"): the prompt, every token it
+// may generate and one verify block of `window`, but never more than the
+// `max_context` positions a sequence can ever hold — the engine ends a
+// request at the context limit and shrinks its last blocks to fit, so a
+// large max_tokens must not make the reservation exceed what is usable.
+int64_t KvReservationTokens(int64_t prompt_tokens, int64_t max_new_tokens,
+                            int window, int64_t max_context);
+
 class GenerationLoop {
  public:
   struct Options {
@@ -192,6 +201,7 @@ class GenerationLoop {
 
   // Loop-thread state: only Run() and what it calls touch it.
   std::unique_ptr<SpeculativeEngine> engine_;
+  int64_t max_context_ = 0;                 // the target's, from its Info
   std::unique_ptr<RouterMetrics> metrics_;  // published as shared_metrics_
   std::map<SequenceId, Active> active_;
   std::vector<SequenceId> to_cancel_;  // stop strings hit during a Step

@@ -177,6 +177,11 @@ RequestLimits GenerationServiceImpl::CurrentLimits() const {
   limits.default_method = defaults_.default_method;
   limits.ngram_default_window = defaults_.ngram_default_window;
   limits.ngram_max_window = defaults_.ngram_max_window;
+  limits.max_prompt_bytes = bytes_per_token_ * limits.model.max_context;
+  limits.max_stop_strings = defaults_.max_stop_strings;
+  limits.max_stop_string_bytes = defaults_.max_stop_string_bytes;
+  limits.chat_special_tokens_in_content =
+      defaults_.chat_special_tokens_in_content;
   return limits;
 }
 

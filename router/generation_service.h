@@ -25,6 +25,12 @@ class GenerationServiceImpl final : public v1::Generation::CallbackService {
     DraftMethod default_method = DraftMethod::kModel;
     int ngram_default_window = 8;
     int ngram_max_window = 64;  // = GenerationLoop::Options::ngram
+    // Text prompts longer than max context x this are refused before
+    // tokenizing; 0 = twice the longest vocabulary token (MaxTokenBytes).
+    int max_bytes_per_token = 0;
+    int max_stop_strings = 16;
+    int max_stop_string_bytes = 256;
+    bool chat_special_tokens_in_content = false;
   };
   // `tokenizer` may be null. The stacks' drafters size request defaults.
   GenerationServiceImpl(StackSet* stacks, const Tokenizer* tokenizer,
@@ -32,7 +38,11 @@ class GenerationServiceImpl final : public v1::Generation::CallbackService {
       : stacks_(stacks),
         drafter_(stacks),
         tokenizer_(tokenizer),
-        defaults_(defaults) {}
+        defaults_(defaults),
+        bytes_per_token_(
+            defaults.max_bytes_per_token > 0
+                ? defaults.max_bytes_per_token
+                : (tokenizer != nullptr ? 2 * MaxTokenBytes(*tokenizer) : 0)) {}
 
   grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
       grpc::CallbackServerContext* context,
@@ -52,6 +62,7 @@ class GenerationServiceImpl final : public v1::Generation::CallbackService {
   StackSet* stacks_;
   const DrafterHealth* drafter_;
   const Tokenizer* tokenizer_;
+  const int64_t bytes_per_token_;  // 0 = no bound on text length
   Defaults defaults_;
 };
 

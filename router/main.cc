@@ -40,6 +40,17 @@ ABSL_FLAG(int, metrics_port, 9100, "Prometheus /metrics port (0 = ephemeral)");
 ABSL_FLAG(std::string, ready_file, "",
           "written with the bound ports once serving");
 ABSL_FLAG(int, max_tokens_limit, 4096, "largest max_tokens a request may ask");
+ABSL_FLAG(int, max_request_bytes, 4 << 20,
+          "largest request message the public gRPC port accepts");
+ABSL_FLAG(int, max_bytes_per_token, 0,
+          "text longer than max context x this many bytes is refused before "
+          "tokenizing (0 = twice the longest token of the vocabulary)");
+ABSL_FLAG(int, max_stop_strings, 16, "most stop strings a request may give");
+ABSL_FLAG(int, max_stop_string_bytes, 256,
+          "longest stop string a request may give, in bytes");
+ABSL_FLAG(bool, chat_special_tokens_in_content, false,
+          "encode special-token text inside chat message content as special "
+          "tokens (HF's behaviour; lets a message forge a turn)");
 ABSL_FLAG(int, max_passes, 8, "largest K a request may ask");
 ABSL_FLAG(int, default_window, 0,
           "W when a request gives none (0 = drafter block size)");
@@ -92,6 +103,12 @@ int main(int argc, char** argv) {
   o.loop.max_passes = absl::GetFlag(FLAGS_max_passes);
   o.defaults.max_tokens_limit = o.loop.max_tokens_limit;
   o.defaults.max_passes = o.loop.max_passes;
+  o.serve.max_receive_message_bytes = absl::GetFlag(FLAGS_max_request_bytes);
+  o.defaults.max_bytes_per_token = absl::GetFlag(FLAGS_max_bytes_per_token);
+  o.defaults.max_stop_strings = absl::GetFlag(FLAGS_max_stop_strings);
+  o.defaults.max_stop_string_bytes = absl::GetFlag(FLAGS_max_stop_string_bytes);
+  o.defaults.chat_special_tokens_in_content =
+      absl::GetFlag(FLAGS_chat_special_tokens_in_content);
   o.defaults.default_window = absl::GetFlag(FLAGS_default_window);
   o.defaults.default_passes = absl::GetFlag(FLAGS_default_passes);
   const std::string method = absl::GetFlag(FLAGS_speculative_method);

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
@@ -12,6 +14,19 @@ namespace {
 
 absl::Status Invalid(const std::string& message) {
   return absl::InvalidArgumentError(message);
+}
+
+// Text that cannot fit the context is refused before it is tokenized
+// (issue 15: tokenizing a 64 MB prompt took 14.6 s).
+absl::Status CheckTextBytes(int64_t bytes, const RequestLimits& limits,
+                            absl::string_view field) {
+  if (limits.max_prompt_bytes > 0 && bytes > limits.max_prompt_bytes) {
+    return Invalid(absl::StrCat(
+        field, " of ", bytes, " bytes cannot fit the context limit of ",
+        limits.model.max_context, " tokens: at most ", limits.max_prompt_bytes,
+        " bytes (max context x --max_bytes_per_token)"));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<int32_t>> PromptIds(const v1::GenerateRequest& r,
@@ -32,6 +47,8 @@ absl::StatusOr<std::vector<int32_t>> PromptIds(const v1::GenerateRequest& r,
     }
     case v1::GenerateRequest::kText: {
       if (r.text().empty()) return Invalid("prompt text is empty");
+      RETURN_IF_ERROR(CheckTextBytes(static_cast<int64_t>(r.text().size()),
+                                     limits, "prompt text"));
       if (tokenizer == nullptr) {
         return Invalid(
             "this router has no tokenizer: send the prompt as token_ids");
@@ -43,6 +60,12 @@ absl::StatusOr<std::vector<int32_t>> PromptIds(const v1::GenerateRequest& r,
     case v1::GenerateRequest::kChat: {
       const v1::ChatMessages& chat = r.chat();
       if (chat.messages().empty()) return Invalid("chat has no messages");
+      int64_t content_bytes = 0;
+      for (const v1::ChatMessage& m : chat.messages()) {
+        content_bytes += static_cast<int64_t>(m.content().size());
+      }
+      RETURN_IF_ERROR(
+          CheckTextBytes(content_bytes, limits, "chat.messages content"));
       std::vector<ChatMessage> messages;
       for (int i = 0; i < chat.messages_size(); ++i) {
         const v1::ChatMessage& m = chat.messages(i);
@@ -60,6 +83,7 @@ absl::StatusOr<std::vector<int32_t>> PromptIds(const v1::GenerateRequest& r,
       ChatTemplateOptions options;
       options.add_generation_prompt = true;
       options.enable_thinking = chat.enable_thinking();
+      options.special_tokens_in_content = limits.chat_special_tokens_in_content;
       auto ids = EncodeQwen3Chat(*tokenizer, messages, options);
       if (!ids.ok()) return Annotate(ids.status(), "chat");
       return ids;
@@ -71,6 +95,15 @@ absl::StatusOr<std::vector<int32_t>> PromptIds(const v1::GenerateRequest& r,
 }
 
 }  // namespace
+
+int MaxTokenBytes(const Tokenizer& tokenizer) {
+  size_t longest = 1;
+  for (int32_t id = 0; id < tokenizer.vocab_size(); ++id) {
+    const std::optional<std::string> token = tokenizer.IdToToken(id);
+    if (token.has_value()) longest = std::max(longest, token->size());
+  }
+  return static_cast<int>(longest);
+}
 
 absl::StatusOr<RouterRequest> BuildRouterRequest(const v1::GenerateRequest& r,
                                                  const RequestLimits& limits,
@@ -110,9 +143,19 @@ absl::StatusOr<RouterRequest> BuildRouterRequest(const v1::GenerateRequest& r,
   out.engine.sampling.has_seed = s.has_seed();
   out.engine.sampling.seed = s.seed();
 
+  if (r.stop_size() > limits.max_stop_strings) {
+    return Invalid(absl::StrCat("stop has ", r.stop_size(),
+                                " strings; at most ", limits.max_stop_strings,
+                                " (--max_stop_strings)"));
+  }
   for (int i = 0; i < r.stop_size(); ++i) {
     if (r.stop(i).empty())
       return Invalid(absl::StrCat("stop[", i, "] is empty"));
+    if (r.stop(i).size() > static_cast<size_t>(limits.max_stop_string_bytes)) {
+      return Invalid(absl::StrCat(
+          "stop[", i, "] is ", r.stop(i).size(), " bytes; at most ",
+          limits.max_stop_string_bytes, " (--max_stop_string_bytes)"));
+    }
     out.stop_strings.push_back(r.stop(i));
   }
   for (int i = 0; i < r.stop_token_ids_size(); ++i) {

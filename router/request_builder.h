@@ -29,7 +29,22 @@ struct RequestLimits {
   DraftMethod default_method = DraftMethod::kModel;
   int ngram_default_window = 8;
   int ngram_max_window = 64;
+  // Stop strings are matched on the engine thread that every request
+  // shares, so their number and length are bounded (issue 15).
+  // Text (all chat content together) longer than this many bytes cannot
+  // fit the context and is refused before tokenizing; 0 = no bound.
+  int64_t max_prompt_bytes = 0;
+  int max_stop_strings = 16;
+  int max_stop_string_bytes = 256;
+  // Chat content may spell special tokens (ChatTemplateOptions); off by
+  // default so that a message cannot forge a turn.
+  bool chat_special_tokens_in_content = false;
 };
+
+// Bytes of the longest token of the vocabulary (byte-level spelling, which
+// is never shorter than the text it covers): a text of B bytes encodes to at
+// least B / MaxTokenBytes tokens, before normalization.
+int MaxTokenBytes(const Tokenizer& tokenizer);
 
 // `tokenizer` may be null: then only token-id prompts are accepted.
 absl::StatusOr<RouterRequest> BuildRouterRequest(

@@ -42,7 +42,8 @@ class TargetControl {
 
   // Per-request facts the Verifier interface does not carry, set after the
   // engine accepted the request and before its prefill: the KV tokens to
-  // reserve for the sequence's whole life (prompt + max tokens + W,
+  // reserve for the sequence's whole life (prompt + max tokens + W, at
+  // most the max context: KvReservationTokens in generation_loop.h,
   // docs/ARCHITECTURE.md §3 "Admission control"), and the client's
   // deadline (internal calls never outlive every client they serve). They
   // apply until Verifier::Release(id).

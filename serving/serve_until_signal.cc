@@ -19,7 +19,8 @@ absl::Status ServeUntilSignal(const ServeOptions& options,
                               std::shared_ptr<prometheus::Registry> registry,
                               const ServeHooks& hooks) {
   ASSIGN_OR_RETURN(StartedServer server,
-                   StartGrpcServer(options.listen_address, services));
+                   StartGrpcServer(options.listen_address, services,
+                                   options.max_receive_message_bytes));
   grpc::HealthCheckServiceInterface* health =
       server.server->GetHealthCheckService();
   if (options.readiness != nullptr) options.readiness->PublishTo(health);

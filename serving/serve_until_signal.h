@@ -40,6 +40,10 @@ struct ServeOptions {
   // How long in-flight RPCs may run after the signal before gRPC cancels
   // them.
   int drain_timeout_ms = 10000;
+  // Largest gRPC message the server accepts; 0 = kMaxMessageBytes
+  // (server_bootstrap.h), which internal ports need for feature blocks. A
+  // public port sets it small (the router's --max_request_bytes).
+  int max_receive_message_bytes = 0;
   // The named health service and the overall status "" of a model
   // service, which the binary sets from its own threads
   // (service_readiness.h); published from the start, marked warmed up

@@ -11,14 +11,16 @@
 namespace dedit {
 
 absl::StatusOr<StartedServer> StartGrpcServer(
-    const std::string& address, const std::vector<grpc::Service*>& services) {
+    const std::string& address, const std::vector<grpc::Service*>& services,
+    int max_receive_bytes) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   StartedServer started;
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(),
                            &started.port);
-  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder.SetMaxReceiveMessageSize(max_receive_bytes > 0 ? max_receive_bytes
+                                                         : kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
   for (grpc::Service* s : services) builder.RegisterService(s);
   started.server = builder.BuildAndStart();

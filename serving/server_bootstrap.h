@@ -34,12 +34,15 @@ struct StartedServer {
 };
 
 // Starts a server on `address` ("host:port", port 0 = ephemeral) with the
-// default health service, reflection, and kMaxMessageBytes both ways. The
+// default health service, reflection, kMaxMessageBytes sent and at most
+// `max_receive_bytes` received (a larger message is RESOURCE_EXHAUSTED
+// before it is parsed; 0 = kMaxMessageBytes). The
 // overall health status "" starts NOT_SERVING: the caller turns it SERVING
 // once the process can serve (ServeUntilSignal: after the warm-up).
 // UNAVAILABLE when it cannot listen.
 absl::StatusOr<StartedServer> StartGrpcServer(
-    const std::string& address, const std::vector<grpc::Service*>& services);
+    const std::string& address, const std::vector<grpc::Service*>& services,
+    int max_receive_bytes = 0);
 
 // Writes {"grpc_port": N, "metrics_port": M} to `path` atomically (a
 // temporary file renamed over it), so a reader never sees a partial file.

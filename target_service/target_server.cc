@@ -120,12 +120,15 @@ absl::Status RunTargetServer(const TargetServerOptions& options) {
       [&metrics](const TargetForwardStats& s) {
         metrics.batch_size.Observe(s.segments);
         metrics.forward_seconds.Observe(s.seconds);
-        if (s.kv_capacity_tokens > 0) {
-          metrics.kv_usage.Set(static_cast<double>(s.cached_tokens) /
-                               static_cast<double>(s.kv_capacity_tokens));
-        }
       },
       worker_options);
+  // After every step, releases included (not only after forwards).
+  worker.SetSnapshotListener([&metrics](const TargetWorker::Snapshot& s) {
+    if (s.kv_capacity_tokens > 0) {
+      metrics.kv_usage.Set(static_cast<double>(s.cached_tokens) /
+                           static_cast<double>(s.kv_capacity_tokens));
+    }
+  });
   worker.SetPoisonListener([&readiness](const absl::Status& poisoned) {
     std::fprintf(stderr, "dedit-target: %s; health NOT_SERVING\n",
                  poisoned.ToString().c_str());

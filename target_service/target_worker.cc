@@ -130,6 +130,15 @@ absl::Status TargetBatcher::CheckPrompt(const TargetPrefillItem& item) const {
         "prompt of ", prompt_len, " tokens does not fit the context of ",
         config.max_position_embeddings));
   }
+  // A sequence never holds more than the context, so a larger reservation
+  // is a caller's error; bounding it here also keeps the reserved total
+  // far from overflow (issue 15, defect 5).
+  if (item.reserve_tokens < 0 ||
+      item.reserve_tokens > config.max_position_embeddings) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "reserve_tokens ", item.reserve_tokens, " is outside [0, ",
+        config.max_position_embeddings, "], the context a sequence can hold"));
+  }
   if (sequences_.count(w.sequence) > 0) {
     return absl::AlreadyExistsError(
         absl::StrCat("sequence ", w.sequence, " exists"));
@@ -150,8 +159,10 @@ void TargetBatcher::AdmitPrefills(std::vector<TargetPrefillJob> jobs) {
           std::max(item.reserve_tokens,
                    static_cast<int64_t>(item.work.prompt.size()) + 1);
       absl::Status status = CheckPrompt(item);
+      // Written so that no sum can overflow: 0 <= reserved_tokens_ <=
+      // capacity always holds, and `reserve` was bounded by CheckPrompt.
       if (status.ok() &&
-          reserved_tokens_ + reserve > options_.kv_capacity_tokens) {
+          reserve > options_.kv_capacity_tokens - reserved_tokens_) {
         status = absl::ResourceExhaustedError(
             absl::StrCat("KV cache full: ", reserved_tokens_, " of ",
                          options_.kv_capacity_tokens,
@@ -560,6 +571,10 @@ void TargetWorker::FailInbox(Inbox& inbox, const absl::Status& status) {
   }
 }
 
-void TargetWorker::PublishSnapshot() { snapshot_.Set(batcher_.snapshot()); }
+void TargetWorker::PublishSnapshot() {
+  const Snapshot s = batcher_.snapshot();
+  snapshot_.Set(s);
+  if (snapshot_listener_) snapshot_listener_(s);
+}
 
 }  // namespace dedit

@@ -312,6 +312,14 @@ class TargetWorker : public ModelThread {
   // As of the end of the last step.
   Snapshot snapshot() const { return snapshot_.Get(); }
 
+  // Called on the model thread with every snapshot published, i.e. after
+  // every step, also one that only released sequences: gauges such as KV
+  // usage follow releases, not only forwards (issue 15).
+  // REQUIRES: before Start().
+  void SetSnapshotListener(std::function<void(const Snapshot&)> listener) {
+    snapshot_listener_ = std::move(listener);
+  }
+
  private:
   struct Inbox {
     std::vector<TargetReleaseJob> releases;
@@ -345,6 +353,7 @@ class TargetWorker : public ModelThread {
   std::vector<TargetPrefillJob> new_prefills_ ABSL_GUARDED_BY(mu_);
   std::vector<TargetVerifyJob> new_verifies_ ABSL_GUARDED_BY(mu_);
   Published<Snapshot> snapshot_;
+  std::function<void(const Snapshot&)> snapshot_listener_;
 };
 
 }  // namespace dedit

@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -57,15 +58,30 @@ struct ChatTemplateOptions {
   // in RenderQwen3Chat's HF-identical output; EncodeQwen3Chat clears it
   // for a tokenizer without a <think> token (see there).
   bool render_empty_think_block = true;
+  // Whether special-token text inside message content (say
+  // "<|im_start|>system") is encoded as that special token. Off by default:
+  // then only the template's own <|im_start|>/<|im_end|> are special ids,
+  // so a user cannot forge a turn (issue 15). HF's apply_chat_template
+  // matches them (true); vLLM users ask for the same switch.
+  bool special_tokens_in_content = false;
 };
+
+// Byte ranges [begin, end) of message text in a rendered prompt.
+using ContentRanges = std::vector<std::pair<size_t, size_t>>;
 
 // The prompt text. INVALID_ARGUMENT for an unknown role, naming the message.
 absl::StatusOr<std::string> RenderQwen3Chat(
     absl::Span<const ChatMessage> messages, const ChatTemplateOptions& options);
+// Also notes where message text (content, reasoning) lies in the prompt.
+absl::StatusOr<std::string> RenderQwen3Chat(
+    absl::Span<const ChatMessage> messages, const ChatTemplateOptions& options,
+    ContentRanges* content_ranges);
 
-// RenderQwen3Chat followed by Tokenizer::Encode (special tokens in the
-// rendered text are matched, as HF does). INVALID_ARGUMENT also for content
-// that is not valid UTF-8.
+// RenderQwen3Chat followed by Tokenizer::Encode. The template's special
+// tokens are matched; special-token text inside message content only with
+// `special_tokens_in_content` (HF matches it; the default does not, and is
+// otherwise identical). INVALID_ARGUMENT also for content that is not valid
+// UTF-8.
 //
 // Convention for tokenizers without think tokens (the bundled tiny models,
 // docs/TOKENIZER.md): a model that cannot think is always asked with

@@ -5,6 +5,8 @@
 // DEditDrafter over the same weights is the reference for every draft.
 #include "drafter_service/drafter_worker.h"
 
+#include <ATen/Functions.h>
+
 #include <chrono>
 #include <cmath>
 #include <functional>
@@ -233,6 +235,73 @@ TEST_F(DrafterWorkerTest, ContextGapFailsDraftsWithDataLossUntilRestarted) {
   results = again.Get();
   ASSERT_TRUE(results.has_value());
   EXPECT_TRUE((*results)[0].ok()) << (*results)[0].status();
+}
+
+// Issue 15, defect 6: a sequence's context never exceeds the model's
+// positions; more is refused by name and drops only that sequence.
+TEST_F(DrafterWorkerTest, ContextPastTheMaxPositionsIsRefused) {
+  DrafterWorkerOptions options;
+  options.context_wait_ms = 50;
+  auto worker = MakeWorker(options);
+  ASSERT_NE(worker, nullptr);
+  const int64_t limit = worker->max_context_tokens();
+  EXPECT_EQ(limit, spec_.target.max_position_embeddings);
+  DEditDrafter& d = *pair_->drafter;
+  ASSERT_TRUE(d.AddSequence(5).ok());
+  const at::Tensor rows = at::zeros({limit + 1, d.feature_width()});
+  const absl::Status refused = d.AppendContext(5, 0, rows);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kOutOfRange);
+  EXPECT_TRUE(absl::StrContains(refused.message(), "limit")) << refused;
+  EXPECT_EQ(d.ContextLength(5).value_or(-1), 0);
+  ASSERT_TRUE(d.RemoveSequence(5).ok());
+
+  // Through the worker: the oversized sequence's drafts fail, others draft.
+  const at::Tensor a = Features(RandomPrompt(9, 128, 5));
+  worker->AddContext(1, 0, rows);
+  worker->AddContext(2, 0, a);
+  Pending<DraftResults> drafts;
+  worker->Draft({{1, limit + 1, 3, 4, 1}, {2, 9, 3, 4, 1}}, drafts.callback());
+  auto results = drafts.Get();
+  ASSERT_TRUE(results.has_value());
+  EXPECT_FALSE((*results)[0].ok());
+  EXPECT_TRUE((*results)[1].ok()) << (*results)[1].status();
+  Sync(*worker);
+  EXPECT_EQ(worker->snapshot().context_tokens, 9);
+}
+
+// Issue 15, defect 6: the snapshot listener (which feeds the context
+// gauge) hears of context and of releases, not only of drafts.
+TEST_F(DrafterWorkerTest, SnapshotListenerHearsOfReleases) {
+  auto worker = MakeWorker(DrafterWorkerOptions(), /*start=*/false);
+  ASSERT_NE(worker, nullptr);
+  absl::Mutex mu;
+  std::vector<DrafterWorker::Snapshot> heard;
+  worker->SetSnapshotListener([&](const DrafterWorker::Snapshot& s) {
+    absl::MutexLock lock(&mu);
+    heard.push_back(s);
+  });
+  // Polls until the last snapshot heard has `tokens` context tokens (the
+  // listener runs after the pass's answers, so no Sync bounds it).
+  auto heard_tokens = [&](int64_t tokens) {
+    for (int i = 0; i < 400; ++i) {
+      {
+        absl::MutexLock lock(&mu);
+        if (!heard.empty() && heard.back().context_tokens == tokens) {
+          return true;
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return false;
+  };
+  worker->Start();
+  worker->AddContext(1, 0, Features(RandomPrompt(7, 128, 3)));
+  EXPECT_TRUE(heard_tokens(7));
+  worker->ReleaseFromStream(1);
+  EXPECT_TRUE(heard_tokens(0));
+  worker->Stop();
+  absl::MutexLock lock(&mu);
+  EXPECT_EQ(heard.back().num_sequences, 0);
 }
 
 TEST_F(DrafterWorkerTest, ReleaseDropsTheContext) {

@@ -19,6 +19,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "model/in_process.h"
+#include "model/tiny_model.h"
 #include "tests/model/test_util.h"
 #include "tests/services/service_cluster.h"
 #include "tests/services/stream_client.h"
@@ -387,6 +388,164 @@ TEST_F(ServicesTest, ClientCancelReleasesBothServices) {
                                            "dedit_requests_running") == 0;
       },
       5000));
+}
+
+// A cluster with its own flags (target-only), serving once the router has
+// learned the model.
+std::unique_ptr<ServiceCluster> StartLimitsCluster(
+    std::vector<std::string> target_flags,
+    std::vector<std::string> router_flags = {}) {
+  ServiceCluster::Options options;
+  options.with_drafter = false;
+  options.target_flags = std::move(target_flags);
+  options.router_flags = std::move(router_flags);
+  auto cluster = std::make_unique<ServiceCluster>(options);
+  const absl::Status started = cluster->Start();
+  EXPECT_TRUE(started.ok()) << started;
+  if (!started.ok()) return nullptr;
+  auto stub = v1::Generation::NewStub(cluster->RouterChannel());
+  const bool ready = WaitFor(
+      [&] {
+        grpc::ClientContext c;
+        c.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(2));
+        v1::ListModelsResponse models;
+        return stub->ListModels(&c, {}, &models).ok() &&
+               models.models_size() == 1;
+      },
+      20000);
+  EXPECT_TRUE(ready);
+  return ready ? std::move(cluster) : nullptr;
+}
+
+// Issue 15, defect 1: a large max_tokens reserves at most the max context,
+// so a KV capacity of 4 contexts runs 4 such requests at once (it used to
+// reserve prompt + max_tokens + W, ~2 contexts each, and refuse two).
+TEST(ServicesLimitsTest, LargeMaxTokensReservesAtMostTheContext) {
+  const int64_t kContext = DefaultTinySpec().target.max_position_embeddings;
+  auto cluster =
+      StartLimitsCluster({absl::StrCat("--kv_capacity_tokens=", 4 * kContext)});
+  ASSERT_NE(cluster, nullptr);
+  auto stub = v1::Generation::NewStub(cluster->RouterChannel());
+  auto target = v1::Target::NewStub(cluster->TargetChannel());
+  const int kStreams = 4;
+  std::vector<Generated> results(kStreams);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kStreams; ++i) {
+    threads.emplace_back([&, i] {
+      results[i] = Generate(
+          stub.get(), IdsRequest(RandomPrompt(5, 300, 50 + i), 4096), 120);
+    });
+  }
+  int64_t most_reserved = 0;
+  const auto until =
+      std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (std::chrono::steady_clock::now() < until) {
+    grpc::ClientContext c;
+    v1::TargetInfoResponse info;
+    if (target->Info(&c, {}, &info).ok()) {
+      most_reserved = std::max(most_reserved, info.reserved_tokens());
+      if (info.num_sequences() == 0 && most_reserved > 0) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (std::thread& t : threads) t.join();
+  for (int i = 0; i < kStreams; ++i) {
+    EXPECT_TRUE(results[i].status.ok())
+        << "stream " << i << ": " << results[i].status.error_message();
+    // Each runs to the context limit, far past a few rounds.
+    EXPECT_GT(static_cast<int64_t>(results[i].tokens.size()), kContext / 2)
+        << "stream " << i;
+  }
+  EXPECT_LE(most_reserved, 4 * kContext);
+  EXPECT_GT(most_reserved, 0);
+}
+
+// Issue 15, defect 3: the public port takes messages up to
+// --max_request_bytes, and text that cannot fit the context is refused
+// before it is tokenized; both fast.
+TEST(ServicesLimitsTest, OversizedPromptsAreRefusedFast) {
+  auto cluster = StartLimitsCluster({}, {"--max_request_bytes=2097152"});
+  ASSERT_NE(cluster, nullptr);
+  auto stub = v1::Generation::NewStub(cluster->RouterChannel());
+  v1::GenerateRequest huge;
+  huge.set_text(std::string(3 << 20, 'a'));
+  huge.set_max_tokens(8);
+  Generated g = Generate(stub.get(), huge, 10);
+  EXPECT_EQ(g.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << g.status.error_message();
+  EXPECT_THAT(g.status.error_message(), HasSubstr("2097152"));
+
+  v1::GenerateRequest long_text;
+  long_text.set_text(std::string(1 << 20, 'a'));
+  long_text.set_max_tokens(8);
+  const auto start = std::chrono::steady_clock::now();
+  g = Generate(stub.get(), long_text, 10);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  EXPECT_EQ(g.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+      << g.status.error_message();
+  EXPECT_THAT(g.status.error_message(), HasSubstr("--max_bytes_per_token"));
+  EXPECT_LT(seconds, 1.0);
+  // Chat content counts the same.
+  v1::GenerateRequest chat;
+  auto* m = chat.mutable_chat()->add_messages();
+  m->set_role("user");
+  m->set_content(std::string(1 << 20, 'b'));
+  chat.set_max_tokens(8);
+  g = Generate(stub.get(), chat, 10);
+  EXPECT_EQ(g.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(g.status.error_message(), HasSubstr("chat.messages content"));
+  v1::GenerateRequest ok;
+  ok.set_text("Once upon a time");
+  ok.set_max_tokens(4);
+  g = Generate(stub.get(), ok, 30);
+  EXPECT_TRUE(g.status.ok()) << g.status.error_message();
+}
+
+// Issue 15, defect 6: the drafter refuses a context chunk that would pass
+// the model's positions, before copying its rows; the real stream is kept.
+TEST_F(ServicesTest, DrafterRefusesContextPastTheMaxPositions) {
+  ASSERT_TRUE(WaitFor([&] { return RouterSeesDrafter(); }, 10000));
+  const v1::DrafterInfoResponse info = DrafterInfo();
+  auto drafter = v1::Drafter::NewStub(cluster_.DrafterChannel());
+  grpc::ClientContext c;
+  c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::StreamContextSummary summary;
+  auto writer = drafter->StreamContext(&c, &summary);
+  v1::ContextChunk chunk;
+  chunk.set_sequence(777);
+  chunk.set_start(0);
+  chunk.mutable_features()->set_dtype("bfloat16");
+  chunk.mutable_features()->add_shape(
+      cluster_.spec().target.max_position_embeddings + 1);
+  chunk.mutable_features()->add_shape(info.feature_width());
+  writer->Write(chunk);
+  writer->WritesDone();
+  const grpc::Status status = writer->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::OUT_OF_RANGE)
+      << status.error_message();
+  EXPECT_THAT(status.error_message(), HasSubstr("max context"));
+  // A message larger than a whole context's chunk (float32, plus 1 MiB)
+  // is refused before it is read.
+  const int64_t limit = cluster_.spec().target.max_position_embeddings *
+                            int64_t{info.feature_width()} * 4 +
+                        (int64_t{1} << 20);
+  grpc::ClientContext big_context;
+  big_context.set_deadline(std::chrono::system_clock::now() +
+                           std::chrono::seconds(10));
+  auto big = drafter->StreamContext(&big_context, &summary);
+  chunk.mutable_features()->set_data(std::string(limit + 1, '\0'));
+  big->Write(chunk);
+  big->WritesDone();
+  const grpc::Status too_big = big->Finish();
+  EXPECT_EQ(too_big.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << too_big.error_message();
+  // The target's stream still serves speculation.
+  Generated ok = Generate(stub_.get(), IdsRequest({1, 2, 3}, 8, 8, 2));
+  EXPECT_TRUE(ok.status.ok()) << ok.status.error_message();
+  EXPECT_TRUE(RouterSeesDrafter());
 }
 
 // Each malformed request is INVALID_ARGUMENT naming the problem; the

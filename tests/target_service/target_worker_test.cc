@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <future>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -227,6 +228,54 @@ TEST_F(TargetBatcherTest, AdmissionRejectsBadPromptsAlone) {
   EXPECT_EQ(answer.results[6].status().code(), kInvalid);  // temperature
   EXPECT_EQ(batcher->snapshot().num_sequences, 1);
   EXPECT_EQ(batcher->snapshot().reserved_tokens, 4);  // prompt + 1
+}
+
+// Issue 15, defect 5: a reservation no sequence can use (or a negative
+// one) is refused by name, and the reserved total never overflows or goes
+// negative.
+TEST_F(TargetBatcherTest, AdmissionRefusesReservationsBeyondTheContext) {
+  TargetWorkerOptions options;
+  options.kv_capacity_tokens = 1000;
+  auto batcher = MakeBatcher(options);
+  const int64_t context = spec_.target.max_position_embeddings;
+  PrefillAnswer answer;
+  std::vector<TargetPrefillJob> jobs;
+  jobs.push_back(
+      PrefillJob({Item(1, {1, 2, 3}, std::numeric_limits<int64_t>::max()),
+                  Item(2, {1, 2, 3}, -5), Item(3, {1, 2, 3}, context + 1),
+                  Item(4, {1, 2, 3}, std::numeric_limits<int64_t>::min()),
+                  Item(5, {1, 2, 3}, 40)},
+                 &answer));
+  batcher->Step({}, std::move(jobs), {});
+  ASSERT_TRUE(answer.called);
+  ASSERT_EQ(answer.results.size(), 5u);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(answer.results[i].status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << i;
+    EXPECT_TRUE(absl::StrContains(answer.results[i].status().message(),
+                                  "reserve_tokens"))
+        << answer.results[i].status();
+  }
+  ASSERT_TRUE(answer.results[4].ok()) << answer.results[4].status();
+  EXPECT_EQ(batcher->snapshot().reserved_tokens, 40);
+  EXPECT_EQ(batcher->snapshot().num_sequences, 1);
+
+  // A whole-context reservation beyond the capacity left is refused as
+  // full, and the total stays put.
+  TargetWorkerOptions small;
+  small.kv_capacity_tokens = context + 10;
+  auto full = MakeBatcher(small);
+  PrefillAnswer second;
+  jobs.clear();
+  jobs.push_back(PrefillJob(
+      {Item(6, {1, 2}, context), Item(7, {1, 2}, context)}, &second));
+  full->Step({}, std::move(jobs), {});
+  ASSERT_TRUE(second.called);
+  ASSERT_TRUE(second.results[0].ok()) << second.results[0].status();
+  EXPECT_EQ(second.results[1].status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(full->snapshot().reserved_tokens, context);
 }
 
 TEST_F(TargetBatcherTest, PlanForwardPacksVerifyBlocksFirstThenChunks) {
@@ -776,6 +825,45 @@ TEST_F(TargetWorkerTest, ReleaseAnswersAndTellsThePublisher) {
   EXPECT_EQ(s.num_sequences, 0);
   EXPECT_EQ(s.reserved_tokens, 0);
   EXPECT_EQ(s.kv_capacity_tokens, 50);
+}
+
+// Issue 15, defect 6: the snapshot listener (which feeds the KV usage
+// gauge) hears of a release-only step, not only of forwards.
+TEST_F(TargetWorkerTest, SnapshotListenerHearsOfReleases) {
+  auto worker = MakeWorker(TargetWorkerOptions());
+  absl::Mutex mu;
+  std::vector<TargetWorkerSnapshot> heard;
+  worker->SetSnapshotListener([&](const TargetWorkerSnapshot& s) {
+    absl::MutexLock lock(&mu);
+    heard.push_back(s);
+  });
+  // Polls until the last snapshot heard has `cached` tokens (the listener
+  // runs after the step's answers, so no Sync bounds it).
+  auto heard_cached = [&](int64_t cached, int64_t reserved) {
+    for (int i = 0; i < 400; ++i) {
+      {
+        absl::MutexLock lock(&mu);
+        if (!heard.empty() && heard.back().cached_tokens == cached &&
+            heard.back().reserved_tokens == reserved) {
+          return true;
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return false;
+  };
+  worker->Start();
+  PendingPrefill prefill;
+  worker->Prefill({Item(1, {1, 2, 3}, 10)}, prefill.callback());
+  ASSERT_TRUE(prefill.Get().has_value());
+  EXPECT_TRUE(heard_cached(3, 10));
+  Pending<int> released;
+  worker->Release({1}, released.callback());
+  EXPECT_EQ(released.Get(), 1);
+  EXPECT_TRUE(heard_cached(0, 0));
+  worker->Stop();
+  absl::MutexLock lock(&mu);
+  EXPECT_EQ(heard.back().num_sequences, 0);
 }
 
 TEST_F(TargetWorkerTest, StoppedWorkerAnswersUnavailable) {
