@@ -62,8 +62,8 @@ class GenerationServiceImpl final : public v1::Generation::CallbackService {
   StackSet* stacks_;
   const DrafterHealth* drafter_;
   const Tokenizer* tokenizer_;
-  const int64_t bytes_per_token_;  // 0 = no bound on text length
   Defaults defaults_;
+  const int64_t bytes_per_token_;  // 0 = no bound on text length
 };
 
 }  // namespace dedit

@@ -1,11 +1,16 @@
 #include "router/router_server.h"
 
 #include <memory>
+#include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "base/status.h"
 #include "serving/serve_until_signal.h"
 #include "serving/server_bootstrap.h"
+#include "serving/service_readiness.h"
 #include "tokenizer/tokenizer.h"
 
 namespace dedit {
@@ -50,6 +55,25 @@ absl::Status RunRouterServer(const RouterServerOptions& options) {
                          options.drafter_address.empty()
                              ? "(none)"
                              : options.drafter_address);
+  // Readiness (docs/SERVICES.md, "Health"): the named service
+  // dedit.v1.Generation is SERVING while some stack takes new requests, so
+  // that Kubernetes stops sending clients to a router that can reach no
+  // stack; "" (liveness) stays SERVING while the process serves.
+  ServiceReadiness readiness("dedit.v1.Generation");
+  serve.readiness = &readiness;
+  absl::Notification stop_readiness;
+  std::thread readiness_thread([&] {
+    do {
+      bool any = false;
+      for (const StackState& s : stacks.Stacks()) any = any || s.reachable;
+      readiness.Set(any);
+    } while (!stop_readiness.WaitForNotificationWithTimeout(
+        absl::Milliseconds(options.readiness_poll_ms)));
+  });
+  absl::Cleanup join_readiness = [&] {
+    stop_readiness.Notify();
+    readiness_thread.join();
+  };
   ServeHooks hooks;
   // Running streams finish during the drain, or are cancelled at its
   // deadline, which the loop turns into CANCELLED + Release.

@@ -33,7 +33,10 @@ struct RouterServerOptions {
   StackDiscovery::Source stacks;
   int64_t stacks_refresh_ms = 2000;
   int64_t stack_drain_ms = 30000;  // StackSet::Options
-  std::string tokenizer_path;      // empty → token ids only
+  // How often readiness (dedit.v1.Generation: some stack reachable) is
+  // refreshed.
+  int64_t readiness_poll_ms = 200;
+  std::string tokenizer_path;  // empty → token ids only
   // Where to serve (binary and banner are the server's):
   // serving/serve_until_signal.h.
   ServeOptions serve = ServeOptionsFor("0.0.0.0", 50050, 9100, "", 30000);

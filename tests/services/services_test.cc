@@ -308,6 +308,13 @@ TEST_F(ServicesTest, ModelServicesServeOnlyWarmedUp) {
   EXPECT_EQ(Health(cluster_.TargetChannel(), ""), kServing);
   EXPECT_EQ(Health(cluster_.TargetChannel(), "dedit.v1.Target"), kServing);
   EXPECT_EQ(Health(cluster_.DrafterChannel(), ""), kServing);
+  // The router is ready once a stack takes requests.
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        return Health(cluster_.RouterChannel(), "dedit.v1.Generation") ==
+               kServing;
+      },
+      10000));
   EXPECT_TRUE(WaitFor(
       [&] {
         return Health(cluster_.DrafterChannel(), "dedit.v1.Drafter") ==
@@ -352,12 +359,16 @@ TEST_F(ServicesTest, TargetKilledClientsGetUnavailable) {
   EXPECT_EQ(fresh.status.error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
 
-  auto health = grpc::health::v1::Health::NewStub(cluster_.RouterChannel());
-  grpc::ClientContext c;
-  c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  grpc::health::v1::HealthCheckResponse response;
-  ASSERT_TRUE(health->Check(&c, {}, &response).ok());
-  EXPECT_EQ(response.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+  // Live ("") but not ready: dedit.v1.Generation is NOT_SERVING while no
+  // stack takes requests, so Kubernetes stops routing clients here.
+  EXPECT_EQ(Health(cluster_.RouterChannel(), ""),
+            grpc::health::v1::HealthCheckResponse::SERVING);
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        return Health(cluster_.RouterChannel(), "dedit.v1.Generation") ==
+               grpc::health::v1::HealthCheckResponse::NOT_SERVING;
+      },
+      5000));
   const std::string metrics = RouterMetrics();
   EXPECT_GE(ServiceCluster::MetricValue(metrics, "dedit_requests_total",
                                         "status=\"unavailable\""),
