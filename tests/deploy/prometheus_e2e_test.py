@@ -263,6 +263,7 @@ def main():
     ap.add_argument("--target-bin", required=True)
     ap.add_argument("--drafter-bin", required=True)
     ap.add_argument("--router-bin", required=True)
+    ap.add_argument("--openai-bin", required=True)
     ap.add_argument("--make-tiny-model-bin", required=True)
     ap.add_argument("--stubs", required=True, help="generated Python stubs (build/proto/python)")
     ap.add_argument("--deploy-dir", default=os.path.join(os.path.dirname(__file__), "../../deploy"))
@@ -309,6 +310,12 @@ def main():
                          f"--drafter=127.0.0.1:{ready['drafter']['grpc_port']}",
                          "--drain_timeout_ms=1000", *common, f"--ready_file={TMP}/router.ready"])
     ready["router"] = wait_ready_file("router", p, f"{TMP}/router.ready")
+    # The OpenAI front: its /metrics is on its HTTP --port (the ready file's
+    # metrics port).
+    p = start("openai", [args.openai_bin, f"--router=127.0.0.1:{ready['router']['grpc_port']}",
+                         "--host=127.0.0.1", "--port=0", "--drain_timeout_ms=1000",
+                         f"--ready_file={TMP}/openai.ready"])
+    ready["openai"] = wait_ready_file("openai", p, f"{TMP}/openai.ready")
     log("services ready: " + json.dumps(ready))
 
     # 3. Prometheus with our config, retargeted to loopback.
@@ -318,7 +325,7 @@ def main():
     cfg["rule_files"] = [os.path.join(prom_dir, f) if not os.path.isabs(f) else f
                          for f in cfg["rule_files"]]
     jobs = {sc["job_name"]: sc for sc in cfg["scrape_configs"]}
-    for svc in ("router", "target", "drafter"):
+    for svc in ("router", "target", "drafter", "openai"):
         job = jobs.get("dedit-" + svc)
         if job is None:
             raise AssertionError(f"deploy/prometheus/prometheus.yml has no job dedit-{svc}")
@@ -344,16 +351,16 @@ def main():
         if prom_proc.poll() is not None or time.time() > deadline:
             raise RuntimeError("prometheus did not become ready")
         time.sleep(0.2)
-    # All three targets up.
+    # All four targets up.
     deadline = time.time() + 30
     while True:
         res, _ = prom.query('up{job=~"dedit-.*"} == 1')
-        if len(res) == 3:
+        if len(res) == 4:
             break
         if time.time() > deadline:
             raise RuntimeError(f"scrape targets not up: {prom.get('/api/v1/targets')}")
         time.sleep(0.5)
-    log(f"prometheus ready on :{prom_port}, 3 targets up")
+    log(f"prometheus ready on :{prom_port}, 4 targets up")
 
     # 4. Bounded load while Prometheus scrapes.
     stop = threading.Event()
