@@ -25,6 +25,7 @@
 #include "model/in_process.h"
 #include "tests/model/test_util.h"
 #include "tests/services/service_cluster.h"
+#include "tests/services/stream_client.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -35,36 +36,15 @@ using json = nlohmann::json;
 using testing::ServiceCluster;
 using testing::ServiceProcess;
 
+// The gRPC side of the comparisons: one Generate stream read to the end.
+testing::Generated GrpcGenerate(v1::Generation::Stub* stub,
+                                const v1::GenerateRequest& request) {
+  return testing::Generate(stub, request, /*timeout_s=*/120);
+}
+
 const std::string kCheckpoints =
     std::string(DEDIT_SOURCE_DIR) + "/checkpoints/tiny";
 constexpr int kMaxBodyBytes = 65536;
-
-struct Streamed {
-  grpc::Status status;
-  std::vector<int32_t> tokens;
-  std::string text;
-  v1::GenerateResponse last;
-  int messages = 0;
-};
-
-Streamed GrpcGenerate(v1::Generation::Stub* stub,
-                      const v1::GenerateRequest& request) {
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::seconds(120));
-  Streamed s;
-  auto reader = stub->Generate(&context, request);
-  v1::GenerateResponse response;
-  while (reader->Read(&response)) {
-    ++s.messages;
-    s.tokens.insert(s.tokens.end(), response.token_ids().begin(),
-                    response.token_ids().end());
-    s.text += response.text();
-    if (response.finished()) s.last = response;
-  }
-  s.status = reader->Finish();
-  return s;
-}
 
 // User + system CPU seconds a process has used so far (/proc/PID/stat).
 double CpuSeconds(pid_t pid) {
@@ -196,7 +176,7 @@ class OpenAiGatewayTest : public ::testing::Test {
   // process; returns the expected OpenAI-side values.
   json Expect(const v1::GenerateRequest& request,
               const std::vector<int32_t>& prompt_ids) {
-    const Streamed s = GrpcGenerate(stub_.get(), request);
+    const testing::Generated s = GrpcGenerate(stub_.get(), request);
     EXPECT_TRUE(s.status.ok()) << s.status.error_message();
     const std::vector<int32_t> greedy =
         Greedy(prompt_ids, request.max_tokens());
@@ -310,7 +290,7 @@ TEST_F(OpenAiGatewayTest, OfficialSdkMatchesGrpcAndGreedy) {
   const std::string cut = text.substr(0, text.find(stop));
   v1::GenerateRequest stopped = completion;
   stopped.add_stop(stop);
-  const Streamed s = GrpcGenerate(stub_.get(), stopped);
+  const testing::Generated s = GrpcGenerate(stub_.get(), stopped);
   ASSERT_TRUE(s.status.ok());
   EXPECT_EQ(s.text, cut);
   expected["stop"] = {{"prompt", kCompletionPrompt},
@@ -476,7 +456,7 @@ TEST_F(OpenAiGatewayTest, ConcurrencyLimitAnswers429) {
                                  {"stream", true}})
                                .dump();
   for (int i = 0; i < 8; ++i) {
-    streams.emplace_back([&, i] {
+    streams.emplace_back([&] {
       httplib::Client client("127.0.0.1", gateway_->metrics_port());
       client.set_read_timeout(60, 0);
       httplib::Request req;
@@ -536,7 +516,7 @@ TEST_F(OpenAiGatewayTest, HttpStreamingOverheadAgainstGrpc) {
     double gateway_cpu_s = 0;
     for (int run = 0; run < kRuns; ++run) {
       auto start = std::chrono::steady_clock::now();
-      const Streamed s = GrpcGenerate(stub_.get(), request);
+      const testing::Generated s = GrpcGenerate(stub_.get(), request);
       ASSERT_TRUE(s.status.ok());
       ASSERT_EQ(s.tokens.size(), static_cast<size_t>(kTokens));
       grpc_us.push_back(std::chrono::duration<double, std::micro>(

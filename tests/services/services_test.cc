@@ -27,6 +27,7 @@
 namespace dedit {
 namespace {
 
+using testing::ConcurrentStreams;
 using testing::Generate;
 using testing::Generated;
 using ::testing::HasSubstr;
@@ -244,25 +245,16 @@ TEST_F(ServicesTest, DrafterKilledMidStreamThenRestarted) {
   std::vector<std::vector<int32_t>> prompts;
   for (int i = 0; i < kStreams; ++i)
     prompts.push_back(RandomPrompt(6, 300, 50 + i));
-  std::vector<Generated> results(kStreams);
-  std::atomic<int> started{0};
-  std::vector<std::thread> threads;
+  std::vector<v1::GenerateRequest> requests;
   for (int i = 0; i < kStreams; ++i) {
-    threads.emplace_back([&, i] {
-      bool counted = false;
-      results[i] = Generate(stub_.get(), IdsRequest(prompts[i], kNew, 8, 2),
-                            120, [&](const Generated& g) {
-                              if (!counted && !g.tokens.empty()) {
-                                counted = true;
-                                ++started;
-                              }
-                            });
-    });
+    requests.push_back(IdsRequest(prompts[i], kNew, 8, 2));
   }
+  ConcurrentStreams streams(stub_.get(), requests);
+  std::vector<Generated>& results = streams.results;
   const bool all_started =
-      WaitFor([&] { return started.load() == kStreams; }, 30000);
+      WaitFor([&] { return streams.started.load() == kStreams; }, 30000);
   cluster_.KillDrafter();
-  for (std::thread& t : threads) t.join();
+  streams.Join();
   ASSERT_TRUE(all_started) << "the streams did not start";
   for (int i = 0; i < kStreams; ++i) {
     ASSERT_TRUE(results[i].status.ok()) << results[i].status.error_message();

@@ -30,6 +30,7 @@
 namespace dedit {
 namespace {
 
+using testing::ConcurrentStreams;
 using ::testing::ElementsAreArray;
 using testing::Generate;
 using testing::Generated;
@@ -160,27 +161,18 @@ TEST_F(StacksTest, KilledStackFailsOnlyItsRequestsAndRejoinsWhenBack) {
   for (int i = 0; i < kStreams; ++i) {
     prompts.push_back(RandomPrompt(6, 300, 300 + i));
   }
-  std::vector<Generated> results(kStreams);
-  std::atomic<int> started{0};
-  std::vector<std::thread> threads;
+  std::vector<v1::GenerateRequest> requests;
   for (int i = 0; i < kStreams; ++i) {
-    threads.emplace_back([&, i] {
-      bool counted = false;
-      results[i] = Generate(stubs_[0].get(),
-                            IdsRequest(prompts[i], kNew, kWindow, kPasses), 120,
-                            [&](const Generated& g) {
-                              if (!counted && !g.tokens.empty()) {
-                                counted = true;
-                                ++started;
-                              }
-                            });
-    });
+    requests.push_back(IdsRequest(prompts[i], kNew, kWindow, kPasses));
   }
-  ASSERT_TRUE(WaitFor([&] { return started.load() == kStreams; }, 60000));
+  ConcurrentStreams streams(stubs_[0].get(), requests);
+  std::vector<Generated>& results = streams.results;
+  ASSERT_TRUE(
+      WaitFor([&] { return streams.started.load() == kStreams; }, 60000));
   const double running_on_s1 =
       StackMetric(0, "dedit_stack_requests_running", 1);
   cluster_->KillStack(1);
-  for (std::thread& t : threads) t.join();
+  streams.Join();
   EXPECT_GE(running_on_s1, 1);
 
   int failed = 0;
@@ -252,27 +244,18 @@ TEST_F(StacksTest, StackLeavingDiscoveryDrainsAndReturns) {
     prompts.push_back(RandomPrompt(6, 300, 900 + i));
   }
   // Three at once on idle stacks: one each.
-  std::vector<Generated> results(kStreams);
-  std::atomic<int> started{0};
-  std::vector<std::thread> threads;
+  std::vector<v1::GenerateRequest> requests;
   for (int i = 0; i < kStreams; ++i) {
-    threads.emplace_back([&, i] {
-      bool counted = false;
-      results[i] = Generate(stubs_[0].get(),
-                            IdsRequest(prompts[i], kNew, kWindow, kPasses), 120,
-                            [&](const Generated& g) {
-                              if (!counted && !g.tokens.empty()) {
-                                counted = true;
-                                ++started;
-                              }
-                            });
-    });
+    requests.push_back(IdsRequest(prompts[i], kNew, kWindow, kPasses));
   }
-  ASSERT_TRUE(WaitFor([&] { return started.load() == kStreams; }, 60000));
+  ConcurrentStreams streams(stubs_[0].get(), requests);
+  std::vector<Generated>& results = streams.results;
+  ASSERT_TRUE(
+      WaitFor([&] { return streams.started.load() == kStreams; }, 60000));
   const double running_on_s2 =
       StackMetric(0, "dedit_stack_requests_running", 2);
   ASSERT_TRUE(cluster_->WriteStacksFile({0, 1}).ok());
-  for (std::thread& t : threads) t.join();
+  streams.Join();
   for (int i = 0; i < kStreams; ++i) {
     ASSERT_TRUE(results[i].status.ok()) << results[i].status.error_message();
     EXPECT_THAT(results[i].tokens, ElementsAreArray(Greedy(prompts[i], kNew)));

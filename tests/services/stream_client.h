@@ -8,6 +8,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <string>
@@ -60,6 +61,42 @@ inline Generated Generate(
   g.status = reader->Finish();
   return g;
 }
+
+// Requests streamed concurrently, one thread each; `started` counts those
+// that have received a token. Join() waits for all of them.
+//
+//   ConcurrentStreams streams(stub, requests);
+//   WaitFor([&] { return streams.started == n; }, 30000);
+//   streams.Join();   // streams.results[i]
+struct ConcurrentStreams {
+  ConcurrentStreams(v1::Generation::Stub* stub,
+                    const std::vector<v1::GenerateRequest>& requests,
+                    int timeout_s = 120)
+      : results(requests.size()) {
+    for (size_t i = 0; i < requests.size(); ++i) {
+      threads.emplace_back([this, stub, request = requests[i], timeout_s, i] {
+        bool counted = false;
+        results[i] =
+            Generate(stub, request, timeout_s, [&](const Generated& g) {
+              if (!counted && !g.tokens.empty()) {
+                counted = true;
+                ++started;
+              }
+            });
+      });
+    }
+  }
+  ~ConcurrentStreams() { Join(); }
+  void Join() {
+    for (std::thread& t : threads) {
+      if (t.joinable()) t.join();
+    }
+  }
+
+  std::vector<Generated> results;
+  std::atomic<int> started{0};
+  std::vector<std::thread> threads;
+};
 
 // Polls `pred` every 25 ms until it holds or `timeout_ms` passed.
 template <typename Pred>
