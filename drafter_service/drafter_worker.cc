@@ -237,10 +237,15 @@ void DrafterWorker::ApplyContext(ContextEvent& e) {
     return;
   }
   auto length = drafter_->ContextLength(e.sequence);
-  absl::Status status =
-      length.ok() && *length == e.start
-          ? drafter_->AppendContext(e.sequence, e.start, e.features)
-          : absl::DataLossError("context gap");
+  // A chunk that starts inside the context continues a kept sequence (a
+  // session's next turn keeps that prefix on the target and re-prefills
+  // the rest): the context is cut back to match. One past it is a gap.
+  absl::Status status = length.ok() && e.start <= *length
+                            ? drafter_->TruncateContext(e.sequence, e.start)
+                            : absl::DataLossError("context gap");
+  if (status.ok()) {
+    status = drafter_->AppendContext(e.sequence, e.start, e.features);
+  }
   if (!status.ok()) {
     NoteModelError(status);
     (void)drafter_->RemoveSequence(e.sequence);
@@ -286,10 +291,14 @@ bool DrafterWorker::Resolve(DraftJob& job,
                              : -1;
     if (have == r.start) {
       job.state[i] = absl::OkStatus();
-    } else if (have > r.start) {
+    } else if (have > r.start && now >= job.context_deadline) {
+      // Waited: a session's next turn cuts the context back, and its chunk
+      // may still be on the stream.
       job.state[i] = absl::FailedPreconditionError(
           absl::StrCat("sequence ", r.sequence, " has ", have,
                        " context tokens, the draft starts at ", r.start));
+    } else if (have > r.start) {
+      all = false;
     } else if (now >= job.context_deadline) {
       job.state[i] = absl::UnavailableError(absl::StrCat(
           "context of sequence ", r.sequence, " up to position ", r.start,

@@ -23,8 +23,13 @@ namespace dedit {
 
 struct PrefillWork {
   SequenceId sequence = 0;
+  // The tokens to prefill, at positions start .. start + prompt.size() - 1.
   std::vector<int32_t> prompt;
   SamplingParams sampling;  // kept by the verifier for the whole sequence
+  // 0: a new sequence. > 0: a kept sequence continues (a session's next
+  // turn): its first `start` cached tokens stay, the rest is dropped, and
+  // `prompt` follows them. The sampler is replaced by `sampling`.
+  int64_t start = 0;
 };
 
 struct VerifyWork {
@@ -61,6 +66,13 @@ class Verifier {
       const std::vector<PrefillWork>& prefills,
       const std::vector<VerifyWork>& verifies) = 0;
   virtual absl::Status Release(SequenceId sequence) = 0;
+  // The sequence's request ended but its KV cache stays for a next turn (a
+  // session): a later PrefillWork with start > 0 continues it. The
+  // verifier may drop it while it waits (the continuation then fails with
+  // NOT_FOUND). Unsupported by default: the engine then releases it.
+  virtual absl::Status Keep(SequenceId /*sequence*/) {
+    return absl::UnimplementedError("this verifier keeps no sequences");
+  }
 };
 
 // The drafter side.

@@ -180,10 +180,41 @@ absl::StatusOr<SequenceId> SpeculativeEngine::Submit(GenerationRequest request,
         drafter_->block_size()));
   }
   RETURN_IF_ERROR(ValidateSamplingParams(request.sampling));
-  const SequenceId id = next_id_++;
+  // A continuation takes over its kept sequence: it prefills only the
+  // prompt after the longest common prefix with the kept tokens (at least
+  // one token, which samples the first new one).
+  SequenceId id = 0;
+  std::vector<int32_t> kept_tokens;
+  int64_t reuse = 0;
+  bool cache_lost = false;
+  if (request.continue_sequence != 0) {
+    auto k = kept_.find(request.continue_sequence);
+    if (k == kept_.end()) {
+      cache_lost = true;
+    } else {
+      const std::vector<int32_t>& held = k->second;
+      const size_t limit = std::min(held.size(), request.prompt.size() - 1);
+      while (static_cast<size_t>(reuse) < limit &&
+             held[reuse] == request.prompt[reuse]) {
+        ++reuse;
+      }
+      if (reuse > 0) {
+        id = k->first;
+        kept_tokens = std::move(k->second);
+        kept_.erase(k);
+      } else {
+        // Nothing in common: a new sequence is as cheap.
+        (void)ReleaseKept(k->first);
+      }
+    }
+  }
+  if (id == 0) id = next_id_++;
   Sequence& seq = sequences_[id];
   seq.result.id = id;
   seq.result.prompt_tokens = static_cast<int>(request.prompt.size());
+  seq.result.cache_lost = cache_lost;
+  seq.reuse = reuse;
+  seq.kept_tokens = std::move(kept_tokens);
   seq.request = std::move(request);
   seq.on_tokens = std::move(on_tokens);
   if (seq.request.method == DraftMethod::kNgram) {
@@ -256,13 +287,34 @@ void SpeculativeEngine::Finish(SequenceId id, FinishReason reason,
   if (seq.first_token_time > 0) {
     seq.result.decode_seconds = NowSeconds() - seq.first_token_time;
   }
-  // Release errors (e.g. a sequence the target never created) are not the
-  // request's concern: it is finished either way.
-  (void)verifier_->Release(id);
-  // The verifier side feeds the model drafter's context for every sequence,
-  // whichever method drafts it, so the model drafter always releases (the
-  // n-gram method keeps no state).
-  if (drafter_ != nullptr) (void)drafter_->Release(id);
+  // A session's sequence stays (with its drafter context) when the request
+  // ends normally: with what it holds once prefilled, else, for a
+  // continuation not prefilled yet, with what it held before.
+  bool kept = false;
+  if (seq.request.keep && reason != FinishReason::kError) {
+    const bool running =
+        std::find(running_.begin(), running_.end(), id) != running_.end();
+    std::vector<int32_t> held;
+    if (running) {
+      held.assign(seq.tokens.begin(), seq.tokens.begin() + seq.start);
+    } else {
+      held = std::move(seq.kept_tokens);
+    }
+    if (!held.empty() && verifier_->Keep(id).ok()) {
+      kept_[id] = std::move(held);
+      kept = true;
+    }
+  }
+  seq.result.kept = kept;
+  if (!kept) {
+    // Release errors (e.g. a sequence the target never created) are not
+    // the request's concern: it is finished either way.
+    (void)verifier_->Release(id);
+    // The verifier side feeds the model drafter's context for every
+    // sequence, whichever method drafts it, so the model drafter always
+    // releases (the n-gram method keeps no state).
+    if (drafter_ != nullptr) (void)drafter_->Release(id);
+  }
   finished_.push_back(std::move(seq.result));
   sequences_.erase(it);
   running_.erase(std::remove(running_.begin(), running_.end(), id),
@@ -319,7 +371,11 @@ absl::Status SpeculativeEngine::Step() {
   std::vector<SequenceId> prefill_ids(pending_.begin(), pending_.end());
   for (SequenceId id : prefill_ids) {
     const Sequence& seq = sequences_.at(id);
-    prefills.push_back({id, seq.request.prompt, seq.request.sampling});
+    prefills.push_back(
+        {id,
+         std::vector<int32_t>(seq.request.prompt.begin() + seq.reuse,
+                              seq.request.prompt.end()),
+         seq.request.sampling, seq.reuse});
   }
   std::vector<VerifyWork> verifies;
   for (SequenceId id : round_ids) {
@@ -360,12 +416,28 @@ absl::Status SpeculativeEngine::Step() {
   }
   for (size_t i = 0; i < prefill_ids.size(); ++i) {
     if (has_prefill_status && !step->prefill_status[i].ok()) {
+      Sequence& seq = sequences_.at(prefill_ids[i]);
+      if (absl::IsNotFound(step->prefill_status[i]) && seq.reuse > 0) {
+        // The kept KV is gone (evicted or expired on the target): prefill
+        // the whole prompt next step.
+        seq.reuse = 0;
+        seq.kept_tokens.clear();
+        seq.result.cache_lost = true;
+        pending_.push_back(prefill_ids[i]);
+        continue;
+      }
       Finish(prefill_ids[i], FinishReason::kError, step->prefill_status[i]);
       continue;
     }
     Sequence& seq = sequences_.at(prefill_ids[i]);
     seq.start = static_cast<int64_t>(seq.request.prompt.size());
     seq.bonus = step->first_tokens[i];
+    seq.result.reused_tokens = seq.reuse;
+    seq.kept_tokens.clear();
+    if (seq.request.keep) {
+      seq.tokens = seq.request.prompt;
+      seq.tokens.push_back(seq.bonus);
+    }
     seq.result.prefill_seconds = verify_seconds;
     seq.first_token_time = now;
     running_.push_back(prefill_ids[i]);
@@ -404,9 +476,31 @@ absl::Status SpeculativeEngine::Step() {
     seq.result.rounds.push_back(std::move(record));
     seq.start += out.accepted + 1;
     seq.bonus = committed.back();
+    if (seq.request.keep) {
+      seq.tokens.insert(seq.tokens.end(), committed.begin(), committed.end());
+    }
     Emit(seq, committed);
   }
   return absl::OkStatus();
+}
+
+std::vector<SequenceId> SpeculativeEngine::KeptSequences() const {
+  std::vector<SequenceId> ids;
+  for (const auto& [id, tokens] : kept_) ids.push_back(id);
+  return ids;
+}
+
+absl::Status SpeculativeEngine::ReleaseKept(SequenceId id) {
+  if (kept_.erase(id) == 0) {
+    return absl::NotFoundError(absl::StrCat("no kept sequence ", id));
+  }
+  (void)verifier_->Release(id);
+  if (drafter_ != nullptr) (void)drafter_->Release(id);
+  return absl::OkStatus();
+}
+
+void SpeculativeEngine::ReleaseAllKept() {
+  for (SequenceId id : KeptSequences()) (void)ReleaseKept(id);
 }
 
 std::vector<GenerationResult> SpeculativeEngine::TakeFinished() {

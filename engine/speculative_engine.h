@@ -53,6 +53,17 @@ struct GenerationRequest {
   DraftMethod method = DraftMethod::kModel;
   std::vector<int32_t> stop_token_ids;  // in addition to the model's EOS
   bool ignore_eos = false;
+  // Sessions (docs/ARCHITECTURE.md §8). `keep`: when the request finishes
+  // (any reason but an error) its sequence is kept (Verifier::Keep) with
+  // the tokens in its KV cache, instead of released, for a later request
+  // to continue (KeptSequences(), ReleaseKept()).
+  bool keep = false;
+  // A sequence kept by an earlier request: this request continues it under
+  // the same id, prefilling only the prompt after the longest common
+  // prefix of the kept tokens and `prompt` (at least one token is
+  // prefilled). 0, or an id not kept (any more): a new sequence, and
+  // GenerationResult::cache_lost when it was not 0.
+  SequenceId continue_sequence = 0;
 };
 
 enum class FinishReason {
@@ -89,6 +100,12 @@ struct GenerationResult {
   int prompt_tokens = 0;
   double prefill_seconds = 0;  // the step that prefilled it
   double decode_seconds = 0;   // wall time of the rounds after prefill
+  // Sessions: prompt tokens reused from the kept sequence's KV (not
+  // prefilled); whether the kept KV was gone and the whole prompt was
+  // prefilled instead; whether the sequence is now kept (request.keep).
+  int64_t reused_tokens = 0;
+  bool cache_lost = false;
+  bool kept = false;
 };
 
 // Aggregates over rounds (speculative rounds only, i.e. window >= 2).
@@ -155,6 +172,14 @@ class SpeculativeEngine {
   std::vector<GenerationResult> TakeFinished();
   const StepStats& last_step() const { return last_step_; }
 
+  // Sequences kept by finished requests (GenerationRequest::keep), waiting
+  // to be continued or released.
+  std::vector<SequenceId> KeptSequences() const;
+  // Releases a kept sequence on both sides; NOT_FOUND if it is not kept
+  // (continued by a running request, or released).
+  absl::Status ReleaseKept(SequenceId id);
+  void ReleaseAllKept();
+
   // Submits all requests, steps until done, and returns results in order.
   absl::StatusOr<std::vector<GenerationResult>> Generate(
       std::vector<GenerationRequest> requests);
@@ -171,6 +196,14 @@ class SpeculativeEngine {
     std::vector<int32_t> known;
     bool drafter_failed = false;
     double first_token_time = 0;
+    // Sessions: every token of the sequence (prompt, then each committed
+    // token); its first `start` are in the KV cache. Kept only with
+    // request.keep.
+    std::vector<int32_t> tokens;
+    // A continuation: prompt tokens reused from the kept KV, and what the
+    // kept sequence held (until its prefill succeeds).
+    int64_t reuse = 0;
+    std::vector<int32_t> kept_tokens;
   };
 
   // Appends tokens to the output, applying stops and max tokens. Returns
@@ -191,6 +224,8 @@ class SpeculativeEngine {
   SequenceId next_id_ = 1;
   std::deque<SequenceId> pending_;
   std::map<SequenceId, Sequence> sequences_;  // pending and running
+  // Kept sequences: the tokens in their KV cache.
+  std::map<SequenceId, std::vector<int32_t>> kept_;
   std::vector<SequenceId> running_;
   std::vector<GenerationResult> finished_;
   StepStats last_step_;

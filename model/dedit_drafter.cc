@@ -107,6 +107,19 @@ int64_t DEditDrafter::max_context_tokens() const {
   return pool_->shape().max_tokens - config_.block_size;
 }
 
+absl::Status DEditDrafter::TruncateContext(SequenceId id, int64_t length) {
+  if (!pool_->Contains(id)) {
+    return absl::NotFoundError(absl::StrCat("unknown sequence ", id));
+  }
+  if (length < 0 || length > pool_->Length(id)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot truncate the context of sequence ", id,
+                     " of length ", pool_->Length(id), " to ", length));
+  }
+  pool_->SetLength(id, length);
+  return absl::OkStatus();
+}
+
 absl::Status DEditDrafter::AppendContext(SequenceId id, int64_t start,
                                          const at::Tensor& features) {
   if (!pool_->Contains(id)) {

@@ -83,6 +83,9 @@ class DEditDrafter {
   // REQUIRES start == ContextLength(id).
   absl::Status AppendContext(SequenceId id, int64_t start,
                              const at::Tensor& features);
+  // Drops context at positions >= length (a session's next turn reuses a
+  // prefix). REQUIRES length <= ContextLength(id).
+  absl::Status TruncateContext(SequenceId id, int64_t length);
 
   // Runs P1..PK for every request, batched across sequences (requests may
   // differ in window and passes).

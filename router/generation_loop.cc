@@ -21,6 +21,8 @@ v1::FinishReason ToProto(FinishReason reason) {
       return v1::FINISH_REASON_STOP;
     case FinishReason::kContextLimit:
       return v1::FINISH_REASON_CONTEXT_LIMIT;
+    case FinishReason::kCancelled:
+      return v1::FINISH_REASON_CANCELLED;
     default:
       return v1::FINISH_REASON_UNSPECIFIED;
   }
@@ -61,6 +63,10 @@ int64_t KvReservationTokens(int64_t prompt_tokens, int64_t max_new_tokens,
   return max_context > 0 ? std::min(whole_life, max_context) : whole_life;
 }
 
+namespace {
+std::atomic<uint64_t> next_loop_serial{1};
+}  // namespace
+
 GenerationLoop::GenerationLoop(RouterBackends backends,
                                const Tokenizer* tokenizer,
                                std::shared_ptr<prometheus::Registry> registry,
@@ -68,7 +74,8 @@ GenerationLoop::GenerationLoop(RouterBackends backends,
     : backends_(backends),
       tokenizer_(tokenizer),
       registry_(std::move(registry)),
-      options_(std::move(options)) {}
+      options_(std::move(options)),
+      serial_(next_loop_serial.fetch_add(1)) {}
 
 GenerationLoop::~GenerationLoop() { Stop(); }
 
@@ -114,6 +121,11 @@ void GenerationLoop::Cancel(std::weak_ptr<const GenerationSink> sink) {
   cancelled_.push_back(std::move(sink));
 }
 
+void GenerationLoop::ReleaseKept(SequenceId id) {
+  absl::MutexLock lock(&mu_);
+  release_kept_.push_back(id);
+}
+
 void GenerationLoop::CountRejected(const absl::Status& status) {
   RouterMetrics* metrics = nullptr;
   {
@@ -131,7 +143,8 @@ ServedModel GenerationLoop::served_model() const {
 }
 
 bool GenerationLoop::HasWork() const {
-  return stopping_ || !submitted_.empty() || !cancelled_.empty();
+  return stopping_ || !submitted_.empty() || !cancelled_.empty() ||
+         !release_kept_.empty();
 }
 
 void GenerationLoop::FailQueued(const absl::Status& status) {
@@ -229,6 +242,7 @@ void GenerationLoop::Run() {
   while (true) {
     std::vector<RouterRequest> submitted;
     std::vector<std::weak_ptr<const GenerationSink>> cancel_requests;
+    std::vector<SequenceId> release_kept;
     bool stopping = false;
     bool cut = false;  // stopping, and running requests may not finish
     {
@@ -249,7 +263,9 @@ void GenerationLoop::Run() {
       submitted.swap(submitted_);
       queued_.fetch_sub(static_cast<int>(submitted.size()));
       cancel_requests.swap(cancelled_);
+      release_kept.swap(release_kept_);
     }
+    for (SequenceId id : release_kept) (void)engine_->ReleaseKept(id);
     if (!reachable_.load() && !stopping &&
         std::chrono::steady_clock::now() >= next_probe) {
       next_probe = std::chrono::steady_clock::now() +
@@ -312,6 +328,8 @@ void GenerationLoop::Run() {
     }
     if (stopping && engine_->idle()) break;
   }
+  // Sessions kept here end with the loop (their next turn goes elsewhere).
+  engine_->ReleaseAllKept();
   FailQueued(stop_status_for_loop_);
 }
 
@@ -322,6 +340,14 @@ void GenerationLoop::Admit(RouterRequest request) {
     return;
   }
   GenerationRequest engine_request = request.engine;
+  // A kept sequence lives in the loop that kept it; ids of other loops'
+  // engines mean nothing here.
+  bool cache_lost = false;
+  if (request.pinned_loop != serial_ &&
+      engine_request.continue_sequence != 0) {
+    engine_request.continue_sequence = 0;
+    cache_lost = true;
+  }
   const DrafterHealth* drafter = backends_.drafter_health;
   const int block_size =
       engine_request.method == DraftMethod::kNgram
@@ -355,6 +381,7 @@ void GenerationLoop::Admit(RouterRequest request) {
   backends_.target->SetRequestLimits(*id, reserve, request.deadline);
   Active& a = active_[*id];
   a.reserve_tokens = reserve;
+  a.cache_lost = cache_lost;
   if (tokenizer_ != nullptr) {
     a.detokenizer = std::make_unique<StreamingDetokenizer>(tokenizer_);
   }
@@ -443,7 +470,9 @@ void GenerationLoop::Complete(GenerationResult& result) {
   } else if (a.stopped_by_string) {
     reason = FinishReason::kStop;
   } else if (result.finish == FinishReason::kCancelled) {
-    if (a.client_cancelled) {
+    if (a.client_cancelled && a.request.session_turn) {
+      // A session turn the client cancelled ends like any other turn.
+    } else if (a.client_cancelled) {
       status = absl::CancelledError("client cancelled the request");
     } else if (a.deadline_exceeded) {
       status = absl::DeadlineExceededError("request deadline exceeded");
@@ -464,6 +493,15 @@ void GenerationLoop::Complete(GenerationResult& result) {
     a.request.sink->Finish(status);
     return;
   }
+  if (a.request.on_turn_end) {
+    TurnEnd end;
+    end.loop = serial_;
+    end.kept = result.kept ? result.id : 0;
+    end.reused_tokens = result.reused_tokens;
+    end.cache_lost = result.cache_lost || a.cache_lost;
+    a.request.on_turn_end(end);
+    metrics_->OnSessionTurn(result.reused_tokens, end.cache_lost);
+  }
   v1::GenerateResponse last;
   if (a.detokenizer != nullptr && !a.stopped_by_string) {
     a.text += a.detokenizer->Flush();
@@ -479,6 +517,10 @@ void GenerationLoop::Complete(GenerationResult& result) {
   v1::Usage* usage = last.mutable_usage();
   usage->set_prompt_tokens(result.prompt_tokens);
   usage->set_completion_tokens(a.completion_tokens);
+  if (a.request.session_turn) {
+    usage->set_cached_prompt_tokens(static_cast<int32_t>(result.reused_tokens));
+    usage->set_cache_lost(result.cache_lost || a.cache_lost);
+  }
   usage->set_duration_seconds(duration);
   if (a.first_token_time) {
     usage->set_time_to_first_token_seconds(

@@ -69,6 +69,14 @@ class GenerationSink {
   virtual bool client_gone() const { return false; }
 };
 
+// How a session turn ended, for the session (docs/ARCHITECTURE.md §8).
+struct TurnEnd {
+  uint64_t loop = 0;       // GenerationLoop::serial() of the loop it ran in
+  SequenceId kept = 0;     // the sequence kept there for the next turn; 0 = none
+  int64_t reused_tokens = 0;  // prompt tokens whose KV was reused
+  bool cache_lost = false;    // the kept KV was gone: the prompt was re-prefilled
+};
+
 // A validated, tokenized request (see request_builder.h).
 struct RouterRequest {
   GenerationRequest engine;  // prompt ids, sampling, W, K, stop ids
@@ -80,6 +88,15 @@ struct RouterRequest {
   std::shared_ptr<GenerationSink> sink;
   // Stacks that failed this request before its first token (StackSet).
   std::vector<std::string> tried_stacks;
+  // Sessions: a turn (engine.keep set). Its sequence stays in the engine
+  // when it ends; engine.continue_sequence names the sequence kept by the
+  // previous turn in the loop `pinned_loop` (any other loop ignores it).
+  // A cancelled turn ends with a final message (FINISH_REASON_CANCELLED),
+  // not a status. `on_turn_end` runs on the loop thread before the final
+  // message (not for a turn that ends with an error status).
+  bool session_turn = false;
+  uint64_t pinned_loop = 0;
+  std::function<void(const TurnEnd&)> on_turn_end;
 };
 
 // What the router serves, as learned from the services (ListModels/Info).
@@ -153,6 +170,12 @@ class GenerationLoop {
   void Cancel(std::weak_ptr<const GenerationSink> sink);
   // Counts a request refused before it reached the loop (validation).
   void CountRejected(const absl::Status& status);
+  // Releases a sequence a session turn kept (TurnEnd::kept) on both
+  // services, on the loop thread. Unknown ids are ignored.
+  void ReleaseKept(SequenceId id);
+  // Unique among the loops of this process (a loop that left and came back
+  // has a new one).
+  uint64_t serial() const { return serial_; }
 
   ServedModel served_model() const;
   int running() const { return running_.load(); }
@@ -175,6 +198,7 @@ class GenerationLoop {
     std::string stop_reason;
     bool deadline_exceeded = false;
     bool client_cancelled = false;
+    bool cache_lost = false;  // its kept sequence was in another loop
     int64_t reserve_tokens = 0;  // KV reserved on the target
     std::optional<std::chrono::steady_clock::time_point> first_token_time;
     std::chrono::steady_clock::time_point last_token_time;
@@ -217,6 +241,8 @@ class GenerationLoop {
   std::vector<RouterRequest> submitted_ ABSL_GUARDED_BY(mu_);
   std::vector<std::weak_ptr<const GenerationSink>> cancelled_
       ABSL_GUARDED_BY(mu_);
+  std::vector<SequenceId> release_kept_ ABSL_GUARDED_BY(mu_);
+  const uint64_t serial_;
   ServedModel served_ ABSL_GUARDED_BY(mu_);
   // Set once by the loop thread; the metrics themselves are thread-safe.
   RouterMetrics* shared_metrics_ ABSL_GUARDED_BY(mu_) = nullptr;

@@ -11,6 +11,7 @@
 
 #include "dedit/v1/services.grpc.pb.h"
 #include "router/request_builder.h"
+#include "router/session_service.h"
 #include "router/stack_set.h"
 
 namespace dedit {
@@ -31,10 +32,13 @@ class GenerationServiceImpl final : public v1::Generation::CallbackService {
     int max_stop_strings = 16;
     int max_stop_string_bytes = 256;
     bool chat_special_tokens_in_content = false;
+    SessionOptions sessions;  // Session (router/session_service.h)
   };
-  // `tokenizer` may be null. The stacks' drafters size request defaults.
+  // `tokenizer` and `registry` (dedit_sessions_open) may be null. The
+  // stacks' drafters size request defaults.
   GenerationServiceImpl(StackSet* stacks, const Tokenizer* tokenizer,
-                        Defaults defaults)
+                        Defaults defaults,
+                        prometheus::Registry* registry = nullptr)
       : stacks_(stacks),
         drafter_(stacks),
         tokenizer_(tokenizer),
@@ -42,11 +46,18 @@ class GenerationServiceImpl final : public v1::Generation::CallbackService {
         bytes_per_token_(
             defaults.max_bytes_per_token > 0
                 ? defaults.max_bytes_per_token
-                : (tokenizer != nullptr ? 2 * MaxTokenBytes(*tokenizer) : 0)) {}
+                : (tokenizer != nullptr ? 2 * MaxTokenBytes(*tokenizer) : 0)),
+        sessions_(
+            stacks, tokenizer, defaults.sessions,
+            [this] { return CurrentLimits(); }, registry) {}
 
   grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
       grpc::CallbackServerContext* context,
       const v1::GenerateRequest* request) override;
+  grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionResponse>* Session(
+      grpc::CallbackServerContext* context) override {
+    return sessions_.Open(context);
+  }
   grpc::ServerUnaryReactor* ListModels(
       grpc::CallbackServerContext* context,
       const v1::ListModelsRequest* request,
@@ -64,6 +75,7 @@ class GenerationServiceImpl final : public v1::Generation::CallbackService {
   const Tokenizer* tokenizer_;
   Defaults defaults_;
   const int64_t bytes_per_token_;  // 0 = no bound on text length
+  SessionManager sessions_;
 };
 
 }  // namespace dedit

@@ -48,6 +48,13 @@ ABSL_FLAG(int, max_bytes_per_token, 0,
 ABSL_FLAG(int, max_stop_strings, 16, "most stop strings a request may give");
 ABSL_FLAG(int, max_stop_string_bytes, 256,
           "longest stop string a request may give, in bytes");
+ABSL_FLAG(int, max_sessions, 256,
+          "Generation.Session streams open at once on this router; one more "
+          "is RESOURCE_EXHAUSTED");
+ABSL_FLAG(int, max_session_turns, 1000, "Turns per session");
+ABSL_FLAG(double, session_idle_timeout_s, 300,
+          "A session with no turn running for this long ends "
+          "(DEADLINE_EXCEEDED) and its kept KV cache is released; 0 = never");
 ABSL_FLAG(bool, chat_special_tokens_in_content, false,
           "encode special-token text inside chat message content as special "
           "tokens (HF's behaviour; lets a message forge a turn)");
@@ -107,6 +114,10 @@ int main(int argc, char** argv) {
   o.defaults.max_bytes_per_token = absl::GetFlag(FLAGS_max_bytes_per_token);
   o.defaults.max_stop_strings = absl::GetFlag(FLAGS_max_stop_strings);
   o.defaults.max_stop_string_bytes = absl::GetFlag(FLAGS_max_stop_string_bytes);
+  o.defaults.sessions.max_sessions = absl::GetFlag(FLAGS_max_sessions);
+  o.defaults.sessions.max_turns = absl::GetFlag(FLAGS_max_session_turns);
+  o.defaults.sessions.idle_timeout_ms = static_cast<int64_t>(
+      absl::GetFlag(FLAGS_session_idle_timeout_s) * 1000.0);
   o.defaults.chat_special_tokens_in_content =
       absl::GetFlag(FLAGS_chat_special_tokens_in_content);
   o.defaults.default_window = absl::GetFlag(FLAGS_default_window);

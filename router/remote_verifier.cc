@@ -58,8 +58,19 @@ absl::StatusOr<TargetStepResult> RemoteVerifier::Step(
   std::vector<SequenceId> ids;
 
   for (const PrefillWork& p : prefills) {
+    if (p.start > 0) {
+      // A continuation must reach the target after its KeepIdle.
+      Keeping& k = *keeping_;
+      absl::MutexLock lock(&k.mu);
+      const SequenceId id = p.sequence;
+      auto answered = [&k, id]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(k.mu) {
+        return k.ids.count(id) == 0;
+      };
+      k.mu.AwaitWithTimeout(absl::Condition(&answered), absl::Seconds(10));
+    }
     v1::PrefillItem* item = request.mutable_prefill()->add_items();
     item->set_sequence(WireSequenceId(nonce_, p.sequence));
+    item->set_start(p.start);
     item->mutable_prompt()->Add(p.prompt.begin(), p.prompt.end());
     v1::TargetSampling* s = item->mutable_sampling();
     s->set_temperature(p.sampling.temperature);
@@ -145,6 +156,37 @@ absl::Status RemoteVerifier::Release(SequenceId sequence) {
   call->context.set_deadline(Clock::now() + std::chrono::seconds(10));
   stub_->async()->Release(&call->context, &call->request, &call->response,
                           [call](grpc::Status) { delete call; });
+  return absl::OkStatus();
+}
+
+}  // namespace dedit
+
+namespace dedit {
+
+absl::Status RemoteVerifier::Keep(SequenceId sequence) {
+  // The next turn sets new limits; no stale deadline meanwhile.
+  limits_.erase(sequence);
+  struct Call {
+    grpc::ClientContext context;
+    v1::KeepIdleRequest request;
+    v1::KeepIdleResponse response;
+  };
+  auto* call = new Call;
+  call->request.add_sequences(WireSequenceId(nonce_, sequence));
+  call->context.set_deadline(Clock::now() + std::chrono::seconds(10));
+  {
+    absl::MutexLock lock(&keeping_->mu);
+    keeping_->ids.insert(sequence);
+  }
+  stub_->async()->KeepIdle(
+      &call->context, &call->request, &call->response,
+      [keeping = keeping_, call, sequence](grpc::Status) {
+        {
+          absl::MutexLock lock(&keeping->mu);
+          keeping->ids.erase(sequence);
+        }
+        delete call;
+      });
   return absl::OkStatus();
 }
 

@@ -24,6 +24,10 @@
 #include <cstdint>
 #include <memory>
 #include <unordered_map>
+#include <unordered_set>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 
 #include "dedit/v1/services.grpc.pb.h"
 #include "engine/round_interfaces.h"
@@ -57,6 +61,10 @@ class RemoteVerifier : public Verifier, public TargetControl {
       const std::vector<PrefillWork>& prefills,
       const std::vector<VerifyWork>& verifies) override;
   absl::Status Release(SequenceId sequence) override;
+  // Target.KeepIdle, asynchronously. A later Step that continues the
+  // sequence waits until this call has been answered, so the target never
+  // sees the idle mark after the continuation.
+  absl::Status Keep(SequenceId sequence) override;
 
  private:
   struct Limits {
@@ -69,6 +77,13 @@ class RemoteVerifier : public Verifier, public TargetControl {
   Options options_;
   uint32_t nonce_;
   std::unordered_map<SequenceId, Limits> limits_;
+  // KeepIdle calls not answered yet. Shared with their callbacks (gRPC
+  // threads), which may outlive this object.
+  struct Keeping {
+    absl::Mutex mu;
+    std::unordered_set<SequenceId> ids ABSL_GUARDED_BY(mu);
+  };
+  std::shared_ptr<Keeping> keeping_ = std::make_shared<Keeping>();
 };
 
 }  // namespace dedit

@@ -104,6 +104,25 @@ RouterMetrics::RouterMetrics(prometheus::Registry& r, const std::string& model,
               .Help("Rounds where drafting was wanted but the drafter failed")
               .Register(r)
               .Add({{"model", model}})),
+      session_turns_(prometheus::BuildCounter()
+                         .Name("dedit_session_turns_total")
+                         .Help("Session turns completed")
+                         .Register(r)
+                         .Add({{"model", model}})),
+      session_tokens_saved_(
+          prometheus::BuildCounter()
+              .Name("dedit_session_prefill_tokens_saved_total")
+              .Help("Prompt tokens of session turns whose KV was reused "
+                    "instead of prefilled")
+              .Register(r)
+              .Add({{"model", model}})),
+      session_reprefills_(
+          prometheus::BuildCounter()
+              .Name("dedit_session_reprefills_total")
+              .Help("Session turns whose kept KV was gone (evicted, "
+                    "expired, stack left): the whole history was prefilled")
+              .Register(r)
+              .Add({{"model", model}})),
       stack_(stack) {
   if (!stack.empty()) {
     const prometheus::Labels labels = {{"model", model}, {"stack", stack}};
@@ -282,6 +301,12 @@ void RouterMetrics::OnRequestRerouted(int64_t reserve_tokens) {
         static_cast<double>(reserve_tokens));
     StackRequests("rerouted").Increment();
   }
+}
+
+void RouterMetrics::OnSessionTurn(int64_t reused_tokens, bool cache_lost) {
+  session_turns_.Increment();
+  session_tokens_saved_.Increment(static_cast<double>(reused_tokens));
+  if (cache_lost) session_reprefills_.Increment();
 }
 
 void RouterMetrics::OnStackReachable(bool reachable) {

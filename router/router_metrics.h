@@ -55,6 +55,9 @@ class RouterMetrics {
   // A running request left this stack, before its first token, for another.
   void OnRequestRerouted(int64_t reserve_tokens);
   void OnStackReachable(bool reachable);
+  // A session turn ended: prompt tokens reused from its kept KV, and
+  // whether that KV was gone (the history was prefilled again).
+  void OnSessionTurn(int64_t reused_tokens, bool cache_lost);
 
   static std::string StatusLabel(const absl::Status& status);
 
@@ -75,6 +78,9 @@ class RouterMetrics {
   prometheus::Counter& prompt_tokens_;
   prometheus::Counter& generation_tokens_;
   prometheus::Counter& fallback_rounds_;
+  prometheus::Counter& session_turns_;
+  prometheus::Counter& session_tokens_saved_;
+  prometheus::Counter& session_reprefills_;
 
   // Per stack (null when `stack` is empty).
   struct StackSeries {

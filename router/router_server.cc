@@ -43,7 +43,8 @@ absl::Status RunRouterServer(const RouterServerOptions& options) {
     stacks.Update({{options.target_address, options.target_address,
                     options.drafter_address}});
   }
-  GenerationServiceImpl service(&stacks, tokenizer.get(), options.defaults);
+  GenerationServiceImpl service(&stacks, tokenizer.get(), options.defaults,
+                                registry.get());
   ServeOptions serve = options.serve;
   serve.binary = "dedit-router";
   serve.banner =

@@ -170,6 +170,16 @@ void StackSet::Stop() {
 }
 
 bool StackSet::SubmitLocked(RouterRequest& request) {
+  if (request.pinned_loop != 0) {
+    for (auto& s : stacks_) {
+      if (s->loop->serial() == request.pinned_loop && s->loop->reachable() &&
+          std::find(request.tried_stacks.begin(), request.tried_stacks.end(),
+                    s->address.name) == request.tried_stacks.end()) {
+        s->loop->Submit(std::move(request));
+        return true;
+      }
+    }
+  }
   const size_t n = stacks_.size();
   Stack* best = nullptr;
   int best_load = 0;
@@ -218,6 +228,20 @@ bool StackSet::Reroute(const std::string& from, RouterRequest& request) {
 void StackSet::Cancel(std::weak_ptr<const GenerationSink> sink) {
   absl::MutexLock lock(&mu_);
   for (auto& s : stacks_) s->loop->Cancel(sink);
+}
+
+void StackSet::ReleaseKept(uint64_t loop, SequenceId id) {
+  absl::MutexLock lock(&mu_);
+  for (auto& s : stacks_) {
+    if (s->loop->serial() == loop) {
+      s->loop->ReleaseKept(id);
+      return;
+    }
+  }
+  // A retiring loop still runs until its drain ends.
+  for (auto& s : retired_) {
+    if (s->loop->serial() == loop) s->loop->ReleaseKept(id);
+  }
 }
 
 void StackSet::CountRejected(const absl::Status& status) {

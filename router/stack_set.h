@@ -93,6 +93,12 @@ class StackSet : public DrafterHealth {
   // be moving between them).
   void Cancel(std::weak_ptr<const GenerationSink> sink);
   void CountRejected(const absl::Status& status);
+  // Sessions: a turn whose request.pinned_loop names a loop still serving
+  // and reachable goes there (its kept sequence lives there); otherwise it
+  // is admitted as above (and re-prefills). ReleaseKept releases a kept
+  // sequence in the loop `loop` (GenerationLoop::serial()); nothing when
+  // that loop is gone (it released its kept sequences when it stopped).
+  void ReleaseKept(uint64_t loop, SequenceId id);
 
   // The model of the first ready stack (every stack serves the same one).
   ServedModel served_model() const;

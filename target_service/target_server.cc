@@ -54,11 +54,25 @@ struct TargetMetrics {
                          .Name("dedit_context_stream_bytes_total")
                          .Help("Bytes of context features sent to the drafter")
                          .Register(r)
-                         .Add({})) {}
+                         .Add({})),
+        idle_sequences(prometheus::BuildGauge()
+                           .Name("dedit_target_idle_sequences")
+                           .Help("Sequences kept between session turns")
+                           .Register(r)
+                           .Add({})),
+        evicted(prometheus::BuildCounter()
+                    .Name("dedit_target_sequences_evicted_total")
+                    .Help("Idle session sequences evicted to make room for "
+                          "a prompt")
+                    .Register(r)
+                    .Add({})) {}
   prometheus::Histogram& batch_size;
   prometheus::Histogram& forward_seconds;
   prometheus::Gauge& kv_usage;
   prometheus::Counter& stream_bytes;
+  prometheus::Gauge& idle_sequences;
+  prometheus::Counter& evicted;
+  int64_t evicted_seen = 0;  // the snapshot listener's (model thread)
 };
 
 }  // namespace
@@ -127,6 +141,12 @@ absl::Status RunTargetServer(const TargetServerOptions& options) {
     if (s.kv_capacity_tokens > 0) {
       metrics.kv_usage.Set(static_cast<double>(s.cached_tokens) /
                            static_cast<double>(s.kv_capacity_tokens));
+    }
+    metrics.idle_sequences.Set(s.idle_sequences);
+    if (s.evicted_sequences > metrics.evicted_seen) {
+      metrics.evicted.Increment(
+          static_cast<double>(s.evicted_sequences - metrics.evicted_seen));
+      metrics.evicted_seen = s.evicted_sequences;
     }
   });
   worker.SetPoisonListener([&readiness](const absl::Status& poisoned) {

@@ -31,6 +31,7 @@ std::vector<TargetPrefillItem> PrefillItems(const v1::PrefillRequest& request) {
     item.work.sampling.has_seed = p.sampling().has_seed();
     item.work.sampling.seed = p.sampling().seed();
     item.reserve_tokens = p.reserve_tokens();
+    item.work.start = p.start();
     items.push_back(std::move(item));
   }
   return items;
@@ -163,6 +164,21 @@ grpc::ServerUnaryReactor* TargetServiceImpl::Release(
   return reactor;
 }
 
+grpc::ServerUnaryReactor* TargetServiceImpl::KeepIdle(
+    grpc::CallbackServerContext* context, const v1::KeepIdleRequest* request,
+    v1::KeepIdleResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (RefusePoisoned(reactor)) return reactor;
+  worker_->KeepIdle(std::vector<SequenceId>(request->sequences().begin(),
+                                            request->sequences().end()),
+                    [reactor, response](std::vector<SequenceId> missing) {
+                      response->mutable_missing()->Add(missing.begin(),
+                                                       missing.end());
+                      reactor->Finish(grpc::Status::OK);
+                    });
+  return reactor;
+}
+
 grpc::ServerUnaryReactor* TargetServiceImpl::Info(
     grpc::CallbackServerContext* context, const v1::TargetInfoRequest*,
     v1::TargetInfoResponse* response) {
@@ -185,6 +201,9 @@ grpc::ServerUnaryReactor* TargetServiceImpl::Info(
   response->set_cached_tokens(s.cached_tokens);
   response->set_reserved_tokens(s.reserved_tokens);
   response->set_kv_capacity_tokens(s.kv_capacity_tokens);
+  response->set_idle_sequences(s.idle_sequences);
+  response->set_idle_cached_tokens(s.idle_cached_tokens);
+  response->set_evicted_sequences(s.evicted_sequences);
   response->set_context_stream_connected(stream_ != nullptr &&
                                          stream_->connected());
   reactor->Finish(grpc::Status::OK);

@@ -124,7 +124,12 @@ absl::Status TargetBatcher::CheckPrompt(const TargetPrefillItem& item) const {
   RETURN_IF_ERROR(ValidateSamplingParams(w.sampling));
   if (w.prompt.empty()) return absl::InvalidArgumentError("prompt is empty");
   RETURN_IF_ERROR(CheckTokenIds(w.prompt, config.vocab_size, "prompt"));
-  const int64_t prompt_len = static_cast<int64_t>(w.prompt.size());
+  if (w.start < 0 || w.start >= config.max_position_embeddings) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("start ", w.start, " is outside [0, ",
+                     config.max_position_embeddings, ")"));
+  }
+  const int64_t prompt_len = w.start + static_cast<int64_t>(w.prompt.size());
   if (prompt_len >= config.max_position_embeddings) {
     return absl::InvalidArgumentError(absl::StrCat(
         "prompt of ", prompt_len, " tokens does not fit the context of ",
@@ -139,11 +144,99 @@ absl::Status TargetBatcher::CheckPrompt(const TargetPrefillItem& item) const {
         "reserve_tokens ", item.reserve_tokens, " is outside [0, ",
         config.max_position_embeddings, "], the context a sequence can hold"));
   }
-  if (sequences_.count(w.sequence) > 0) {
-    return absl::AlreadyExistsError(
-        absl::StrCat("sequence ", w.sequence, " exists"));
+  if (w.start == 0) {
+    if (sequences_.count(w.sequence) > 0) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("sequence ", w.sequence, " exists"));
+    }
+    return absl::OkStatus();
+  }
+  // A continuation of a kept sequence.
+  if (sequences_.count(w.sequence) == 0) {
+    return absl::NotFoundError(absl::StrCat(
+        "sequence ", w.sequence, " to continue does not exist (any more)"));
+  }
+  if (FindPrefill(w.sequence) != prefilling_.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("sequence ", w.sequence, " is still prefilling"));
+  }
+  ASSIGN_OR_RETURN(int64_t length, model_->Length(w.sequence));
+  if (w.start > length) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("start ", w.start, " exceeds the ", length,
+                     " tokens cached for sequence ", w.sequence));
   }
   return absl::OkStatus();
+}
+
+bool TargetBatcher::MakeRoom(int64_t need, SequenceId keep) {
+  if (need <= options_.kv_capacity_tokens - reserved_tokens_) return true;
+  std::vector<std::pair<uint64_t, SequenceId>> idle;
+  int64_t evictable = 0;
+  for (const auto& [id, s] : sequences_) {
+    if (!s.idle || id == keep) continue;
+    idle.emplace_back(s.idle_since, id);
+    evictable += s.reserved_tokens;
+  }
+  if (need > options_.kv_capacity_tokens - reserved_tokens_ + evictable) {
+    return false;
+  }
+  std::sort(idle.begin(), idle.end());
+  for (const auto& [since, id] : idle) {
+    if (need <= options_.kv_capacity_tokens - reserved_tokens_) break;
+    DropSequence(id);
+    ++evicted_;
+  }
+  return need <= options_.kv_capacity_tokens - reserved_tokens_;
+}
+
+absl::Status TargetBatcher::AdmitItem(const TargetPrefillItem& item,
+                                      int64_t reserve) {
+  const PrefillWork& w = item.work;
+  auto existing = sequences_.find(w.sequence);
+  const int64_t held = w.start > 0 && existing != sequences_.end()
+                           ? existing->second.reserved_tokens
+                           : 0;
+  // Written so that no sum can overflow: 0 <= reserved_tokens_ <=
+  // capacity always holds, and `reserve` was bounded by CheckPrompt.
+  if (!MakeRoom(reserve - held, w.sequence)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "KV cache full: ", reserved_tokens_, " of ",
+        options_.kv_capacity_tokens, " tokens reserved, this request needs ",
+        reserve - held));
+  }
+  if (w.start == 0) {
+    RETURN_IF_ERROR(model_->AddSequence(w.sequence));
+  } else {
+    RETURN_IF_ERROR(model_->Truncate(w.sequence, w.start));
+  }
+  SequenceState& s = sequences_[w.sequence];
+  s.sampler = std::make_unique<TokenSampler>(w.sampling);
+  reserved_tokens_ += reserve - s.reserved_tokens;
+  s.reserved_tokens = reserve;
+  s.idle = false;
+  return absl::OkStatus();
+}
+
+void TargetBatcher::ApplyKeepIdle(std::vector<TargetKeepIdleJob> jobs) {
+  for (TargetKeepIdleJob& job : jobs) {
+    std::vector<SequenceId> missing;
+    for (SequenceId id : job.sequences) {
+      auto it = sequences_.find(id);
+      if (it == sequences_.end()) {
+        missing.push_back(id);
+        continue;
+      }
+      if (FindPrefill(id) != prefilling_.end()) continue;
+      SequenceState& s = it->second;
+      const int64_t cached = model_->Length(id).value_or(0);
+      reserved_tokens_ += cached - s.reserved_tokens;
+      s.reserved_tokens = cached;
+      if (!s.idle) s.idle_since = ++idle_tick_;
+      s.idle = true;
+    }
+    if (job.done) job.done(std::move(missing));
+  }
 }
 
 void TargetBatcher::AdmitPrefills(std::vector<TargetPrefillJob> jobs) {
@@ -155,30 +248,17 @@ void TargetBatcher::AdmitPrefills(std::vector<TargetPrefillJob> jobs) {
     call->remaining = static_cast<int>(n);
     for (size_t i = 0; i < n; ++i) {
       const TargetPrefillItem& item = call->job.items[i];
-      const int64_t reserve =
-          std::max(item.reserve_tokens,
-                   static_cast<int64_t>(item.work.prompt.size()) + 1);
+      const int64_t reserve = std::max(
+          item.reserve_tokens,
+          item.work.start + static_cast<int64_t>(item.work.prompt.size()) + 1);
       absl::Status status = CheckPrompt(item);
-      // Written so that no sum can overflow: 0 <= reserved_tokens_ <=
-      // capacity always holds, and `reserve` was bounded by CheckPrompt.
-      if (status.ok() &&
-          reserve > options_.kv_capacity_tokens - reserved_tokens_) {
-        status = absl::ResourceExhaustedError(
-            absl::StrCat("KV cache full: ", reserved_tokens_, " of ",
-                         options_.kv_capacity_tokens,
-                         " tokens reserved, this request needs ", reserve));
-      }
-      if (status.ok()) status = model_->AddSequence(item.work.sequence);
+      if (status.ok()) status = AdmitItem(item, reserve);
       if (!status.ok()) {
         call->results[i] = status;
         --call->remaining;
         continue;
       }
-      SequenceState& s = sequences_[item.work.sequence];
-      s.sampler = std::make_unique<TokenSampler>(item.work.sampling);
-      s.reserved_tokens = reserve;
-      reserved_tokens_ += reserve;
-      prefilling_.push_back({call, i, 0});
+      prefilling_.push_back({call, i, item.work.start});
     }
     if (call->remaining == 0) Answer(*call);
   }
@@ -261,19 +341,20 @@ void TargetBatcher::PlanPrefillChunks(TargetForwardPlan& plan) const {
   if (plan.segments.empty()) budget = std::max(1, options_.max_batch_tokens);
   for (const PrefillProgress& p : prefilling_) {
     if (budget <= 0) break;
+    // Positions: a continuation's prompt starts at w.start, and
+    // done_tokens counts from position 0.
     const PrefillWork& w = p.work();
-    const int64_t total = static_cast<int64_t>(w.prompt.size());
+    const int64_t total = w.start + static_cast<int64_t>(w.prompt.size());
     TargetForwardPlan::Chunk chunk;
     chunk.sequence = w.sequence;
     chunk.start = p.done_tokens;
     chunk.length = std::min<int64_t>(total - p.done_tokens, budget);
     chunk.last = chunk.start + chunk.length == total;
-    TargetSegment s{
-        w.sequence,
-        std::vector<int32_t>(w.prompt.begin() + chunk.start,
-                             w.prompt.begin() + chunk.start + chunk.length),
-        chunk.start,
-        {}};
+    const auto first = w.prompt.begin() + (chunk.start - w.start);
+    TargetSegment s{w.sequence,
+                    std::vector<int32_t>(first, first + chunk.length),
+                    chunk.start,
+                    {}};
     if (chunk.last) s.logit_rows.push_back(static_cast<int>(chunk.length) - 1);
     budget -= static_cast<int>(chunk.length);
     plan.tokens += static_cast<int>(chunk.length);
@@ -404,6 +485,12 @@ TargetWorkerSnapshot TargetBatcher::snapshot() const {
   s.cached_tokens = model_->cached_tokens();
   s.reserved_tokens = reserved_tokens_;
   s.kv_capacity_tokens = options_.kv_capacity_tokens;
+  for (const auto& [id, state] : sequences_) {
+    if (!state.idle) continue;
+    ++s.idle_sequences;
+    s.idle_cached_tokens += model_->Length(id).value_or(0);
+  }
+  s.evicted_sequences = evicted_;
   return s;
 }
 
@@ -478,6 +565,18 @@ void TargetWorker::Verify(std::vector<VerifyWork> items, VerifyDone done,
                           with_prefill});
 }
 
+void TargetWorker::KeepIdle(std::vector<SequenceId> sequences,
+                            TargetKeepIdleDone done) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (RefusalLocked().ok()) {
+      new_idles_.push_back({std::move(sequences), std::move(done)});
+      return;
+    }
+  }
+  if (done) done(std::move(sequences));
+}
+
 void TargetWorker::Step(std::vector<TargetPrefillItem> prefills,
                         PrefillDone prefill_done,
                         std::vector<VerifyWork> verifies,
@@ -507,7 +606,7 @@ bool TargetWorker::CompanionMissing() const {
 
 bool TargetWorker::HasQueuedWork() const {
   return !new_prefills_.empty() || !new_verifies_.empty() ||
-         !new_releases_.empty();
+         !new_releases_.empty() || !new_idles_.empty();
 }
 
 bool TargetWorker::TakeWork(Inbox& inbox) {
@@ -529,6 +628,7 @@ bool TargetWorker::TakeWork(Inbox& inbox) {
   }
   if (stopping_) return false;
   inbox.releases.swap(new_releases_);
+  inbox.idles.swap(new_idles_);
   inbox.prefills.swap(new_prefills_);
   inbox.verifies.swap(new_verifies_);
   return true;
@@ -539,6 +639,11 @@ void TargetWorker::Run() {
   while (TakeWork(inbox)) {
     const absl::Status poisoned = this->poisoned();
     if (poisoned.ok()) {
+      // Releases free room first; idle marks before admission, so that a
+      // prompt may evict them.
+      batcher_.ApplyReleases(std::move(inbox.releases));
+      batcher_.ApplyKeepIdle(std::move(inbox.idles));
+      inbox.releases.clear();
       batcher_.Step(std::move(inbox.releases), std::move(inbox.prefills),
                     std::move(inbox.verifies));
     } else {
@@ -553,6 +658,7 @@ void TargetWorker::Run() {
   {
     absl::MutexLock lock(&mu_);
     inbox.releases.swap(new_releases_);
+    inbox.idles.swap(new_idles_);
     inbox.prefills.swap(new_prefills_);
     inbox.verifies.swap(new_verifies_);
   }
@@ -568,6 +674,9 @@ void TargetWorker::FailInbox(Inbox& inbox, const absl::Status& status) {
   for (TargetVerifyJob& job : inbox.verifies) job.done(status);
   for (TargetReleaseJob& job : inbox.releases) {
     if (job.done) job.done(0);
+  }
+  for (TargetKeepIdleJob& job : inbox.idles) {
+    if (job.done) job.done(std::move(job.sequences));
   }
 }
 

@@ -137,11 +137,21 @@ struct TargetVerifyJob {
 };
 using TargetReleaseJob = SequenceReleaseJob;
 
+// KeepIdle's answer: the ids that no longer exist.
+using TargetKeepIdleDone = std::function<void(std::vector<SequenceId> missing)>;
+struct TargetKeepIdleJob {
+  std::vector<SequenceId> sequences;
+  TargetKeepIdleDone done;  // may be empty
+};
+
 struct TargetWorkerSnapshot {
   int num_sequences = 0;
   int64_t cached_tokens = 0;
   int64_t reserved_tokens = 0;
   int64_t kv_capacity_tokens = 0;
+  int idle_sequences = 0;          // sessions kept between turns
+  int64_t idle_cached_tokens = 0;  // their KV tokens
+  int64_t evicted_sequences = 0;   // idle ones evicted for room, in all
 };
 
 // One forward's work, chosen by TargetBatcher::PlanForward. `segments` holds
@@ -192,8 +202,20 @@ class TargetBatcher {
   // Step 1. Drops the sequences (KV, sampler, reservation; the publisher is
   // told OnRelease) and answers each job with how many existed.
   void ApplyReleases(std::vector<TargetReleaseJob> jobs);
+  // Sessions (docs/ARCHITECTURE.md §8): marks the sequences idle, kept
+  // between turns. An idle sequence reserves only its cached tokens and is
+  // evicted, least recently used first, when a prompt needs the room; a
+  // continuation (PrefillWork::start > 0) makes it active again. Sequences
+  // still prefilling are left as they are. Run before AdmitPrefills.
+  void ApplyKeepIdle(std::vector<TargetKeepIdleJob> jobs);
   // Step 2. Admitted prompts wait in the prefill queue; a job whose items
-  // were all refused is answered at once.
+  // were all refused is answered at once. A continuation (work.start > 0)
+  // truncates its sequence's KV to `start` tokens, replaces the sampler and
+  // the reservation, and prefills the prompt after them; it is NOT_FOUND
+  // when the sequence does not exist (any more). When the reservations
+  // would exceed the capacity, idle sequences are evicted first (least
+  // recently used first; the publisher is told OnRelease), if that makes
+  // enough room.
   void AdmitPrefills(std::vector<TargetPrefillJob> jobs);
   // Step 3. Checks the verify calls (unknown sequence: NOT_FOUND; start not
   // the cached length or still prefilling: FAILED_PRECONDITION; bad block or
@@ -237,12 +259,20 @@ class TargetBatcher {
   struct SequenceState {
     std::unique_ptr<TokenSampler> sampler;
     int64_t reserved_tokens = 0;
+    bool idle = false;       // kept between turns (ApplyKeepIdle)
+    uint64_t idle_since = 0;  // idle_tick_ when it became idle (LRU order)
   };
 
   // model_->Forward, after the before_forward_for_test seam.
   absl::StatusOr<TargetForwardResult> Forward(
       const std::vector<TargetSegment>& segments);
   absl::Status CheckPrompt(const TargetPrefillItem& item) const;
+  // Admits one checked item (reserving `reserve`), or says why not.
+  absl::Status AdmitItem(const TargetPrefillItem& item, int64_t reserve);
+  // Evicts idle sequences other than `keep`, least recently idle first,
+  // until `need` more tokens fit; evicts nothing when even all of them
+  // would not make room. Returns whether `need` fits now.
+  bool MakeRoom(int64_t need, SequenceId keep);
   absl::Status CheckVerify(const TargetVerifyJob& job) const;
   // PlanForward's halves: the verify calls that check out go in whole (the
   // rest into plan.refused); then prefill chunks, oldest prompt first, up
@@ -269,6 +299,8 @@ class TargetBatcher {
   std::unordered_map<SequenceId, SequenceState> sequences_;
   std::deque<PrefillProgress> prefilling_;  // oldest first
   int64_t reserved_tokens_ = 0;
+  uint64_t idle_tick_ = 0;
+  int64_t evicted_ = 0;
 };
 
 // The model thread around a TargetBatcher (see the file comment).
@@ -309,6 +341,12 @@ class TargetWorker : public ModelThread {
             std::vector<VerifyWork> verifies, VerifyDone verify_done)
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Sessions: marks the sequences idle between turns
+  // (TargetBatcher::ApplyKeepIdle); `done` (may be empty) gets the ids that
+  // no longer exist. Answered with every id when stopping or poisoned.
+  void KeepIdle(std::vector<SequenceId> sequences, TargetKeepIdleDone done)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
   // As of the end of the last step.
   Snapshot snapshot() const { return snapshot_.Get(); }
 
@@ -323,6 +361,7 @@ class TargetWorker : public ModelThread {
  private:
   struct Inbox {
     std::vector<TargetReleaseJob> releases;
+    std::vector<TargetKeepIdleJob> idles;
     std::vector<TargetPrefillJob> prefills;
     std::vector<TargetVerifyJob> verifies;
   };
@@ -350,6 +389,7 @@ class TargetWorker : public ModelThread {
   TargetBatcher batcher_;  // model thread only, but for model() (immutable)
   const TargetWorkerOptions options_;
 
+  std::vector<TargetKeepIdleJob> new_idles_ ABSL_GUARDED_BY(mu_);
   std::vector<TargetPrefillJob> new_prefills_ ABSL_GUARDED_BY(mu_);
   std::vector<TargetVerifyJob> new_verifies_ ABSL_GUARDED_BY(mu_);
   Published<Snapshot> snapshot_;

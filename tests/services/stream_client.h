@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -97,6 +98,126 @@ struct ConcurrentStreams {
   std::atomic<int> started{0};
   std::vector<std::thread> threads;
 };
+
+// A Generation.Session client: open, turns read to their last message,
+// cancel, close.
+//
+//   SessionClient session(stub);
+//   ASSERT_TRUE(session.Open(open));
+//   Generated t = session.Turn(TokensTurn(ids, 16));
+//   EXPECT_TRUE(session.Close().ok());
+class SessionClient {
+ public:
+  explicit SessionClient(v1::Generation::Stub* stub, int timeout_s = 120) {
+    context_.set_deadline(std::chrono::system_clock::now() +
+                          std::chrono::seconds(timeout_s));
+    stream_ = stub->Session(&context_);
+  }
+  ~SessionClient() {
+    if (!finished_) {
+      context_.TryCancel();
+      v1::SessionResponse r;
+      while (stream_->Read(&r)) {
+      }
+      stream_->Finish();
+    }
+  }
+
+  bool Send(const v1::SessionRequest& request) {
+    return stream_->Write(request);
+  }
+  bool Read(v1::SessionResponse* response) { return stream_->Read(response); }
+
+  // Sends `open` and reads the answer.
+  bool Open(const v1::SessionOpen& open, v1::SessionOpened* opened = nullptr) {
+    v1::SessionRequest request;
+    *request.mutable_open() = open;
+    v1::SessionResponse response;
+    if (!Send(request) || !Read(&response) || !response.has_opened()) {
+      return false;
+    }
+    if (opened != nullptr) *opened = response.opened();
+    return true;
+  }
+
+  // Sends the turn and reads its messages up to the finished one (empty
+  // `last` and status set when the stream ended instead). `on_message`
+  // runs after every message of the turn.
+  Generated Turn(const v1::SessionTurn& turn,
+                 const std::function<void(const Generated&)>& on_message =
+                     nullptr) {
+    v1::SessionRequest request;
+    *request.mutable_turn() = turn;
+    Generated g;
+    if (!Send(request)) {
+      g.status = Finish();
+      return g;
+    }
+    return ReadTurn(on_message);
+  }
+  Generated ReadTurn(
+      const std::function<void(const Generated&)>& on_message = nullptr) {
+    Generated g;
+    v1::SessionResponse response;
+    while (Read(&response)) {
+      ++g.messages;
+      last_turn_ = response.turn();
+      const v1::GenerateResponse& r = response.response();
+      g.tokens.insert(g.tokens.end(), r.token_ids().begin(),
+                      r.token_ids().end());
+      g.text += r.text();
+      if (on_message) on_message(g);
+      if (r.finished()) {
+        g.last = r;
+        return g;
+      }
+    }
+    g.status = Finish();
+    return g;
+  }
+  bool Cancel() {
+    v1::SessionRequest request;
+    request.mutable_cancel();
+    return Send(request);
+  }
+  // Sends close, half-closes and reads to the end.
+  grpc::Status Close() {
+    v1::SessionRequest request;
+    request.mutable_close();
+    Send(request);
+    stream_->WritesDone();
+    v1::SessionResponse response;
+    while (Read(&response)) {
+    }
+    return Finish();
+  }
+  grpc::Status Finish() {
+    if (!finished_) {
+      finished_ = true;
+      status_ = stream_->Finish();
+    }
+    return status_;
+  }
+  int last_turn() const { return last_turn_; }
+  grpc::ClientContext& context() { return context_; }
+
+ private:
+  grpc::ClientContext context_;
+  std::unique_ptr<
+      grpc::ClientReaderWriter<v1::SessionRequest, v1::SessionResponse>>
+      stream_;
+  bool finished_ = false;
+  grpc::Status status_;
+  int last_turn_ = 0;
+};
+
+inline v1::SessionTurn TokensTurn(const std::vector<int32_t>& ids,
+                                  int max_tokens) {
+  v1::SessionTurn t;
+  t.mutable_token_ids()->mutable_ids()->Add(ids.begin(), ids.end());
+  t.set_max_tokens(max_tokens);
+  return t;
+}
 
 // Polls `pred` every 25 ms until it holds or `timeout_ms` passed.
 template <typename Pred>

@@ -1013,5 +1013,170 @@ TEST_F(TargetWorkerTest, NonStickyErrorsDoNotPoison) {
   EXPECT_TRUE((*first)[0].ok()) << (*first)[0].status();
 }
 
+TargetKeepIdleJob KeepIdleJob(std::vector<SequenceId> ids,
+                              std::vector<SequenceId>* missing) {
+  return {std::move(ids), [missing](std::vector<SequenceId> m) {
+            if (missing != nullptr) *missing = std::move(m);
+          }};
+}
+
+// One prefill call of one item through a whole step; its answer.
+absl::StatusOr<int32_t> PrefillOne(TargetBatcher& batcher,
+                                   TargetPrefillItem item) {
+  PrefillAnswer answer;
+  std::vector<TargetPrefillJob> jobs;
+  jobs.push_back(PrefillJob({std::move(item)}, &answer));
+  batcher.Step({}, std::move(jobs), {});
+  while (!answer.called && batcher.has_prefills()) batcher.Step({}, {}, {});
+  EXPECT_TRUE(answer.called);
+  if (!answer.called) return absl::InternalError("not answered");
+  return answer.results[0];
+}
+
+absl::StatusOr<std::vector<VerifyOutcome>> VerifyOne(TargetBatcher& batcher,
+                                                     VerifyWork work) {
+  VerifyAnswer answer;
+  std::vector<TargetVerifyJob> jobs;
+  jobs.push_back(VerifyJob({std::move(work)}, &answer));
+  batcher.Step({}, {}, std::move(jobs));
+  EXPECT_TRUE(answer.called);
+  return answer.result;
+}
+
+// Sessions (docs/ARCHITECTURE.md §8): continuing a kept sequence keeps the
+// first `start` cached tokens, drops the rest and prefills the new suffix;
+// tokens, verify choices and published features then equal a fresh prefill
+// of the whole new prompt, also when the suffix is chunked.
+TEST_F(TargetBatcherTest, ContinuationEqualsAFreshPrefill) {
+  for (int max_batch_tokens : {2048, 4}) {
+    SCOPED_TRACE(max_batch_tokens);
+    RecordingPublisher publisher;
+    TargetWorkerOptions options;
+    options.max_batch_tokens = max_batch_tokens;
+    auto batcher = MakeBatcher(options, &publisher);
+    const std::vector<int32_t> first = RandomPrompt(20, 128, 21);
+    std::vector<int32_t> next(first.begin(), first.begin() + 12);
+    for (int32_t t : RandomPrompt(9, 128, 22)) next.push_back(t);
+
+    // Turn 1: prompt, one verified block (the cache then holds 20 + acc + 1).
+    absl::StatusOr<int32_t> bonus = PrefillOne(*batcher, Item(1, first));
+    ASSERT_TRUE(bonus.ok()) << bonus.status();
+    auto verified = VerifyOne(*batcher, {1, 20, {*bonus, 5, 6, 7}});
+    ASSERT_TRUE(verified.ok()) << verified.status();
+    std::vector<SequenceId> missing = {99};
+    batcher->ApplyKeepIdle({KeepIdleJob({1, 42}, &missing)});
+    EXPECT_EQ(missing, std::vector<SequenceId>({42}));
+    TargetWorkerSnapshot s = batcher->snapshot();
+    EXPECT_EQ(s.idle_sequences, 1);
+    EXPECT_EQ(s.idle_cached_tokens, 21 + (*verified)[0].accepted);
+    EXPECT_EQ(s.reserved_tokens, s.idle_cached_tokens);
+
+    // Turn 2 continues sequence 1 after the common prefix of 12 tokens;
+    // sequence 2 prefills the same prompt from scratch.
+    TargetPrefillItem cont =
+        Item(1, std::vector<int32_t>(next.begin() + 12, next.end()), 40);
+    cont.work.start = 12;
+    absl::StatusOr<int32_t> continued = PrefillOne(*batcher, cont);
+    ASSERT_TRUE(continued.ok()) << continued.status();
+    absl::StatusOr<int32_t> fresh = PrefillOne(*batcher, Item(2, next));
+    ASSERT_TRUE(fresh.ok()) << fresh.status();
+    EXPECT_EQ(*continued, *fresh);
+    s = batcher->snapshot();
+    EXPECT_EQ(s.idle_sequences, 0);
+    EXPECT_EQ(s.reserved_tokens, 40 + 22);
+
+    const std::vector<int32_t> block = {*fresh, 3, 9, 27, 81};
+    auto a = VerifyOne(*batcher, {1, 21, block});
+    auto b = VerifyOne(*batcher, {2, 21, block});
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_EQ((*a)[0].target_tokens, (*b)[0].target_tokens);
+    EXPECT_EQ((*a)[0].accepted, (*b)[0].accepted);
+
+    // The drafter is sent the new rows from position 12 on (it cuts its
+    // context back there), equal to the fresh prefill's rows.
+    std::vector<RecordingPublisher::Event> ctx1 = publisher.ContextOf(1);
+    size_t rewind = ctx1.size();
+    for (size_t i = 0; i < ctx1.size(); ++i) {
+      if (ctx1[i].start == 12) rewind = i;  // the last one: turn 2's
+    }
+    ASSERT_LT(rewind, ctx1.size());
+    const std::vector<RecordingPublisher::Event> after(ctx1.begin() + rewind,
+                                                       ctx1.end());
+    const at::Tensor rows1 = Concat(after);
+    const at::Tensor rows2 = Concat(publisher.ContextOf(2))
+                                 .narrow(0, 12, 9 + 1 + (*a)[0].accepted);
+    ASSERT_EQ(rows1.size(0), rows2.size(0));
+    EXPECT_TRUE(at::allclose(rows1, rows2, 1e-4, 1e-4));
+  }
+}
+
+TEST_F(TargetBatcherTest, ContinuationErrors) {
+  TargetWorkerOptions options;
+  options.kv_capacity_tokens = 100;
+  auto batcher = MakeBatcher(options);
+  ASSERT_TRUE(PrefillOne(*batcher, Item(1, RandomPrompt(10, 128, 1))).ok());
+  batcher->ApplyKeepIdle({KeepIdleJob({1}, nullptr)});
+
+  TargetPrefillItem unknown = Item(7, {1, 2, 3});
+  unknown.work.start = 2;
+  EXPECT_EQ(PrefillOne(*batcher, unknown).status().code(),
+            absl::StatusCode::kNotFound);
+  TargetPrefillItem past = Item(1, {1, 2, 3});
+  past.work.start = 11;  // 10 cached
+  EXPECT_EQ(PrefillOne(*batcher, past).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // More than the capacity: refused, and the kept sequence stays as it was.
+  TargetPrefillItem big = Item(1, {1, 2, 3}, 101);
+  big.work.start = 5;
+  EXPECT_EQ(PrefillOne(*batcher, big).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(batcher->snapshot().num_sequences, 1);
+  EXPECT_EQ(batcher->snapshot().idle_sequences, 1);
+  EXPECT_EQ(batcher->snapshot().reserved_tokens, 10);
+}
+
+// When a prompt needs room, idle sequences are evicted least recently used
+// first, and only as many as needed; running ones never. Nothing is
+// evicted when even all idle ones would not make room.
+TEST_F(TargetBatcherTest, IdleSequencesAreEvictedLeastRecentlyUsedFirst) {
+  RecordingPublisher publisher;
+  TargetWorkerOptions options;
+  options.kv_capacity_tokens = 100;
+  auto batcher = MakeBatcher(options, &publisher);
+  for (SequenceId id : {1, 2, 3}) {
+    ASSERT_TRUE(PrefillOne(*batcher, Item(id, RandomPrompt(20, 128, id))).ok());
+  }
+  // 2 went idle first, then 1; 3 is running.
+  batcher->ApplyKeepIdle({KeepIdleJob({2}, nullptr)});
+  batcher->ApplyKeepIdle({KeepIdleJob({1}, nullptr)});
+  EXPECT_EQ(batcher->snapshot().reserved_tokens, 20 + 20 + 21);
+
+  // 61 reserved: 39 free, 41 needed → the oldest idle one (2) goes.
+  ASSERT_TRUE(PrefillOne(*batcher, Item(4, RandomPrompt(8, 128, 4), 41)).ok());
+  EXPECT_TRUE(publisher.Released(2));
+  EXPECT_FALSE(publisher.Released(1));
+  TargetWorkerSnapshot s = batcher->snapshot();
+  EXPECT_EQ(s.evicted_sequences, 1);
+  EXPECT_EQ(s.num_sequences, 3);
+  TargetPrefillItem cont = Item(2, {1, 2});
+  cont.work.start = 5;
+  EXPECT_EQ(PrefillOne(*batcher, cont).status().code(),
+            absl::StatusCode::kNotFound);
+
+  // 82 reserved (1 idle: 20); 40 needed > 18 free + 20 evictable: refused,
+  // nothing evicted.
+  EXPECT_EQ(PrefillOne(*batcher, Item(5, RandomPrompt(8, 128, 5), 40))
+                .status()
+                .code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_FALSE(publisher.Released(1));
+  EXPECT_EQ(batcher->snapshot().evicted_sequences, 1);
+  // A continuation of the idle one may use its own reservation and more.
+  TargetPrefillItem grow = Item(1, {1, 2, 3}, 35);
+  grow.work.start = 20;
+  EXPECT_TRUE(PrefillOne(*batcher, grow).ok());
+  EXPECT_EQ(batcher->snapshot().reserved_tokens, 21 + 41 + 35);
+}
+
 }  // namespace
 }  // namespace dedit

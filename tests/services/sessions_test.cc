@@ -1,0 +1,399 @@
+// Generation.Session end to end (issue 17): real dedit-target,
+// dedit-drafter and dedit-router processes on loopback. Every turn of a
+// session equals a fresh Generate over the session's history (and the
+// target's greedy decoding), while the target prefills only the new tokens.
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "dedit/v1/services.grpc.pb.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "model/in_process.h"
+#include "tests/model/test_util.h"
+#include "tests/services/service_cluster.h"
+#include "tests/services/stream_client.h"
+
+namespace dedit {
+namespace {
+
+using testing::Generate;
+using testing::Generated;
+using ::testing::HasSubstr;
+using testing::IdsRequest;
+using testing::RandomPrompt;
+using testing::ServiceCluster;
+using testing::SessionClient;
+using testing::TokensTurn;
+using testing::WaitFor;
+
+class SessionsTest : public ::testing::Test {
+ protected:
+  void StartCluster(ServiceCluster::Options options = {}) {
+    cluster_ = std::make_unique<ServiceCluster>(options);
+    const absl::Status started = cluster_->Start();
+    ASSERT_TRUE(started.ok()) << started;
+    stub_ = v1::Generation::NewStub(cluster_->RouterChannel());
+    ASSERT_TRUE(WaitFor(
+        [&] {
+          grpc::ClientContext c;
+          c.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(2));
+          v1::RouterInfoResponse info;
+          return stub_->Info(&c, {}, &info).ok() &&
+                 info.model().max_context() > 0 &&
+                 (!options.with_drafter || info.drafter_healthy());
+        },
+        20000));
+  }
+  std::vector<int32_t> Greedy(const std::vector<int32_t>& prompt, int n) {
+    if (reference_ == nullptr) {
+      InProcessStack::Options o;
+      o.target_dir = cluster_->target_dir();
+      o.drafter_dir = cluster_->drafter_dir();
+      auto stack = InProcessStack::Load(o);
+      EXPECT_TRUE(stack.ok()) << stack.status();
+      reference_ = std::move(*stack);
+    }
+    return testing::GreedyReference(reference_->target(), prompt, n);
+  }
+  v1::TargetInfoResponse TargetInfo() {
+    auto stub = v1::Target::NewStub(cluster_->TargetChannel());
+    grpc::ClientContext c;
+    c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    v1::TargetInfoResponse info;
+    EXPECT_TRUE(stub->Info(&c, {}, &info).ok());
+    return info;
+  }
+  int DrafterSequences() {
+    auto stub = v1::Drafter::NewStub(cluster_->DrafterChannel());
+    grpc::ClientContext c;
+    c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    v1::DrafterInfoResponse info;
+    EXPECT_TRUE(stub->Info(&c, {}, &info).ok());
+    return info.num_sequences();
+  }
+  double RouterMetric(const std::string& name) {
+    auto text = ServiceCluster::Scrape(cluster_->router()->metrics_port());
+    EXPECT_TRUE(text.ok()) << text.status();
+    return ServiceCluster::MetricValue(text.value_or(""), name);
+  }
+  bool ServicesEmpty() {
+    return TargetInfo().num_sequences() == 0 &&
+           TargetInfo().reserved_tokens() == 0 &&
+           (cluster_->drafter() == nullptr || DrafterSequences() == 0);
+  }
+
+  std::unique_ptr<ServiceCluster> cluster_;
+  std::unique_ptr<v1::Generation::Stub> stub_;
+  std::unique_ptr<InProcessStack> reference_;
+};
+
+v1::SessionOpen SpeculativeOpen(bool speculate) {
+  v1::SessionOpen open;
+  open.set_ignore_eos(true);
+  open.set_window(8);
+  open.set_passes(2);
+  open.set_disable_speculation(!speculate);
+  return open;
+}
+
+// The headline: five turns, each equal token for token to a fresh Generate
+// over the whole history and to the target's greedy decoding, with and
+// without speculation; from turn 2 on the target prefills only the new
+// tokens; closing the session empties both services.
+TEST_F(SessionsTest, FiveTurnsEqualFreshGenerateWithAndWithoutSpeculation) {
+  StartCluster();
+  constexpr int kNew = 12;
+  for (bool speculate : {true, false}) {
+    SCOPED_TRACE(speculate ? "speculative" : "target-only");
+    SessionClient session(stub_.get());
+    v1::SessionOpened opened;
+    ASSERT_TRUE(session.Open(SpeculativeOpen(speculate), &opened));
+    EXPECT_FALSE(opened.session_id().empty());
+    std::vector<int32_t> history;
+    int64_t saved = 0, prefilled = 0, fresh_prefill = 0;
+    for (int turn = 1; turn <= 5; ++turn) {
+      SCOPED_TRACE(turn);
+      const std::vector<int32_t> input =
+          RandomPrompt(6 + 3 * turn, 120, 100 * turn + speculate);
+      const Generated g = session.Turn(TokensTurn(input, kNew));
+      ASSERT_TRUE(g.status.ok()) << g.status.error_message();
+      ASSERT_TRUE(g.last.finished());
+      EXPECT_EQ(session.last_turn(), turn);
+      history.insert(history.end(), input.begin(), input.end());
+
+      v1::GenerateRequest fresh_request = IdsRequest(history, kNew, 8, 2);
+      fresh_request.set_disable_speculation(!speculate);
+      const Generated fresh = Generate(stub_.get(), fresh_request);
+      ASSERT_TRUE(fresh.status.ok()) << fresh.status.error_message();
+      EXPECT_EQ(g.tokens, fresh.tokens);
+      EXPECT_EQ(g.tokens, Greedy(history, kNew));
+
+      const v1::Usage& usage = g.last.usage();
+      EXPECT_EQ(usage.prompt_tokens(), static_cast<int>(history.size()));
+      EXPECT_FALSE(usage.cache_lost());
+      const int64_t before = static_cast<int64_t>(history.size() - input.size());
+      if (turn == 1) {
+        EXPECT_EQ(usage.cached_prompt_tokens(), 0);
+      } else {
+        // Everything before this turn's input is cached but, at most, the
+        // previous answer's last token (no KV yet when it ended).
+        EXPECT_GE(usage.cached_prompt_tokens(), before - 1);
+        EXPECT_LE(usage.cached_prompt_tokens(), before);
+      }
+      saved += usage.cached_prompt_tokens();
+      prefilled += usage.prompt_tokens() - usage.cached_prompt_tokens();
+      fresh_prefill += usage.prompt_tokens();
+      EXPECT_EQ(g.last.finish_reason(), v1::FINISH_REASON_LENGTH);
+      if (speculate) {
+        EXPECT_GT(g.last.acceptance().drafted_rounds(), 0);
+      }
+      history.insert(history.end(), g.tokens.begin(), g.tokens.end());
+      // Between turns the sequence is kept idle on the target.
+      EXPECT_TRUE(WaitFor([&] { return TargetInfo().idle_sequences() == 1; },
+                          5000));
+    }
+    std::printf(
+        "[ sessions ] %s: 5 turns, prompt tokens %lld, prefilled %lld "
+        "(fresh Generate calls: %lld), saved %lld\n",
+        speculate ? "speculative" : "target-only",
+        static_cast<long long>(fresh_prefill),
+        static_cast<long long>(prefilled),
+        static_cast<long long>(fresh_prefill), static_cast<long long>(saved));
+    EXPECT_GT(saved, prefilled);
+    EXPECT_TRUE(session.Close().ok());
+    EXPECT_TRUE(WaitFor([&] { return ServicesEmpty(); }, 5000));
+  }
+  EXPECT_EQ(RouterMetric("dedit_session_turns_total"), 10);
+  EXPECT_GT(RouterMetric("dedit_session_prefill_tokens_saved_total"), 0);
+  EXPECT_EQ(RouterMetric("dedit_sessions_open"), 0);
+}
+
+// Chat sessions: the history is the conversation, each answer as an
+// assistant message with the streamed text; a turn equals Generate over
+// those messages even though re-encoding the text may differ from the
+// tokens cached (the common prefix is reused, the rest re-prefilled).
+TEST_F(SessionsTest, ChatTurnsEqualGenerateOverTheConversation) {
+  StartCluster();
+  SessionClient session(stub_.get());
+  v1::SessionOpen open = SpeculativeOpen(true);
+  ASSERT_TRUE(session.Open(open));
+  v1::ChatMessages conversation;
+  const char* questions[] = {"hello there", "why is the sky blue?",
+                             "and the sea?"};
+  for (int turn = 0; turn < 3; ++turn) {
+    SCOPED_TRACE(turn);
+    v1::SessionTurn t;
+    v1::ChatMessage* m = t.mutable_chat()->add_messages();
+    m->set_role("user");
+    m->set_content(questions[turn]);
+    t.set_max_tokens(10);
+    const Generated g = session.Turn(t);
+    ASSERT_TRUE(g.status.ok()) << g.status.error_message();
+    *conversation.add_messages() = *m;
+    v1::GenerateRequest fresh;
+    *fresh.mutable_chat() = conversation;
+    fresh.set_max_tokens(10);
+    fresh.set_ignore_eos(true);
+    fresh.set_window(8);
+    fresh.set_passes(2);
+    const Generated f = Generate(stub_.get(), fresh);
+    ASSERT_TRUE(f.status.ok()) << f.status.error_message();
+    EXPECT_EQ(g.tokens, f.tokens);
+    EXPECT_EQ(g.text, f.text);
+    EXPECT_EQ(g.last.usage().prompt_tokens(), f.last.usage().prompt_tokens());
+    if (turn > 0) EXPECT_GT(g.last.usage().cached_prompt_tokens(), 0);
+    v1::ChatMessage* answer = conversation.add_messages();
+    answer->set_role("assistant");
+    answer->set_content(g.text);
+  }
+  EXPECT_TRUE(session.Close().ok());
+  EXPECT_TRUE(WaitFor([&] { return ServicesEmpty(); }, 5000));
+}
+
+// Cancel mid-turn: the turn ends with FINISH_REASON_CANCELLED after a
+// greedy prefix; the next turn continues from what was streamed.
+TEST_F(SessionsTest, CancelMidTurnThenTheNextTurnContinues) {
+  StartCluster();
+  SessionClient session(stub_.get());
+  ASSERT_TRUE(session.Open(SpeculativeOpen(true)));
+  const std::vector<int32_t> prompt = RandomPrompt(10, 120, 5);
+  bool cancelled = false;
+  const Generated g =
+      session.Turn(TokensTurn(prompt, 1500), [&](const Generated& so_far) {
+        if (!cancelled && so_far.messages >= 3) {
+          cancelled = true;
+          EXPECT_TRUE(session.Cancel());
+        }
+      });
+  ASSERT_TRUE(g.status.ok()) << g.status.error_message();
+  EXPECT_EQ(g.last.finish_reason(), v1::FINISH_REASON_CANCELLED);
+  ASSERT_GT(g.tokens.size(), 0u);
+  ASSERT_LT(g.tokens.size(), 1500u);
+  EXPECT_EQ(g.tokens, Greedy(prompt, static_cast<int>(g.tokens.size())));
+
+  std::vector<int32_t> history = prompt;
+  history.insert(history.end(), g.tokens.begin(), g.tokens.end());
+  const std::vector<int32_t> input = RandomPrompt(7, 120, 6);
+  history.insert(history.end(), input.begin(), input.end());
+  const Generated next = session.Turn(TokensTurn(input, 12));
+  ASSERT_TRUE(next.status.ok()) << next.status.error_message();
+  EXPECT_EQ(next.tokens, Greedy(history, 12));
+  EXPECT_GT(next.last.usage().cached_prompt_tokens(), 0);
+  EXPECT_TRUE(session.Close().ok());
+  EXPECT_TRUE(WaitFor([&] { return ServicesEmpty(); }, 5000));
+}
+
+// A client that goes quiet: its session ends DEADLINE_EXCEEDED within the
+// idle timeout and both services are empty again. One that vanishes (its
+// stream broken mid-turn) releases everything at once.
+TEST_F(SessionsTest, VanishedClientsReleaseTheirCache) {
+  ServiceCluster::Options options;
+  options.router_flags = {"--session_idle_timeout_s=1"};
+  StartCluster(options);
+  {
+    SessionClient quiet(stub_.get());
+    ASSERT_TRUE(quiet.Open(SpeculativeOpen(true)));
+    ASSERT_TRUE(quiet.Turn(TokensTurn(RandomPrompt(12, 120, 1), 8)).last
+                    .finished());
+    EXPECT_EQ(TargetInfo().num_sequences(), 1);
+    const auto t0 = std::chrono::steady_clock::now();
+    v1::SessionResponse r;
+    EXPECT_FALSE(quiet.Read(&r));
+    const grpc::Status status = quiet.Finish();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+    EXPECT_THAT(status.error_message(), HasSubstr("idle"));
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(3));
+    EXPECT_TRUE(WaitFor([&] { return ServicesEmpty(); }, 2000));
+  }
+  {
+    auto vanishing = std::make_unique<SessionClient>(stub_.get());
+    ASSERT_TRUE(vanishing->Open(SpeculativeOpen(true)));
+    v1::SessionRequest request;
+    *request.mutable_turn() = TokensTurn(RandomPrompt(12, 120, 2), 3000);
+    ASSERT_TRUE(vanishing->Send(request));
+    v1::SessionResponse r;
+    ASSERT_TRUE(vanishing->Read(&r));
+    EXPECT_EQ(TargetInfo().num_sequences(), 1);
+    vanishing.reset();  // cancels the call mid-turn
+    EXPECT_TRUE(WaitFor([&] { return ServicesEmpty(); }, 2000));
+  }
+  EXPECT_EQ(RouterMetric("dedit_sessions_open"), 0);
+}
+
+// KV pressure: a prompt that needs the room evicts the idle session's
+// sequence on the target; that session's next turn re-prefills its whole
+// history (cache_lost, counted) and is still exact.
+TEST_F(SessionsTest, EvictedSessionsNextTurnIsStillExact) {
+  ServiceCluster::Options options;
+  options.target_flags = {"--kv_capacity_tokens=200"};
+  StartCluster(options);
+  SessionClient session(stub_.get());
+  ASSERT_TRUE(session.Open(SpeculativeOpen(true)));
+  std::vector<int32_t> history = RandomPrompt(100, 120, 9);
+  const Generated first = session.Turn(TokensTurn(history, 16));
+  ASSERT_TRUE(first.status.ok()) << first.status.error_message();
+  history.insert(history.end(), first.tokens.begin(), first.tokens.end());
+  ASSERT_TRUE(WaitFor([&] { return TargetInfo().idle_sequences() == 1; },
+                      5000));
+
+  // 60 + 40 + 8 = 108 tokens to reserve; 200 - ~115 idle are free.
+  const Generated other =
+      Generate(stub_.get(), IdsRequest(RandomPrompt(60, 120, 10), 40, 8, 2));
+  ASSERT_TRUE(other.status.ok()) << other.status.error_message();
+  EXPECT_EQ(TargetInfo().evicted_sequences(), 1);
+  EXPECT_EQ(TargetInfo().idle_sequences(), 0);
+
+  const std::vector<int32_t> input = RandomPrompt(10, 120, 11);
+  history.insert(history.end(), input.begin(), input.end());
+  const Generated next = session.Turn(TokensTurn(input, 16));
+  ASSERT_TRUE(next.status.ok()) << next.status.error_message();
+  EXPECT_TRUE(next.last.usage().cache_lost());
+  EXPECT_EQ(next.last.usage().cached_prompt_tokens(), 0);
+  EXPECT_EQ(next.tokens, Greedy(history, 16));
+  EXPECT_EQ(RouterMetric("dedit_session_reprefills_total"), 1);
+  auto target_metrics =
+      ServiceCluster::Scrape(cluster_->target()->metrics_port());
+  ASSERT_TRUE(target_metrics.ok());
+  EXPECT_EQ(ServiceCluster::MetricValue(*target_metrics,
+                                        "dedit_target_sequences_evicted_total"),
+            1);
+  EXPECT_TRUE(session.Close().ok());
+  EXPECT_TRUE(WaitFor([&] { return ServicesEmpty(); }, 5000));
+}
+
+// Bad input ends the stream with a status naming what is wrong, and leaks
+// nothing.
+TEST_F(SessionsTest, BadSessionsAreRefusedClearly) {
+  ServiceCluster::Options options;
+  options.router_flags = {"--max_sessions=2", "--max_session_turns=2"};
+  StartCluster(options);
+  auto status_of = [&](const std::vector<v1::SessionRequest>& requests) {
+    SessionClient s(stub_.get());
+    for (const v1::SessionRequest& r : requests) s.Send(r);
+    v1::SessionResponse response;
+    while (s.Read(&response)) {
+    }
+    return s.Finish();
+  };
+  v1::SessionRequest open;
+  *open.mutable_open() = SpeculativeOpen(true);
+  v1::SessionRequest turn;
+  *turn.mutable_turn() = TokensTurn({1, 2, 3}, 4);
+
+  grpc::Status s = status_of({turn});
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(s.error_message(), HasSubstr("open"));
+  s = status_of({open, open});
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  v1::SessionRequest bad_open = open;
+  bad_open.mutable_open()->set_window(999);
+  s = status_of({bad_open});
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("window"));
+  v1::SessionRequest no_max = turn;
+  no_max.mutable_turn()->set_max_tokens(0);
+  s = status_of({open, no_max});
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("max_tokens"));
+  v1::SessionRequest chat;
+  chat.mutable_turn()->set_max_tokens(4);
+  chat.mutable_turn()->mutable_chat()->add_messages()->set_role("user");
+  s = status_of({open, turn, chat});
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("token session"));
+  s = status_of({open, turn, turn, turn});
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(s.error_message(), HasSubstr("max_session_turns"));
+  // History past the context.
+  const int64_t context = DefaultTinySpec().target.max_position_embeddings;
+  v1::SessionRequest long_turn;
+  *long_turn.mutable_turn() =
+      TokensTurn(RandomPrompt(static_cast<int>(context) - 2, 120, 3), 4);
+  s = status_of({open, turn, long_turn});
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("session history"));
+  EXPECT_THAT(s.error_message(), HasSubstr("context"));
+  // Sessions per router.
+  {
+    SessionClient a(stub_.get()), b(stub_.get());
+    ASSERT_TRUE(a.Open(SpeculativeOpen(true)));
+    ASSERT_TRUE(b.Open(SpeculativeOpen(true)));
+    s = status_of({open});
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_THAT(s.error_message(), HasSubstr("max_sessions"));
+  }
+  EXPECT_TRUE(WaitFor([&] { return ServicesEmpty(); }, 5000));
+  EXPECT_TRUE(WaitFor(
+      [&] { return RouterMetric("dedit_sessions_open") == 0; }, 5000));
+}
+
+}  // namespace
+}  // namespace dedit
