@@ -3,6 +3,7 @@
 //   dedit-cli tokenize --tokenizer PATH [--decode] [--skip_special_tokens]
 //                      [--split_special_tokens]  < in.json > out.json
 //   dedit-cli generate --router HOST:PORT --prompt TEXT [--chat] ...
+//   dedit-cli chat --router HOST:PORT [--system TEXT] ...
 //   dedit-cli <command> --help
 //
 // Every command's flags are absl flags defined here; the command's entry
@@ -23,6 +24,7 @@
 #include "cli/command_flags.h"
 #include "cli/tokenize_command.h"
 #ifdef DEDIT_HAVE_ROUTER_CLIENT
+#include "cli/chat_command.h"
 #include "cli/generate_command.h"
 #endif
 
@@ -64,6 +66,8 @@ ABSL_FLAG(std::vector<std::string>, stop, {}, "stop strings, comma-separated");
 ABSL_FLAG(bool, ignore_eos, false, "keep generating past EOS");
 ABSL_FLAG(int, timeout_s, dedit::GenerateCommandOptions().timeout_s,
           "deadline of the whole generation, seconds");
+ABSL_FLAG(std::string, system, "",
+          "chat: a system message before the first turn");
 #endif
 
 namespace dedit {
@@ -170,6 +174,49 @@ int GenerateMain(const char* argv0, const std::vector<std::string>& args) {
   }
   return kExitOk;
 }
+int ChatMain(const char* argv0, const std::vector<std::string>& args) {
+  const CommandFlags command = {
+      "dedit-cli chat",
+      "--router HOST:PORT [--max_tokens N] [--system TEXT] [--window W]\n"
+      "                          [--passes K] [--method model|ngram]\n"
+      "                          [--no_speculation] ...",
+      "An interactive multi-turn chat over one Generation.Session stream:\n"
+      "each line is a user message; the answer streams, then a line of\n"
+      "per-turn statistics (acceptance, prompt tokens cached) on stderr.\n"
+      "/quit or end of input ends the session. --max_tokens is per turn,\n"
+      "--timeout_s bounds the whole session.\n",
+      {"router", "model", "system", "thinking", "max_tokens", "temperature",
+       "top_k", "top_p", "seed", "window", "passes", "method",
+       "no_speculation", "stop", "ignore_eos", "timeout_s"}};
+  if (std::optional<int> exit = ParseCommandFlags(command, argv0, args)) {
+    return *exit;
+  }
+  ChatCommandOptions c;
+  GenerateCommandOptions& o = c.generate;
+  o.router = absl::GetFlag(FLAGS_router);
+  o.model = absl::GetFlag(FLAGS_model);
+  o.enable_thinking = absl::GetFlag(FLAGS_thinking);
+  o.max_tokens = absl::GetFlag(FLAGS_max_tokens);
+  o.temperature = absl::GetFlag(FLAGS_temperature);
+  o.top_k = absl::GetFlag(FLAGS_top_k);
+  o.top_p = absl::GetFlag(FLAGS_top_p);
+  o.seed = absl::GetFlag(FLAGS_seed);
+  o.window = absl::GetFlag(FLAGS_window);
+  o.passes = absl::GetFlag(FLAGS_passes);
+  o.no_speculation = absl::GetFlag(FLAGS_no_speculation);
+  o.method = absl::GetFlag(FLAGS_method);
+  o.stop = absl::GetFlag(FLAGS_stop);
+  o.ignore_eos = absl::GetFlag(FLAGS_ignore_eos);
+  o.timeout_s = absl::GetFlag(FLAGS_timeout_s);
+  c.system = absl::GetFlag(FLAGS_system);
+  const absl::Status status = RunChat(c, std::cin, std::cout, std::cerr);
+  if (!status.ok()) {
+    std::fprintf(stderr, "%s: %s\n", command.program.c_str(),
+                 status.ToString().c_str());
+    return kExitFailure;
+  }
+  return kExitOk;
+}
 #endif
 
 int Main(int argc, char** argv) {
@@ -178,6 +225,8 @@ int Main(int argc, char** argv) {
        TokenizeMain},
 #ifdef DEDIT_HAVE_ROUTER_CLIENT
       {"generate", "stream a generation from dedit-router", GenerateMain},
+      {"chat", "interactive multi-turn chat session with dedit-router",
+       ChatMain},
 #endif
   };
   if (argc < 2) {

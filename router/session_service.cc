@@ -71,6 +71,8 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   void EndLocked(const absl::Status& status, Actions& actions)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseKeptLocked(Actions& actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The running turn ended well: its input and answer join the history.
+  void CompleteTurnLocked(Actions& actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void QueueLocked(v1::SessionResponse response, Actions& actions)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FinishIfDueLocked(Actions& actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -440,8 +442,10 @@ void SessionCore::HandleTurn(Actions& a) {
   request->engine.keep = true;
   request->engine.continue_sequence = kept_id_;
   request->pinned_loop = kept_loop_;
-  request->on_turn_end = [weak = weak_from_this(), turn](const TurnEnd& end) {
-    if (auto core = weak.lock()) core->OnTurnEnd(turn, end);
+  // Strong: a turn that outlives its stream must still release what it
+  // kept (the loop drops the request, and this reference, once it ended).
+  request->on_turn_end = [core = shared_from_this(), turn](const TurnEnd& end) {
+    core->OnTurnEnd(turn, end);
   };
   a.submit = std::move(*request);
   a.read = true;
@@ -455,12 +459,36 @@ void SessionCore::OnTurnMessage(int turn, v1::GenerateResponse response) {
     turn_tokens_.insert(turn_tokens_.end(), response.token_ids().begin(),
                         response.token_ids().end());
     turn_text_ += response.text();
+    const bool finished = response.finished();
     v1::SessionResponse out;
     out.set_turn(turn);
     *out.mutable_response() = std::move(response);
     QueueLocked(std::move(out), a);
+    // The turn is over for the client once its last message is queued: it
+    // may send the next turn before the loop finishes this sink.
+    if (finished) CompleteTurnLocked(a);
   }
   Perform(a);
+}
+
+void SessionCore::CompleteTurnLocked(Actions& a) {
+  if (turn_sink_ == nullptr) return;
+  turn_sink_.reset();
+  idle_since_ = Clock::now();
+  // The history now holds the turn and its answer as streamed.
+  if (mode_ == Mode::kChat) {
+    for (v1::ChatMessage& m : turn_messages_) messages_.push_back(std::move(m));
+    v1::ChatMessage answer;
+    answer.set_role("assistant");
+    answer.set_content(turn_text_);
+    messages_.push_back(std::move(answer));
+  } else {
+    history_ = std::move(turn_prompt_);
+    history_.insert(history_.end(), turn_tokens_.begin(), turn_tokens_.end());
+  }
+  turn_messages_.clear();
+  turn_prompt_.clear();
+  if (phase_ == Phase::kClosing) EndLocked(absl::OkStatus(), a);
 }
 
 void SessionCore::OnTurnEnd(int turn, const TurnEnd& end) {
@@ -481,30 +509,14 @@ void SessionCore::OnTurnFinished(int turn, const absl::Status& status) {
   Actions a;
   {
     absl::MutexLock lock(&mu_);
-    if (turn != turns_) return;
-    turn_sink_.reset();
-    idle_since_ = Clock::now();
-    if (phase_ == Phase::kDone) return;
-    if (!status.ok()) {
+    if (turn != turns_ || turn_sink_ == nullptr) return;  // completed
+    if (phase_ == Phase::kDone) {
+      turn_sink_.reset();
+    } else if (!status.ok()) {
+      turn_sink_.reset();
       EndLocked(status, a);
     } else {
-      // The history now holds the turn and its answer as streamed.
-      if (mode_ == Mode::kChat) {
-        for (v1::ChatMessage& m : turn_messages_) {
-          messages_.push_back(std::move(m));
-        }
-        v1::ChatMessage answer;
-        answer.set_role("assistant");
-        answer.set_content(turn_text_);
-        messages_.push_back(std::move(answer));
-      } else {
-        history_ = std::move(turn_prompt_);
-        history_.insert(history_.end(), turn_tokens_.begin(),
-                        turn_tokens_.end());
-      }
-      turn_messages_.clear();
-      turn_prompt_.clear();
-      if (phase_ == Phase::kClosing) EndLocked(absl::OkStatus(), a);
+      CompleteTurnLocked(a);
     }
   }
   Perform(a);

@@ -337,8 +337,12 @@ TEST_F(SessionsTest, BadSessionsAreRefusedClearly) {
   StartCluster(options);
   auto status_of = [&](const std::vector<v1::SessionRequest>& requests) {
     SessionClient s(stub_.get());
-    for (const v1::SessionRequest& r : requests) s.Send(r);
     v1::SessionResponse response;
+    for (const v1::SessionRequest& r : requests) {
+      if (!s.Send(r)) break;
+      // One turn at a time: read each turn to its end.
+      if (r.has_turn() && !s.ReadTurn().last.finished()) break;
+    }
     while (s.Read(&response)) {
     }
     return s.Finish();

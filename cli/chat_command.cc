@@ -1,0 +1,152 @@
+#include "cli/chat_command.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
+#include "dedit/v1/services.grpc.pb.h"
+#include "proto/grpc_status.h"
+
+namespace dedit {
+namespace {
+
+const char* FinishName(v1::FinishReason r) {
+  switch (r) {
+    case v1::FINISH_REASON_LENGTH:
+      return "length";
+    case v1::FINISH_REASON_STOP:
+      return "stop";
+    case v1::FINISH_REASON_CONTEXT_LIMIT:
+      return "context_limit";
+    case v1::FINISH_REASON_CANCELLED:
+      return "cancelled";
+    default:
+      return "unknown";
+  }
+}
+
+absl::StatusOr<v1::SessionOpen> OpenRequest(const GenerateCommandOptions& o) {
+  v1::SessionOpen open;
+  open.set_model(o.model);
+  v1::SamplingParams* s = open.mutable_sampling();
+  s->set_temperature(o.temperature);
+  s->set_top_k(o.top_k);
+  s->set_top_p(o.top_p);
+  if (o.seed >= 0) {
+    s->set_has_seed(true);
+    s->set_seed(static_cast<uint64_t>(o.seed));
+  }
+  open.set_window(o.window);
+  open.set_passes(o.passes);
+  open.set_disable_speculation(o.no_speculation);
+  if (o.method == "ngram") {
+    open.set_speculative_method(v1::SPECULATIVE_METHOD_NGRAM);
+  } else if (o.method == "model") {
+    open.set_speculative_method(v1::SPECULATIVE_METHOD_MODEL);
+  } else if (!o.method.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--method must be model or ngram, got '", o.method, "'"));
+  }
+  open.set_ignore_eos(o.ignore_eos);
+  open.set_enable_thinking(o.enable_thinking);
+  return open;
+}
+
+}  // namespace
+
+absl::Status RunChat(const ChatCommandOptions& options, std::istream& in,
+                     std::ostream& out, std::ostream& stats_out) {
+  const GenerateCommandOptions& o = options.generate;
+  absl::StatusOr<v1::SessionOpen> open = OpenRequest(o);
+  if (!open.ok()) return open.status();
+  auto channel =
+      grpc::CreateChannel(o.router, grpc::InsecureChannelCredentials());
+  auto stub = v1::Generation::NewStub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(o.timeout_s));
+  auto stream = stub->Session(&context);
+  auto fail = [&]() -> absl::Status {
+    stream->WritesDone();
+    v1::SessionResponse ignored;
+    while (stream->Read(&ignored)) {
+    }
+    const grpc::Status status = stream->Finish();
+    return status.ok() ? absl::UnavailableError("session ended")
+                       : FromGrpcStatus(status);
+  };
+  v1::SessionRequest request;
+  *request.mutable_open() = *open;
+  v1::SessionResponse response;
+  if (!stream->Write(request) || !stream->Read(&response) ||
+      !response.has_opened()) {
+    return fail();
+  }
+  bool system_pending = !options.system.empty();
+  std::string line;
+  while (true) {
+    out << options.prompt_marker << std::flush;
+    if (!std::getline(in, line)) break;
+    const absl::string_view text = absl::StripAsciiWhitespace(line);
+    if (text == "/quit" || text == "/exit") break;
+    if (text.empty()) continue;
+    request.Clear();
+    v1::SessionTurn* turn = request.mutable_turn();
+    turn->set_max_tokens(o.max_tokens);
+    for (const std::string& stop : o.stop) turn->add_stop(stop);
+    if (system_pending) {
+      v1::ChatMessage* m = turn->mutable_chat()->add_messages();
+      m->set_role("system");
+      m->set_content(options.system);
+      system_pending = false;
+    }
+    v1::ChatMessage* m = turn->mutable_chat()->add_messages();
+    m->set_role("user");
+    m->set_content(std::string(text));
+    if (!stream->Write(request)) return fail();
+    const auto t0 = std::chrono::steady_clock::now();
+    int tokens = 0;
+    v1::GenerateResponse last;
+    bool finished = false;
+    while (!finished && stream->Read(&response)) {
+      const v1::GenerateResponse& r = response.response();
+      tokens += r.token_ids_size();
+      out << r.text() << std::flush;
+      if (r.finished()) {
+        last = r;
+        finished = true;
+      }
+    }
+    if (!finished) return fail();
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+            .count();
+    const v1::AcceptanceStats& a = last.acceptance();
+    const v1::Usage& u = last.usage();
+    out << '\n';
+    stats_out << absl::StrFormat(
+        "[turn %d: %d tokens, %.1f tokens/s, mean acceptance length %.2f, "
+        "prompt %d tokens (%d cached%s), finish %s]\n",
+        response.turn(), tokens, seconds > 0 ? tokens / seconds : 0.0,
+        a.mean_acceptance_length(), u.prompt_tokens(),
+        u.cached_prompt_tokens(), u.cache_lost() ? ", cache lost" : "",
+        FinishName(last.finish_reason()));
+    stats_out.flush();
+  }
+  out << '\n';
+  request.Clear();
+  request.mutable_close();
+  stream->Write(request);
+  stream->WritesDone();
+  while (stream->Read(&response)) {
+  }
+  const grpc::Status status = stream->Finish();
+  return status.ok() ? absl::OkStatus() : FromGrpcStatus(status);
+}
+
+}  // namespace dedit
