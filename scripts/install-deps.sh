@@ -32,6 +32,8 @@ PACKAGES=(
   libpython3.11-stdlib python3.11-doc
   # Prometheus server + promtool (deployment tests)
   prometheus
+  # A real terminal for the dedit-cli chat test (tests/services/sessions_test.cc)
+  tmux
 )
 
 missing=()

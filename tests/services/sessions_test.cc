@@ -4,7 +4,10 @@
 // target's greedy decoding), while the target prefills only the new tokens.
 #include <grpcpp/grpcpp.h>
 
+#include <unistd.h>
+
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -397,6 +400,73 @@ TEST_F(SessionsTest, BadSessionsAreRefusedClearly) {
   EXPECT_TRUE(WaitFor([&] { return ServicesEmpty(); }, 5000));
   EXPECT_TRUE(WaitFor(
       [&] { return RouterMetric("dedit_sessions_open") == 0; }, 5000));
+}
+
+// Runs `command` in a shell, returns its stdout.
+std::string Shell(const std::string& command) {
+  std::string out;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return out;
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) out.append(buffer, n);
+  pclose(pipe);
+  return out;
+}
+
+// dedit-cli chat in a real terminal (tmux): turns are typed, answers and
+// per-turn statistics read off the screen; the second turn reuses the
+// first's cache; /quit closes the session and empties both services.
+TEST_F(SessionsTest, CliChatInATerminal) {
+  ASSERT_EQ(std::system("command -v tmux >/dev/null"), 0)
+      << "tmux is missing (scripts/install-deps.sh installs it)";
+  StartCluster();
+  const std::string socket =
+      absl::StrCat("dedit-chat-test-", static_cast<long>(getpid()));
+  const std::string tmux = absl::StrCat("tmux -L ", socket, " ");
+  const std::string chat = absl::StrCat(
+      DEDIT_CLI_BINARY, " chat --router=", cluster_->router_address(),
+      " --max_tokens=6 --ignore_eos --window=8 --passes=2");
+  ASSERT_EQ(std::system((tmux + "new-session -d -s chat -x 160 -y 40 '" +
+                         chat + "; echo CHAT-EXITED-$?; sleep 30'")
+                            .c_str()),
+            0);
+  auto screen = [&] { return Shell(tmux + "capture-pane -p -t chat"); };
+  auto type = [&](const std::string& line) {
+    std::system((tmux + "send-keys -t chat -l '" + line + "'").c_str());
+    std::system((tmux + "send-keys -t chat Enter").c_str());
+  };
+  // The prompt marker (capture-pane drops its trailing space).
+  EXPECT_TRUE(WaitFor([&] { return screen().find('>') != std::string::npos; },
+                      10000))
+      << screen();
+  type("hello there");
+  EXPECT_TRUE(WaitFor(
+      [&] { return screen().find("[turn 1: 6 tokens") != std::string::npos; },
+      20000))
+      << screen();
+  EXPECT_THAT(screen(), HasSubstr("(0 cached)"));
+  EXPECT_EQ(TargetInfo().idle_sequences(), 1);
+  type("and again");
+  EXPECT_TRUE(WaitFor(
+      [&] { return screen().find("[turn 2: 6 tokens") != std::string::npos; },
+      20000))
+      << screen();
+  const std::string after_two = screen();
+  const size_t stats = after_two.find("[turn 2:");
+  const size_t cached = after_two.find(" cached", stats);
+  ASSERT_NE(cached, std::string::npos) << after_two;
+  const size_t open = after_two.rfind('(', cached);
+  EXPECT_GT(std::atoi(after_two.substr(open + 1, cached - open - 1).c_str()),
+            0)
+      << after_two;
+  type("/quit");
+  EXPECT_TRUE(WaitFor(
+      [&] { return screen().find("CHAT-EXITED-0") != std::string::npos; },
+      10000))
+      << screen();
+  std::system((tmux + "kill-server").c_str());
+  EXPECT_TRUE(WaitFor([&] { return ServicesEmpty(); }, 5000));
 }
 
 }  // namespace
