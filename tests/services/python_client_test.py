@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """Streams a generation from dedit-router with Debian's python3-grpcio and
-stubs generated from proto/dedit/v1 (the API is usable outside C++).
+stubs generated from proto/dedit/v1 (the API is usable outside C++), then
+runs a three-turn chat session (Generation.Session).
 
   python_client_test.py --router 127.0.0.1:50050 --stubs build/proto/python
 """
@@ -50,9 +51,60 @@ def main():
         except grpc.RpcError as e:
             assert e.code() == grpc.StatusCode.INVALID_ARGUMENT, e
 
+        session_turns = chat_session(stub, generation_pb2)
+
     print("python client OK: %d tokens, %r, mean acceptance length %.2f" %
           (len(ids), text, last.acceptance.mean_acceptance_length))
+    print("python session OK: " + "; ".join(
+        "turn %d: %d prompt tokens, %d cached" % t for t in session_turns))
     return 0
+
+
+def chat_session(stub, generation_pb2):
+    """A multi-turn chat over Generation.Session: the router keeps the
+    conversation and the target its KV cache, so each turn after the first
+    prefills only its new tokens (usage.cached_prompt_tokens)."""
+    import queue
+    requests = queue.Queue()
+
+    def request_stream():
+        while True:
+            request = requests.get()
+            if request is None:
+                return
+            yield request
+
+    responses = stub.Session(request_stream(), timeout=120)
+    open_request = generation_pb2.SessionRequest()
+    open_request.open.window = 8
+    open_request.open.passes = 2
+    open_request.open.ignore_eos = True
+    requests.put(open_request)
+    opened = next(responses)
+    assert opened.HasField("opened"), opened
+    turns = []
+    for question in ["Hello!", "Tell me more.", "Thanks."]:
+        turn = generation_pb2.SessionRequest()
+        turn.turn.max_tokens = 8
+        turn.turn.chat.messages.add(role="user", content=question)
+        requests.put(turn)
+        answer = ""
+        for response in responses:
+            answer += response.response.text
+            if response.response.finished:
+                usage = response.response.usage
+                turns.append((response.turn, usage.prompt_tokens,
+                              usage.cached_prompt_tokens))
+                break
+        assert usage.completion_tokens == 8, usage
+    assert turns[0][2] == 0 and turns[1][2] > 0 and turns[2][2] > 0, turns
+    close = generation_pb2.SessionRequest()
+    close.close.SetInParent()
+    requests.put(close)
+    requests.put(None)
+    for _ in responses:  # the server ends the stream OK
+        pass
+    return turns
 
 
 if __name__ == "__main__":

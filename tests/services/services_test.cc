@@ -649,6 +649,7 @@ TEST_F(ServicesTest, PythonClientStreamsAGeneration) {
   const int status = pclose(pipe);
   EXPECT_EQ(status, 0) << output;
   EXPECT_THAT(output, HasSubstr("python client OK"));
+  EXPECT_THAT(output, HasSubstr("python session OK"));
 }
 
 // `dedit-cli generate` (router/client): text on one stream, one stats line
