@@ -133,9 +133,8 @@ absl::Status RunChat(const ChatCommandOptions& options, std::istream& in,
         "[turn %d: %d tokens, %.1f tokens/s, mean acceptance length %.2f, "
         "prompt %d tokens (%d cached%s), finish %s]\n",
         response.turn(), tokens, seconds > 0 ? tokens / seconds : 0.0,
-        a.mean_acceptance_length(), u.prompt_tokens(),
-        u.cached_prompt_tokens(), u.cache_lost() ? ", cache lost" : "",
-        FinishName(last.finish_reason()));
+        a.mean_acceptance_length(), u.prompt_tokens(), u.cached_prompt_tokens(),
+        u.cache_lost() ? ", cache lost" : "", FinishName(last.finish_reason()));
     stats_out.flush();
   }
   out << '\n';

@@ -186,8 +186,8 @@ int ChatMain(const char* argv0, const std::vector<std::string>& args) {
       "/quit or end of input ends the session. --max_tokens is per turn,\n"
       "--timeout_s bounds the whole session.\n",
       {"router", "model", "system", "thinking", "max_tokens", "temperature",
-       "top_k", "top_p", "seed", "window", "passes", "method",
-       "no_speculation", "stop", "ignore_eos", "timeout_s"}};
+       "top_k", "top_p", "seed", "window", "passes", "method", "no_speculation",
+       "stop", "ignore_eos", "timeout_s"}};
   if (std::optional<int> exit = ParseCommandFlags(command, argv0, args)) {
     return *exit;
   }

@@ -343,8 +343,7 @@ void GenerationLoop::Admit(RouterRequest request) {
   // A kept sequence lives in the loop that kept it; ids of other loops'
   // engines mean nothing here.
   bool cache_lost = false;
-  if (request.pinned_loop != serial_ &&
-      engine_request.continue_sequence != 0) {
+  if (request.pinned_loop != serial_ && engine_request.continue_sequence != 0) {
     engine_request.continue_sequence = 0;
     cache_lost = true;
   }

@@ -71,10 +71,10 @@ class GenerationSink {
 
 // How a session turn ended, for the session (docs/ARCHITECTURE.md §8).
 struct TurnEnd {
-  uint64_t loop = 0;       // GenerationLoop::serial() of the loop it ran in
-  SequenceId kept = 0;     // the sequence kept there for the next turn; 0 = none
+  uint64_t loop = 0;    // GenerationLoop::serial() of the loop it ran in
+  SequenceId kept = 0;  // the sequence kept there for the next turn; 0 = none
   int64_t reused_tokens = 0;  // prompt tokens whose KV was reused
-  bool cache_lost = false;    // the kept KV was gone: the prompt was re-prefilled
+  bool cache_lost = false;  // the kept KV was gone: the prompt was re-prefilled
 };
 
 // A validated, tokenized request (see request_builder.h).
@@ -198,7 +198,7 @@ class GenerationLoop {
     std::string stop_reason;
     bool deadline_exceeded = false;
     bool client_cancelled = false;
-    bool cache_lost = false;  // its kept sequence was in another loop
+    bool cache_lost = false;     // its kept sequence was in another loop
     int64_t reserve_tokens = 0;  // KV reserved on the target
     std::optional<std::chrono::steady_clock::time_point> first_token_time;
     std::chrono::steady_clock::time_point last_token_time;

@@ -178,15 +178,14 @@ absl::Status RemoteVerifier::Keep(SequenceId sequence) {
     absl::MutexLock lock(&keeping_->mu);
     keeping_->ids.insert(sequence);
   }
-  stub_->async()->KeepIdle(
-      &call->context, &call->request, &call->response,
-      [keeping = keeping_, call, sequence](grpc::Status) {
-        {
-          absl::MutexLock lock(&keeping->mu);
-          keeping->ids.erase(sequence);
-        }
-        delete call;
-      });
+  stub_->async()->KeepIdle(&call->context, &call->request, &call->response,
+                           [keeping = keeping_, call, sequence](grpc::Status) {
+                             {
+                               absl::MutexLock lock(&keeping->mu);
+                               keeping->ids.erase(sequence);
+                             }
+                             delete call;
+                           });
   return absl::OkStatus();
 }
 

@@ -28,7 +28,6 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-
 #include "dedit/v1/services.grpc.pb.h"
 #include "engine/round_interfaces.h"
 #include "router/router_backends.h"

@@ -1,7 +1,7 @@
 #include "router/session_service.h"
 
-#include <chrono>
 #include <algorithm>
+#include <chrono>
 #include <deque>
 #include <optional>
 #include <random>
@@ -373,10 +373,10 @@ absl::StatusOr<RouterRequest> SessionCore::BuildTurn(
       absl::StatusOr<RouterRequest> built =
           BuildRouterRequest(input, limits, tokenizer);
       if (!built.ok()) {
-        return Annotate(built.status(), turn.input_case() ==
-                                                v1::SessionTurn::kText
-                                            ? "turn.text"
-                                            : "turn.token_ids");
+        return Annotate(built.status(),
+                        turn.input_case() == v1::SessionTurn::kText
+                            ? "turn.text"
+                            : "turn.token_ids");
       }
       v1::TokenIds* ids = g.mutable_token_ids();
       ids->mutable_ids()->Add(history_.begin(), history_.end());
@@ -391,8 +391,8 @@ absl::StatusOr<RouterRequest> SessionCore::BuildTurn(
   absl::StatusOr<RouterRequest> request =
       BuildRouterRequest(g, limits, tokenizer);
   if (!request.ok()) {
-    return Annotate(request.status(), absl::StrCat("session history with turn ",
-                                                   turns_ + 1));
+    return Annotate(request.status(),
+                    absl::StrCat("session history with turn ", turns_ + 1));
   }
   if (turn.input_case() != v1::SessionTurn::kChat) {
     turn_prompt_ = request->engine.prompt;
@@ -429,7 +429,7 @@ void SessionCore::HandleTurn(Actions& a) {
   }
   if (mode_ == Mode::kUnset) {
     mode_ = read_.turn().input_case() == v1::SessionTurn::kChat ? Mode::kChat
-                                                                 : Mode::kTokens;
+                                                                : Mode::kTokens;
   }
   const int turn = ++turns_;
   turn_tokens_.clear();

@@ -200,10 +200,10 @@ absl::Status TargetBatcher::AdmitItem(const TargetPrefillItem& item,
   // Written so that no sum can overflow: 0 <= reserved_tokens_ <=
   // capacity always holds, and `reserve` was bounded by CheckPrompt.
   if (!MakeRoom(reserve - held, w.sequence)) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "KV cache full: ", reserved_tokens_, " of ",
-        options_.kv_capacity_tokens, " tokens reserved, this request needs ",
-        reserve - held));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("KV cache full: ", reserved_tokens_, " of ",
+                     options_.kv_capacity_tokens,
+                     " tokens reserved, this request needs ", reserve - held));
   }
   if (w.start == 0) {
     RETURN_IF_ERROR(model_->AddSequence(w.sequence));

@@ -259,7 +259,7 @@ class TargetBatcher {
   struct SequenceState {
     std::unique_ptr<TokenSampler> sampler;
     int64_t reserved_tokens = 0;
-    bool idle = false;       // kept between turns (ApplyKeepIdle)
+    bool idle = false;        // kept between turns (ApplyKeepIdle)
     uint64_t idle_since = 0;  // idle_tick_ when it became idle (LRU order)
   };
 

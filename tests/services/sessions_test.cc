@@ -3,12 +3,11 @@
 // session equals a fresh Generate over the session's history (and the
 // target's greedy decoding), while the target prefills only the new tokens.
 #include <grpcpp/grpcpp.h>
-
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <thread>
@@ -142,7 +141,8 @@ TEST_F(SessionsTest, FiveTurnsEqualFreshGenerateWithAndWithoutSpeculation) {
       const v1::Usage& usage = g.last.usage();
       EXPECT_EQ(usage.prompt_tokens(), static_cast<int>(history.size()));
       EXPECT_FALSE(usage.cache_lost());
-      const int64_t before = static_cast<int64_t>(history.size() - input.size());
+      const int64_t before =
+          static_cast<int64_t>(history.size() - input.size());
       if (turn == 1) {
         EXPECT_EQ(usage.cached_prompt_tokens(), 0);
       } else {
@@ -160,8 +160,8 @@ TEST_F(SessionsTest, FiveTurnsEqualFreshGenerateWithAndWithoutSpeculation) {
       }
       history.insert(history.end(), g.tokens.begin(), g.tokens.end());
       // Between turns the sequence is kept idle on the target.
-      EXPECT_TRUE(WaitFor([&] { return TargetInfo().idle_sequences() == 1; },
-                          5000));
+      EXPECT_TRUE(
+          WaitFor([&] { return TargetInfo().idle_sequences() == 1; }, 5000));
     }
     std::printf(
         "[ sessions ] %s: 5 turns, prompt tokens %lld, prefilled %lld "
@@ -264,8 +264,8 @@ TEST_F(SessionsTest, VanishedClientsReleaseTheirCache) {
   {
     SessionClient quiet(stub_.get());
     ASSERT_TRUE(quiet.Open(SpeculativeOpen(true)));
-    ASSERT_TRUE(quiet.Turn(TokensTurn(RandomPrompt(12, 120, 1), 8)).last
-                    .finished());
+    ASSERT_TRUE(
+        quiet.Turn(TokensTurn(RandomPrompt(12, 120, 1), 8)).last.finished());
     EXPECT_EQ(TargetInfo().num_sequences(), 1);
     const auto t0 = std::chrono::steady_clock::now();
     v1::SessionResponse r;
@@ -304,8 +304,8 @@ TEST_F(SessionsTest, EvictedSessionsNextTurnIsStillExact) {
   const Generated first = session.Turn(TokensTurn(history, 16));
   ASSERT_TRUE(first.status.ok()) << first.status.error_message();
   history.insert(history.end(), first.tokens.begin(), first.tokens.end());
-  ASSERT_TRUE(WaitFor([&] { return TargetInfo().idle_sequences() == 1; },
-                      5000));
+  ASSERT_TRUE(
+      WaitFor([&] { return TargetInfo().idle_sequences() == 1; }, 5000));
 
   // 60 + 40 + 8 = 108 tokens to reserve; 200 - ~115 idle are free.
   const Generated other =
@@ -398,8 +398,8 @@ TEST_F(SessionsTest, BadSessionsAreRefusedClearly) {
     EXPECT_THAT(s.error_message(), HasSubstr("max_sessions"));
   }
   EXPECT_TRUE(WaitFor([&] { return ServicesEmpty(); }, 5000));
-  EXPECT_TRUE(WaitFor(
-      [&] { return RouterMetric("dedit_sessions_open") == 0; }, 5000));
+  EXPECT_TRUE(
+      WaitFor([&] { return RouterMetric("dedit_sessions_open") == 0; }, 5000));
 }
 
 // Runs `command` in a shell, returns its stdout.
@@ -427,8 +427,8 @@ TEST_F(SessionsTest, CliChatInATerminal) {
   const std::string chat = absl::StrCat(
       DEDIT_CLI_BINARY, " chat --router=", cluster_->router_address(),
       " --max_tokens=6 --ignore_eos --window=8 --passes=2");
-  ASSERT_EQ(std::system((tmux + "new-session -d -s chat -x 160 -y 40 '" +
-                         chat + "; echo CHAT-EXITED-$?; sleep 30'")
+  ASSERT_EQ(std::system((tmux + "new-session -d -s chat -x 160 -y 40 '" + chat +
+                         "; echo CHAT-EXITED-$?; sleep 30'")
                             .c_str()),
             0);
   auto screen = [&] { return Shell(tmux + "capture-pane -p -t chat"); };
@@ -437,8 +437,8 @@ TEST_F(SessionsTest, CliChatInATerminal) {
     std::system((tmux + "send-keys -t chat Enter").c_str());
   };
   // The prompt marker (capture-pane drops its trailing space).
-  EXPECT_TRUE(WaitFor([&] { return screen().find('>') != std::string::npos; },
-                      10000))
+  EXPECT_TRUE(
+      WaitFor([&] { return screen().find('>') != std::string::npos; }, 10000))
       << screen();
   type("hello there");
   EXPECT_TRUE(WaitFor(
@@ -457,8 +457,7 @@ TEST_F(SessionsTest, CliChatInATerminal) {
   const size_t cached = after_two.find(" cached", stats);
   ASSERT_NE(cached, std::string::npos) << after_two;
   const size_t open = after_two.rfind('(', cached);
-  EXPECT_GT(std::atoi(after_two.substr(open + 1, cached - open - 1).c_str()),
-            0)
+  EXPECT_GT(std::atoi(after_two.substr(open + 1, cached - open - 1).c_str()), 0)
       << after_two;
   type("/quit");
   EXPECT_TRUE(WaitFor(

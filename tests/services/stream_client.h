@@ -143,9 +143,9 @@ class SessionClient {
   // Sends the turn and reads its messages up to the finished one (empty
   // `last` and status set when the stream ended instead). `on_message`
   // runs after every message of the turn.
-  Generated Turn(const v1::SessionTurn& turn,
-                 const std::function<void(const Generated&)>& on_message =
-                     nullptr) {
+  Generated Turn(
+      const v1::SessionTurn& turn,
+      const std::function<void(const Generated&)>& on_message = nullptr) {
     v1::SessionRequest request;
     *request.mutable_turn() = turn;
     Generated g;

@@ -1103,8 +1103,8 @@ TEST_F(TargetBatcherTest, ContinuationEqualsAFreshPrefill) {
     const std::vector<RecordingPublisher::Event> after(ctx1.begin() + rewind,
                                                        ctx1.end());
     const at::Tensor rows1 = Concat(after);
-    const at::Tensor rows2 = Concat(publisher.ContextOf(2))
-                                 .narrow(0, 12, 9 + 1 + (*a)[0].accepted);
+    const at::Tensor rows2 =
+        Concat(publisher.ContextOf(2)).narrow(0, 12, 9 + 1 + (*a)[0].accepted);
     ASSERT_EQ(rows1.size(0), rows2.size(0));
     EXPECT_TRUE(at::allclose(rows1, rows2, 1e-4, 1e-4));
   }
