@@ -1,6 +1,7 @@
 #include "router/generation_loop.h"
 
 #include <algorithm>
+#include <iterator>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -246,7 +247,27 @@ void GenerationLoop::Run() {
       stopping = stopping_;
       cut = stopping_ && absl::Now() >= drain_until_;
       stop_status_for_loop_ = stop_status_;
-      submitted.swap(submitted_);
+      // In order, up to the round's prompt-token budget (Options); when
+      // stopping, all (they are answered, not prefilled).
+      size_t take = 0;
+      int64_t prompt_tokens = 0;
+      while (take < submitted_.size()) {
+        const int64_t n =
+            static_cast<int64_t>(submitted_[take].engine.prompt.size());
+        if (!stopping && take > 0 &&
+            n > options_.max_prefill_tokens_per_round - prompt_tokens) {
+          break;
+        }
+        prompt_tokens += n;
+        ++take;
+      }
+      if (take == submitted_.size()) {
+        submitted.swap(submitted_);
+      } else {
+        submitted.assign(std::make_move_iterator(submitted_.begin()),
+                         std::make_move_iterator(submitted_.begin() + take));
+        submitted_.erase(submitted_.begin(), submitted_.begin() + take);
+      }
       queued_.fetch_sub(static_cast<int>(submitted.size()));
       cancel_requests.swap(cancelled_);
     }

@@ -107,6 +107,11 @@ class GenerationLoop {
     int max_tokens_limit = 4096;
     int max_passes = 8;
     int64_t target_info_retry_ms = 500;
+    // Prompt tokens admitted per round (at least one request always is):
+    // they all travel in that round's one Step message, so this keeps the
+    // message under the target's receive limit (--max_receive_bytes;
+    // docs/SERVICES.md). The rest wait for the next round, in order.
+    int64_t max_prefill_tokens_per_round = int64_t{1} << 20;
     // The n-gram method (engine/ngram_drafter.h), which needs no drafter
     // service: requests that ask for it speculate whatever the drafter's
     // health.

@@ -54,11 +54,30 @@ struct TargetMetrics {
                          .Name("dedit_context_stream_bytes_total")
                          .Help("Bytes of context features sent to the drafter")
                          .Register(r)
-                         .Add({})) {}
+                         .Add({})),
+        sequences(prometheus::BuildGauge()
+                      .Name("dedit_target_sequences")
+                      .Help("Sequences held (KV cached or being prefilled)")
+                      .Register(r)
+                      .Add({})),
+        reserved_tokens(prometheus::BuildGauge()
+                            .Name("dedit_target_reserved_tokens")
+                            .Help("KV tokens reserved by admitted sequences")
+                            .Register(r)
+                            .Add({})),
+        expired(prometheus::BuildCounter()
+                    .Name("dedit_target_sequences_expired_total")
+                    .Help("Sequences released because no call renewed their "
+                          "lease (--sequence_lease_seconds)")
+                    .Register(r)
+                    .Add({})) {}
   prometheus::Histogram& batch_size;
   prometheus::Histogram& forward_seconds;
   prometheus::Gauge& kv_usage;
   prometheus::Counter& stream_bytes;
+  prometheus::Gauge& sequences;
+  prometheus::Gauge& reserved_tokens;
+  prometheus::Counter& expired;
 };
 
 }  // namespace
@@ -123,7 +142,16 @@ absl::Status RunTargetServer(const TargetServerOptions& options) {
       },
       worker_options);
   // After every step, releases included (not only after forwards).
-  worker.SetSnapshotListener([&metrics](const TargetWorker::Snapshot& s) {
+  // Runs on the model thread only, so `expired_seen` needs no lock.
+  worker.SetSnapshotListener([&metrics, expired_seen = int64_t{0}](
+                                 const TargetWorker::Snapshot& s) mutable {
+    metrics.sequences.Set(s.num_sequences);
+    metrics.reserved_tokens.Set(static_cast<double>(s.reserved_tokens));
+    if (s.expired_sequences > expired_seen) {
+      metrics.expired.Increment(
+          static_cast<double>(s.expired_sequences - expired_seen));
+      expired_seen = s.expired_sequences;
+    }
     if (s.kv_capacity_tokens > 0) {
       metrics.kv_usage.Set(static_cast<double>(s.cached_tokens) /
                            static_cast<double>(s.kv_capacity_tokens));

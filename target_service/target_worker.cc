@@ -88,12 +88,57 @@ absl::StatusOr<TargetForwardResult> TargetBatcher::Forward(
 
 void TargetBatcher::Step(std::vector<TargetReleaseJob> releases,
                          std::vector<TargetPrefillJob> prefills,
-                         std::vector<TargetVerifyJob> verifies) {
+                         std::vector<TargetVerifyJob> verifies,
+                         std::vector<TargetKeepAliveJob> keep_alives,
+                         absl::Time now) {
+  step_time_ = now;
+  // A verify renews its sequences' leases before any expires: a round that
+  // arrives just in time keeps its sequence.
+  for (const TargetVerifyJob& job : verifies) {
+    for (const VerifyWork& v : job.items) {
+      auto it = sequences_.find(v.sequence);
+      if (it != sequences_.end()) it->second.lease_renewed = now;
+    }
+  }
+  RenewLeases(std::move(keep_alives), now);
+  ExpireLeases(now);
   ApplyReleases(std::move(releases));
   AdmitPrefills(std::move(prefills));
   TargetForwardPlan plan = PlanForward(std::move(verifies));
   const absl::StatusOr<TargetForwardResult> forward = RunPlan(plan);
   CommitPlan(std::move(plan), forward);
+}
+
+void TargetBatcher::RenewLeases(std::vector<TargetKeepAliveJob> jobs,
+                                absl::Time now) {
+  for (TargetKeepAliveJob& job : jobs) {
+    std::vector<SequenceId> missing;
+    for (SequenceId id : job.sequences) {
+      auto it = sequences_.find(id);
+      if (it == sequences_.end()) {
+        missing.push_back(id);
+      } else {
+        it->second.lease_renewed = now;
+      }
+    }
+    if (job.done) job.done(std::move(missing));
+  }
+}
+
+int TargetBatcher::ExpireLeases(absl::Time now) {
+  if (options_.sequence_lease <= absl::ZeroDuration()) return 0;
+  std::vector<SequenceId> expired;
+  for (const auto& [id, state] : sequences_) {
+    if (now - state.lease_renewed >= options_.sequence_lease &&
+        FindPrefill(id) == prefilling_.end()) {
+      expired.push_back(id);
+    }
+  }
+  // Sorted, so that the drafter hears the releases in a stable order.
+  std::sort(expired.begin(), expired.end());
+  for (SequenceId id : expired) DropSequence(id);
+  expired_sequences_ += static_cast<int64_t>(expired.size());
+  return static_cast<int>(expired.size());
 }
 
 void TargetBatcher::ApplyReleases(std::vector<TargetReleaseJob> jobs) {
@@ -177,6 +222,7 @@ void TargetBatcher::AdmitPrefills(std::vector<TargetPrefillJob> jobs) {
       SequenceState& s = sequences_[item.work.sequence];
       s.sampler = std::make_unique<TokenSampler>(item.work.sampling);
       s.reserved_tokens = reserve;
+      s.lease_renewed = step_time_;
       reserved_tokens_ += reserve;
       prefilling_.push_back({call, i, 0});
     }
@@ -380,7 +426,14 @@ TargetBatcher::FindPrefill(SequenceId id) const {
 
 std::shared_ptr<TargetBatcher::PrefillCall> TargetBatcher::FinishPrefill(
     const PrefillProgress& p, absl::StatusOr<int32_t> result) {
-  if (!result.ok()) DropSequence(p.work().sequence);
+  if (!result.ok()) {
+    DropSequence(p.work().sequence);
+  } else if (auto it = sequences_.find(p.work().sequence);
+             it != sequences_.end()) {
+    // The lease starts when the prompt is in (a long prompt may take
+    // several forwards, during which it cannot expire).
+    it->second.lease_renewed = step_time_;
+  }
   p.call->results[p.item] = std::move(result);
   return --p.call->remaining == 0 ? p.call : nullptr;
 }
@@ -404,6 +457,7 @@ TargetWorkerSnapshot TargetBatcher::snapshot() const {
   s.cached_tokens = model_->cached_tokens();
   s.reserved_tokens = reserved_tokens_;
   s.kv_capacity_tokens = options_.kv_capacity_tokens;
+  s.expired_sequences = expired_sequences_;
   return s;
 }
 
@@ -495,6 +549,18 @@ void TargetWorker::Step(std::vector<TargetPrefillItem> prefills,
   Enqueue(std::move(prefill), std::move(verify));
 }
 
+void TargetWorker::KeepAlive(std::vector<SequenceId> sequences,
+                             KeepAliveDone done) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (RefusalLocked().ok()) {
+      new_keep_alives_.push_back({std::move(sequences), std::move(done)});
+      return;
+    }
+  }
+  done(std::move(sequences));
+}
+
 bool TargetWorker::CompanionMissing() const {
   for (const TargetPrefillJob& job : new_prefills_) {
     if (job.with_verify && new_verifies_.empty()) return true;
@@ -507,7 +573,7 @@ bool TargetWorker::CompanionMissing() const {
 
 bool TargetWorker::HasQueuedWork() const {
   return !new_prefills_.empty() || !new_verifies_.empty() ||
-         !new_releases_.empty();
+         !new_releases_.empty() || !new_keep_alives_.empty();
 }
 
 bool TargetWorker::TakeWork(Inbox& inbox) {
@@ -518,7 +584,15 @@ bool TargetWorker::TakeWork(Inbox& inbox) {
   auto ready = [this, prefilling]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return stopping_ || prefilling || HasQueuedWork();
   };
-  mu_.Await(absl::Condition(&ready));
+  if (options_.sequence_lease > absl::ZeroDuration()) {
+    // Wake up now and then to expire leases even when no call comes: at
+    // most a quarter of the lease late, and at most 1 s.
+    mu_.AwaitWithTimeout(absl::Condition(&ready),
+                         std::clamp(options_.sequence_lease / 4,
+                                    absl::Milliseconds(5), absl::Seconds(1)));
+  } else {
+    mu_.Await(absl::Condition(&ready));
+  }
   if (!stopping_ && options_.max_batch_wait_us > 0 && CompanionMissing()) {
     // A round's Prefill and Verify are two RPCs; let them share a forward.
     auto arrived = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -531,6 +605,7 @@ bool TargetWorker::TakeWork(Inbox& inbox) {
   inbox.releases.swap(new_releases_);
   inbox.prefills.swap(new_prefills_);
   inbox.verifies.swap(new_verifies_);
+  inbox.keep_alives.swap(new_keep_alives_);
   return true;
 }
 
@@ -540,7 +615,8 @@ void TargetWorker::Run() {
     const absl::Status poisoned = this->poisoned();
     if (poisoned.ok()) {
       batcher_.Step(std::move(inbox.releases), std::move(inbox.prefills),
-                    std::move(inbox.verifies));
+                    std::move(inbox.verifies), std::move(inbox.keep_alives),
+                    absl::Now());
     } else {
       // No forward runs again (model/model_thread.h).
       FailInbox(inbox, poisoned);
@@ -555,6 +631,7 @@ void TargetWorker::Run() {
     inbox.releases.swap(new_releases_);
     inbox.prefills.swap(new_prefills_);
     inbox.verifies.swap(new_verifies_);
+    inbox.keep_alives.swap(new_keep_alives_);
   }
   FailInbox(inbox, ShuttingDown());
   batcher_.CancelPrefills(ShuttingDown());
@@ -568,6 +645,9 @@ void TargetWorker::FailInbox(Inbox& inbox, const absl::Status& status) {
   for (TargetVerifyJob& job : inbox.verifies) job.done(status);
   for (TargetReleaseJob& job : inbox.releases) {
     if (job.done) job.done(0);
+  }
+  for (TargetKeepAliveJob& job : inbox.keep_alives) {
+    if (job.done) job.done(std::move(job.sequences));
   }
 }
 
