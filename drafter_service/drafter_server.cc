@@ -48,7 +48,18 @@ class DrafterMetrics {
                             .Name("dedit_drafter_context_tokens")
                             .Help("Context tokens cached over all sequences")
                             .Register(r)
-                            .Add({})) {
+                            .Add({})),
+        sequences_(prometheus::BuildGauge()
+                       .Name("dedit_drafter_sequences")
+                       .Help("Sequences with context on the drafter")
+                       .Register(r)
+                       .Add({})),
+        orphaned_(prometheus::BuildCounter()
+                      .Name("dedit_drafter_contexts_orphaned_total")
+                      .Help("Contexts dropped because the context stream "
+                            "that fed them ended")
+                      .Register(r)
+                      .Add({})) {
     for (int k = 1; k <= max_passes; ++k) {
       passes_.push_back(&pass_family_.Add(
           {{"pass", std::to_string(k)}},
@@ -58,8 +69,15 @@ class DrafterMetrics {
     }
   }
 
-  void SetContextTokens(int64_t tokens) {
-    context_tokens_.Set(static_cast<double>(tokens));
+  // On the model thread only (the snapshot listener).
+  void SetSnapshot(const DrafterWorker::Snapshot& s) {
+    context_tokens_.Set(static_cast<double>(s.context_tokens));
+    sequences_.Set(s.num_sequences);
+    if (s.orphaned_contexts > orphaned_seen_) {
+      orphaned_.Increment(
+          static_cast<double>(s.orphaned_contexts - orphaned_seen_));
+      orphaned_seen_ = s.orphaned_contexts;
+    }
   }
 
   void Observe(const DrafterBatchStats& s) {
@@ -76,6 +94,9 @@ class DrafterMetrics {
   prometheus::Family<prometheus::Histogram>& pass_family_;
   prometheus::Histogram& batch_size_;
   prometheus::Gauge& context_tokens_;
+  prometheus::Gauge& sequences_;
+  prometheus::Counter& orphaned_;
+  int64_t orphaned_seen_ = 0;
   std::vector<prometheus::Histogram*> passes_;
 };
 
@@ -126,9 +147,8 @@ absl::Status RunDrafterServer(const DrafterServerOptions& options) {
       [&metrics](const DrafterBatchStats& s) { metrics.Observe(s); },
       worker_options);
   // After every pass, releases included (not only after drafts).
-  worker.SetSnapshotListener([&metrics](const DrafterWorker::Snapshot& s) {
-    metrics.SetContextTokens(s.context_tokens);
-  });
+  worker.SetSnapshotListener(
+      [&metrics](const DrafterWorker::Snapshot& s) { metrics.SetSnapshot(s); });
   worker.SetPoisonListener([&readiness](const absl::Status& poisoned) {
     std::fprintf(stderr, "dedit-drafter: %s; health NOT_SERVING\n",
                  poisoned.ToString().c_str());

@@ -38,7 +38,9 @@ class ContextStreamReader : public grpc::ServerReadReactor<v1::ContextChunk> {
  public:
   ContextStreamReader(DrafterServiceImpl* service,
                       v1::StreamContextSummary* summary)
-      : service_(service), summary_(summary) {
+      : service_(service),
+        summary_(summary),
+        stream_id_(service->next_stream_id_.fetch_add(1)) {
     service_->Attach(this);
     StartSendInitialMetadata();
     StartRead(&chunk_);
@@ -77,12 +79,14 @@ class ContextStreamReader : public grpc::ServerReadReactor<v1::ContextChunk> {
             static_cast<int64_t>(chunk_.features().data().size()));
       }
       service_->worker_->AddContext(chunk_.sequence(), chunk_.start(),
-                                    std::move(*features));
+                                    std::move(*features), stream_id_);
     }  // else: the target's liveness probe (an empty chunk)
     StartRead(&chunk_);
   }
 
   void OnDone() override {
+    // What this stream fed is dropped (DrafterWorker::EndStream).
+    service_->worker_->EndStream(stream_id_);
     service_->Detach(this);
     delete this;
   }
@@ -100,6 +104,7 @@ class ContextStreamReader : public grpc::ServerReadReactor<v1::ContextChunk> {
  private:
   DrafterServiceImpl* service_;
   v1::StreamContextSummary* summary_;
+  const uint64_t stream_id_;
   v1::ContextChunk chunk_;
   absl::Mutex mu_;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
@@ -179,7 +184,9 @@ grpc::ServerUnaryReactor* DrafterServiceImpl::Draft(
           }
         }
         reactor->Finish(grpc::Status::OK);
-      });
+      },
+      // Fair share per caller: a router's connection (DrafterWorker).
+      context->peer());
   return reactor;
 }
 

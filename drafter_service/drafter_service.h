@@ -11,6 +11,7 @@
 #ifndef DEDIT_DRAFTER_SERVICE_DRAFTER_SERVICE_H_
 #define DEDIT_DRAFTER_SERVICE_DRAFTER_SERVICE_H_
 
+#include <atomic>
 #include <functional>
 #include <set>
 #include <string>
@@ -72,6 +73,8 @@ class DrafterServiceImpl final : public v1::Drafter::CallbackService {
   absl::Mutex mu_;
   // Attached streams; a reader leaves (Detach) before it is deleted.
   std::set<ContextStreamReader*> readers_ ABSL_GUARDED_BY(mu_);
+  // Ids of context streams (DrafterWorker::AddContext), from 1.
+  std::atomic<uint64_t> next_stream_id_{1};
 };
 
 }  // namespace dedit

@@ -83,20 +83,29 @@ absl::StatusOr<std::vector<DraftResult>> DrafterWorker::RunDraft(
 }
 
 void DrafterWorker::AddContext(SequenceId sequence, int64_t start,
-                               at::Tensor features) {
+                               at::Tensor features, uint64_t stream) {
   absl::MutexLock lock(&mu_);
   if (stopping_ || !PoisonedLocked().ok()) return;
-  new_context_.push_back({sequence, start, std::move(features), false});
+  new_context_.push_back(
+      {sequence, start, std::move(features), false, stream, false});
 }
 
 void DrafterWorker::ReleaseFromStream(SequenceId sequence) {
   absl::MutexLock lock(&mu_);
   if (stopping_ || !PoisonedLocked().ok()) return;
-  new_context_.push_back({sequence, 0, at::Tensor(), true});
+  new_context_.push_back({sequence, 0, at::Tensor(), true, 0, false});
 }
 
-void DrafterWorker::Draft(std::vector<DraftRequest> requests, DraftDone done) {
+void DrafterWorker::EndStream(uint64_t stream) {
+  absl::MutexLock lock(&mu_);
+  if (stopping_ || !PoisonedLocked().ok()) return;
+  new_context_.push_back({0, 0, at::Tensor(), false, stream, true});
+}
+
+void DrafterWorker::Draft(std::vector<DraftRequest> requests, DraftDone done,
+                          std::string caller) {
   DraftJob job;
+  job.caller = std::move(caller);
   job.context_deadline = std::chrono::steady_clock::now() +
                          std::chrono::milliseconds(options_.context_wait_ms);
   job.state.resize(requests.size());
@@ -130,6 +139,9 @@ bool DrafterWorker::TakeWork(Inbox& inbox) {
       next_deadline = j.context_deadline;
     }
   }
+  // Ready items left over from a full forward run next, after a look at
+  // the queues.
+  if (!ready_.empty()) next_deadline = std::chrono::steady_clock::now();
   absl::MutexLock lock(&mu_);
   auto has_work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return stopping_ || HasQueuedWork();
@@ -172,16 +184,15 @@ void DrafterWorker::Run() {
       continue;
     }
     const auto now = std::chrono::steady_clock::now();
-    std::vector<DraftJob> ready;
     for (auto it = waiting_.begin(); it != waiting_.end();) {
       if (Resolve(*it, now)) {
-        ready.push_back(std::move(*it));
+        MakeReady(std::move(*it));
         it = waiting_.erase(it);
       } else {
         ++it;
       }
     }
-    if (!ready.empty()) RunDrafts(ready);
+    if (!ready_.empty()) RunFairBatch();
     PublishSnapshot();
   }
   // Shutting down: answer everything still waiting, outside the lock.
@@ -199,6 +210,8 @@ void DrafterWorker::FailAll(Inbox& inbox, const absl::Status& status) {
   }
   for (DraftJob& job : waiting_) inbox.drafts.push_back(std::move(job));
   waiting_.clear();
+  for (DraftJob& job : ready_) inbox.drafts.push_back(std::move(job));
+  ready_.clear();
   for (DraftJob& job : inbox.drafts) {
     job.done(
         std::vector<absl::StatusOr<DraftResult>>(job.requests.size(), status));
@@ -218,6 +231,7 @@ void DrafterWorker::ApplyReleases(std::vector<ReleaseJob>& jobs) {
 
 void DrafterWorker::RemoveSequence(SequenceId id) {
   broken_.erase(id);
+  owner_.erase(id);
   if (drafter_->HasSequence(id)) (void)drafter_->RemoveSequence(id);
 }
 
@@ -227,11 +241,22 @@ void DrafterWorker::ApplyContext(ContextEvent& e) {
     RemoveSequence(e.sequence);
     return;
   }
+  if (e.end_stream) {
+    std::vector<SequenceId> orphans;
+    for (const auto& [id, owner] : owner_) {
+      if (owner == e.stream) orphans.push_back(id);
+    }
+    for (SequenceId id : orphans) RemoveSequence(id);
+    orphaned_contexts_ += static_cast<int64_t>(orphans.size());
+    return;
+  }
   if (e.start == 0) {
     // A prompt's first chunk (re)creates the sequence.
     RemoveSequence(e.sequence);
+    owner_[e.sequence] = e.stream;
     if (!drafter_->AddSequence(e.sequence).ok()) return;
-  } else if (!drafter_->HasSequence(e.sequence)) {
+  } else if (owner_[e.sequence] = e.stream;
+             !drafter_->HasSequence(e.sequence)) {
     // Its earlier context was lost (e.g. this drafter restarted).
     broken_.insert(e.sequence);
     return;
@@ -310,21 +335,66 @@ bool DrafterWorker::Resolve(DraftJob& job,
   return all;
 }
 
-void DrafterWorker::RunDrafts(std::vector<DraftJob>& jobs) {
-  std::vector<DraftRequest> batch;
-  int max_passes = 0;
-  for (const DraftJob& job : jobs) {
+void DrafterWorker::MakeReady(DraftJob job) {
+  job.results.resize(job.requests.size());
+  job.undrafted = 0;
+  for (size_t i = 0; i < job.requests.size(); ++i) {
+    if (job.state[i]->ok()) {
+      ++job.undrafted;
+    } else {
+      job.results[i] = *job.state[i];
+    }
+  }
+  ready_.push_back(std::move(job));
+}
+
+void DrafterWorker::RunFairBatch() {
+  // Each caller's undrafted items, oldest job first; callers in order of
+  // their oldest job.
+  struct Slot {
+    DraftJob* job;
+    size_t item;
+  };
+  std::vector<std::string> callers;
+  std::unordered_map<std::string, std::deque<Slot>> items;
+  for (DraftJob& job : ready_) {
+    auto [it, added] = items.try_emplace(job.caller);
+    if (added) callers.push_back(job.caller);
     for (size_t i = 0; i < job.requests.size(); ++i) {
-      if (job.state[i]->ok()) {
-        batch.push_back(job.requests[i]);
-        max_passes = std::max(max_passes, job.requests[i].passes);
+      if (job.state[i]->ok() && !job.results[i].has_value()) {
+        it->second.push_back({&job, i});
       }
     }
   }
-  absl::StatusOr<std::vector<DraftResult>> drafted = std::vector<DraftResult>();
+  // Round-robin, one item per caller per turn, starting with a different
+  // caller each forward.
+  const size_t limit = options_.max_batch_sequences > 0
+                           ? static_cast<size_t>(options_.max_batch_sequences)
+                           : std::numeric_limits<size_t>::max();
+  std::vector<Slot> chosen;
+  const size_t n = callers.size();
+  const size_t first = n > 0 ? next_caller_ % n : 0;
+  for (bool took = true; took && chosen.size() < limit;) {
+    took = false;
+    for (size_t k = 0; k < n && chosen.size() < limit; ++k) {
+      std::deque<Slot>& queue = items[callers[(first + k) % n]];
+      if (queue.empty()) continue;
+      chosen.push_back(queue.front());
+      queue.pop_front();
+      took = true;
+    }
+  }
+  ++next_caller_;
+
+  std::vector<DraftRequest> batch;
+  int max_passes = 0;
+  for (const Slot& slot : chosen) {
+    batch.push_back(slot.job->requests[slot.item]);
+    max_passes = std::max(max_passes, batch.back().passes);
+  }
   if (!batch.empty()) {
     const auto t0 = std::chrono::steady_clock::now();
-    drafted = RunDraft(batch);
+    absl::StatusOr<std::vector<DraftResult>> drafted = RunDraft(batch);
     if (observer_) {
       DrafterBatchStats stats;
       stats.sequences = static_cast<int>(batch.size());
@@ -333,20 +403,28 @@ void DrafterWorker::RunDrafts(std::vector<DraftJob>& jobs) {
       stats.context_tokens = drafter_->context_tokens();
       observer_(stats);
     }
-  }
-  size_t next = 0;
-  for (DraftJob& job : jobs) {
-    std::vector<absl::StatusOr<DraftResult>> results;
-    for (size_t i = 0; i < job.requests.size(); ++i) {
-      if (!job.state[i]->ok()) {
-        results.emplace_back(*job.state[i]);
-      } else if (!drafted.ok()) {
-        results.emplace_back(drafted.status());
+    for (size_t k = 0; k < chosen.size(); ++k) {
+      DraftJob& job = *chosen[k].job;
+      if (drafted.ok()) {
+        job.results[chosen[k].item] = std::move((*drafted)[k]);
       } else {
-        results.emplace_back(std::move((*drafted)[next++]));
+        job.results[chosen[k].item] = drafted.status();
       }
+      --job.undrafted;
     }
-    job.done(std::move(results));
+  }
+  // Answer the jobs that are complete, in arrival order.
+  for (auto it = ready_.begin(); it != ready_.end();) {
+    if (it->undrafted > 0) {
+      ++it;
+      continue;
+    }
+    std::vector<absl::StatusOr<DraftResult>> results;
+    results.reserve(it->results.size());
+    for (auto& r : it->results) results.push_back(std::move(*r));
+    DraftDone done = std::move(it->done);
+    it = ready_.erase(it);
+    done(std::move(results));
   }
 }
 
@@ -354,6 +432,7 @@ void DrafterWorker::PublishSnapshot() {
   Snapshot s;
   s.num_sequences = static_cast<int>(drafter_->num_sequences());
   s.context_tokens = drafter_->context_tokens();
+  s.orphaned_contexts = orphaned_contexts_;
   snapshot_.Set(s);
   if (snapshot_listener_) snapshot_listener_(s);
 }

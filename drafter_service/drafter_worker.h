@@ -35,7 +35,9 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <thread>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -52,6 +54,12 @@ struct DrafterWorkerOptions {
   int64_t max_batch_wait_us = 0;  // gather more Draft RPCs (see main.cc)
   int64_t context_wait_ms = 500;  // bounded wait for missing context
   int max_passes = 8;             // largest K served
+  // Draft items per batched forward (0 = all that are ready). Items beyond
+  // it wait for the next forward, chosen round-robin across callers, so a
+  // caller flooding the drafter with items gets an equal share of each
+  // forward, not all of it: the others' drafts still arrive in time
+  // (issue 15).
+  int max_batch_sequences = 256;
   // libtorch CPU threads of the model thread (0 = default; OpenMP's count
   // is per calling thread, so it is set there).
   int cpu_threads = 0;
@@ -80,6 +88,8 @@ class DrafterWorker : public ModelThread {
   struct Snapshot {
     int num_sequences = 0;
     int64_t context_tokens = 0;
+    // Since start: contexts dropped because the stream that fed them ended.
+    int64_t orphaned_contexts = 0;
   };
 
   DrafterWorker(std::unique_ptr<DEditDrafter> drafter, BatchObserver observer,
@@ -98,13 +108,25 @@ class DrafterWorker : public ModelThread {
   // context is dropped.
 
   // Context stream events, applied in arrival order (dropped once stopping).
-  void AddContext(SequenceId sequence, int64_t start, at::Tensor features)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // `stream` names the context stream the event came on (any id unique
+  // among the worker's streams); a sequence belongs to the stream that last
+  // fed it.
+  void AddContext(SequenceId sequence, int64_t start, at::Tensor features,
+                  uint64_t stream = 0) ABSL_LOCKS_EXCLUDED(mu_);
   void ReleaseFromStream(SequenceId sequence) ABSL_LOCKS_EXCLUDED(mu_);
+  // The stream ended (the target restarted, crashed or lost the
+  // connection): the sequences it fed are dropped. Their target either is
+  // gone, with its KV, or lost context chunks while disconnected, and
+  // release markers sent meanwhile are lost too: keeping them would leak
+  // (issue 15). A live target's sequences then draft with NOT_FOUND/
+  // DATA_LOSS and decode target-only: speed lost, never correctness.
+  void EndStream(uint64_t stream) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Per request: the K passes, or why not (see the file comment).
-  void Draft(std::vector<DraftRequest> requests, DraftDone done)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // `caller` names who asked (the RPC's peer): ready items are shared out
+  // round-robin across callers (DrafterWorkerOptions::max_batch_sequences).
+  void Draft(std::vector<DraftRequest> requests, DraftDone done,
+             std::string caller = "") ABSL_LOCKS_EXCLUDED(mu_);
 
   // As of the end of the model thread's last pass.
   Snapshot snapshot() const { return snapshot_.Get(); }
@@ -122,6 +144,8 @@ class DrafterWorker : public ModelThread {
     int64_t start = 0;
     at::Tensor features;  // undefined for a release
     bool release = false;
+    uint64_t stream = 0;
+    bool end_stream = false;  // drop every sequence `stream` fed
   };
   struct DraftJob {
     std::vector<DraftRequest> requests;
@@ -129,6 +153,11 @@ class DrafterWorker : public ModelThread {
     std::chrono::steady_clock::time_point context_deadline;
     // Per item: unset = waiting for context; otherwise OK (ready) or error.
     std::vector<std::optional<absl::Status>> state;
+    std::string caller;
+    // Once ready: per item, its answer (set for failed items at once and
+    // for drafted ones after their forward); `undrafted` items are left.
+    std::vector<std::optional<absl::StatusOr<DraftResult>>> results;
+    size_t undrafted = 0;
   };
   using ReleaseJob = SequenceReleaseJob;
 
@@ -159,15 +188,25 @@ class DrafterWorker : public ModelThread {
   // returns whether the whole job is resolved.
   bool Resolve(DraftJob& job, std::chrono::steady_clock::time_point now);
   absl::Status CheckRequest(const DraftRequest& r) const;
-  void RunDrafts(std::vector<DraftJob>& jobs);
+  // Moves a resolved job to ready_ (its failed items answered in it).
+  void MakeReady(DraftJob job);
+  // One batched forward over at most max_batch_sequences undrafted items
+  // of ready_, taken round-robin across callers; answers every job it
+  // completes.
+  void RunFairBatch();
   void PublishSnapshot() ABSL_LOCKS_EXCLUDED(mu_);
 
   std::unique_ptr<DEditDrafter> drafter_;  // model thread only
   BatchObserver observer_;
   DrafterWorkerOptions options_;
   std::vector<DraftJob> waiting_;  // model thread only
+  std::deque<DraftJob> ready_;     // model thread only, oldest first
+  size_t next_caller_ = 0;         // round-robin start, model thread only
   // Sequences whose context has a gap; their drafts fail at once.
   std::unordered_set<SequenceId> broken_;  // model thread only
+  // The stream that last fed each sequence (also broken ones).
+  std::unordered_map<SequenceId, uint64_t> owner_;  // model thread only
+  int64_t orphaned_contexts_ = 0;                   // model thread only
 
   std::deque<ContextEvent> new_context_ ABSL_GUARDED_BY(mu_);
   std::vector<DraftJob> new_drafts_ ABSL_GUARDED_BY(mu_);

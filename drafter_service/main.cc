@@ -32,6 +32,10 @@ ABSL_FLAG(int64_t, max_batch_wait_us, 0,
 ABSL_FLAG(int64_t, context_wait_ms, 500,
           "how long a draft waits for context that has not arrived");
 ABSL_FLAG(int, max_passes, 8, "largest K served");
+ABSL_FLAG(int, max_batch_sequences, 256,
+          "draft items per batched forward (0 = all ready); shared "
+          "round-robin across callers, so one caller's flood cannot starve "
+          "the others");
 ABSL_FLAG(int, drain_timeout_ms, 5000, "graceful shutdown: drain time");
 
 int main(int argc, char** argv) {
@@ -57,5 +61,10 @@ int main(int argc, char** argv) {
   o.worker.max_batch_wait_us = absl::GetFlag(FLAGS_max_batch_wait_us);
   o.worker.context_wait_ms = absl::GetFlag(FLAGS_context_wait_ms);
   o.worker.max_passes = absl::GetFlag(FLAGS_max_passes);
+  o.worker.max_batch_sequences = absl::GetFlag(FLAGS_max_batch_sequences);
+  if (o.worker.max_batch_sequences < 0) {
+    std::fprintf(stderr, "dedit-drafter: --max_batch_sequences must be >= 0\n");
+    return 2;
+  }
   dedit::ExitAfterServing("dedit-drafter", dedit::RunDrafterServer(o));
 }

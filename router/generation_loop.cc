@@ -1,6 +1,7 @@
 #include "router/generation_loop.h"
 
 #include <algorithm>
+#include <iterator>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -173,10 +174,32 @@ void GenerationLoop::MarkUnreachable() {
   metrics_->OnStackReachable(false);
 }
 
-bool GenerationLoop::ProbeTarget() {
-  if (!backends_.target->FetchInfo(options_.target_info_retry_ms).ok()) {
-    return false;
+void GenerationLoop::SetLease(double sequence_lease_seconds) {
+  keep_alive_period_ =
+      sequence_lease_seconds > 0
+          ? std::max<std::chrono::steady_clock::duration>(
+                std::chrono::milliseconds(50),
+                std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                    std::chrono::duration<double>(sequence_lease_seconds / 3)))
+          : std::chrono::steady_clock::duration::zero();
+}
+
+void GenerationLoop::KeepKeptAlive() {
+  if (keep_alive_period_ == std::chrono::steady_clock::duration::zero()) {
+    return;
   }
+  const auto now = std::chrono::steady_clock::now();
+  if (now < next_keep_alive_) return;
+  next_keep_alive_ = now + keep_alive_period_;
+  const std::vector<SequenceId> kept = engine_->KeptSequences();
+  if (!kept.empty()) backends_.target->KeepAlive(kept);
+}
+
+bool GenerationLoop::ProbeTarget() {
+  absl::StatusOr<TargetInfo> info =
+      backends_.target->FetchInfo(options_.target_info_retry_ms);
+  if (!info.ok()) return false;
+  SetLease(info->sequence_lease_seconds);
   reachable_.store(true);
   metrics_->OnStackReachable(true);
   return true;
@@ -200,6 +223,7 @@ bool GenerationLoop::ConnectTarget() {
   o.vocab_size = served.vocab_size;
   o.max_context = served.max_context;
   max_context_ = served.max_context;
+  SetLease(info->sequence_lease_seconds);
   o.max_new_tokens_limit = options_.max_tokens_limit;
   o.max_passes = options_.max_passes;
   o.ngram = options_.ngram;
@@ -248,7 +272,17 @@ void GenerationLoop::Run() {
     {
       absl::MutexLock lock(&mu_);
       if (engine_->idle()) {
-        if (reachable_.load()) {
+        const bool keep_alives =
+            keep_alive_period_ != std::chrono::steady_clock::duration::zero() &&
+            !engine_->KeptSequences().empty();
+        if (reachable_.load() && keep_alives) {
+          // Wake up to renew the kept sessions' leases.
+          mu_.AwaitWithTimeout(
+              absl::Condition(this, &GenerationLoop::HasWork),
+              absl::FromChrono(std::max<std::chrono::steady_clock::duration>(
+                  next_keep_alive_ - std::chrono::steady_clock::now(),
+                  std::chrono::milliseconds(1))));
+        } else if (reachable_.load()) {
           mu_.Await(absl::Condition(this, &GenerationLoop::HasWork));
         } else {
           // Wake up to probe the target again.
@@ -260,12 +294,33 @@ void GenerationLoop::Run() {
       stopping = stopping_;
       cut = stopping_ && absl::Now() >= drain_until_;
       stop_status_for_loop_ = stop_status_;
-      submitted.swap(submitted_);
+      // In order, up to the round's prompt-token budget (Options); when
+      // stopping, all (they are answered, not prefilled).
+      size_t take = 0;
+      int64_t prompt_tokens = 0;
+      while (take < submitted_.size()) {
+        const int64_t n =
+            static_cast<int64_t>(submitted_[take].engine.prompt.size());
+        if (!stopping && take > 0 &&
+            n > options_.max_prefill_tokens_per_round - prompt_tokens) {
+          break;
+        }
+        prompt_tokens += n;
+        ++take;
+      }
+      if (take == submitted_.size()) {
+        submitted.swap(submitted_);
+      } else {
+        submitted.assign(std::make_move_iterator(submitted_.begin()),
+                         std::make_move_iterator(submitted_.begin() + take));
+        submitted_.erase(submitted_.begin(), submitted_.begin() + take);
+      }
       queued_.fetch_sub(static_cast<int>(submitted.size()));
       cancel_requests.swap(cancelled_);
       release_kept.swap(release_kept_);
     }
     for (SequenceId id : release_kept) (void)engine_->ReleaseKept(id);
+    if (reachable_.load()) KeepKeptAlive();
     if (!reachable_.load() && !stopping &&
         std::chrono::steady_clock::now() >= next_probe) {
       next_probe = std::chrono::steady_clock::now() +

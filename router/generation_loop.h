@@ -124,6 +124,11 @@ class GenerationLoop {
     int max_tokens_limit = 4096;
     int max_passes = 8;
     int64_t target_info_retry_ms = 500;
+    // Prompt tokens admitted per round (at least one request always is):
+    // they all travel in that round's one Step message, so this keeps the
+    // message under the target's receive limit (--max_receive_bytes;
+    // docs/SERVICES.md). The rest wait for the next round, in order.
+    int64_t max_prefill_tokens_per_round = int64_t{1} << 20;
     // The n-gram method (engine/ngram_drafter.h), which needs no drafter
     // service: requests that ask for it speculate whatever the drafter's
     // health.
@@ -214,6 +219,9 @@ class GenerationLoop {
   // it with `status` when nobody takes it.
   void RerouteOrFinish(RouterRequest request, const absl::Status& status);
   bool ProbeTarget();  // Info once; true (and reachable) when it answered
+  void SetLease(double sequence_lease_seconds);
+  // Renews the kept sequences' leases when due (KeepAlive).
+  void KeepKeptAlive();
   void MarkUnreachable();
   // The loop thread has something to do (or must stop).
   bool HasWork() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -225,7 +233,11 @@ class GenerationLoop {
 
   // Loop-thread state: only Run() and what it calls touch it.
   std::unique_ptr<SpeculativeEngine> engine_;
-  int64_t max_context_ = 0;                 // the target's, from its Info
+  int64_t max_context_ = 0;  // the target's, from its Info
+  // Kept (session) sequences' leases are renewed every lease / 3 (0 = the
+  // target's sequences never expire).
+  std::chrono::steady_clock::duration keep_alive_period_{};
+  std::chrono::steady_clock::time_point next_keep_alive_;
   std::unique_ptr<RouterMetrics> metrics_;  // published as shared_metrics_
   std::map<SequenceId, Active> active_;
   std::vector<SequenceId> to_cancel_;  // stop strings hit during a Step

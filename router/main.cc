@@ -40,6 +40,10 @@ ABSL_FLAG(int, metrics_port, 9100, "Prometheus /metrics port (0 = ephemeral)");
 ABSL_FLAG(std::string, ready_file, "",
           "written with the bound ports once serving");
 ABSL_FLAG(int, max_tokens_limit, 4096, "largest max_tokens a request may ask");
+ABSL_FLAG(int64_t, max_prefill_tokens_per_round, int64_t{1} << 20,
+          "prompt tokens admitted per round, all sent in one target Step "
+          "message (at most 5 bytes each, under the target's "
+          "--max_receive_bytes); later requests wait a round");
 ABSL_FLAG(int, max_request_bytes, 4 << 20,
           "largest request message the public gRPC port accepts");
 ABSL_FLAG(int, max_bytes_per_token, 0,
@@ -108,6 +112,13 @@ int main(int argc, char** argv) {
   o.loop.model_name = absl::GetFlag(FLAGS_model_name);
   o.loop.max_tokens_limit = absl::GetFlag(FLAGS_max_tokens_limit);
   o.loop.max_passes = absl::GetFlag(FLAGS_max_passes);
+  o.loop.max_prefill_tokens_per_round =
+      absl::GetFlag(FLAGS_max_prefill_tokens_per_round);
+  if (o.loop.max_prefill_tokens_per_round < 1) {
+    std::fprintf(stderr,
+                 "dedit-router: --max_prefill_tokens_per_round must be >= 1\n");
+    return 2;
+  }
   o.defaults.max_tokens_limit = o.loop.max_tokens_limit;
   o.defaults.max_passes = o.loop.max_passes;
   o.serve.max_receive_message_bytes = absl::GetFlag(FLAGS_max_request_bytes);

@@ -24,6 +24,7 @@ absl::StatusOr<TargetInfo> RemoteVerifier::FetchInfo(int64_t timeout_ms) {
   info.max_context = response.max_context();
   info.eos_token_ids.assign(response.eos_token_ids().begin(),
                             response.eos_token_ids().end());
+  info.sequence_lease_seconds = response.sequence_lease_seconds();
   return info;
 }
 
@@ -162,6 +163,24 @@ absl::Status RemoteVerifier::Release(SequenceId sequence) {
 }  // namespace dedit
 
 namespace dedit {
+
+void RemoteVerifier::KeepAlive(const std::vector<SequenceId>& sequences) {
+  if (sequences.empty()) return;
+  struct Call {
+    grpc::ClientContext context;
+    v1::KeepAliveRequest request;
+    v1::KeepAliveResponse response;
+  };
+  auto* call = new Call;
+  for (SequenceId id : sequences) {
+    call->request.add_sequences(WireSequenceId(nonce_, id));
+  }
+  call->context.set_deadline(Clock::now() + std::chrono::seconds(10));
+  // A missing id is found by the session's next turn (NOT_FOUND, then a
+  // whole prefill); nothing to do here.
+  stub_->async()->KeepAlive(&call->context, &call->request, &call->response,
+                            [call](grpc::Status) { delete call; });
+}
 
 absl::Status RemoteVerifier::Keep(SequenceId sequence) {
   // The next turn sets new limits; no stale deadline meanwhile.

@@ -64,6 +64,8 @@ class RemoteVerifier : public Verifier, public TargetControl {
   // sequence waits until this call has been answered, so the target never
   // sees the idle mark after the continuation.
   absl::Status Keep(SequenceId sequence) override;
+  // Target.KeepAlive, fire and forget.
+  void KeepAlive(const std::vector<SequenceId>& sequences) override;
 
  private:
   struct Limits {

@@ -29,6 +29,9 @@ struct TargetInfo {
   int vocab_size = 0;
   int64_t max_context = 0;  // prompt + generated tokens per sequence
   std::vector<int32_t> eos_token_ids;
+  // Sequences no call names for this long are released by the target
+  // (--sequence_lease_seconds); 0 = never.
+  double sequence_lease_seconds = 0;
 };
 
 // The target beyond rounds. Called on the GenerationLoop thread only.
@@ -50,6 +53,10 @@ class TargetControl {
   virtual void SetRequestLimits(
       SequenceId id, int64_t reserve_tokens,
       std::chrono::system_clock::time_point deadline) = 0;
+
+  // Renews the leases of sequences kept idle on purpose (sessions between
+  // turns, docs/ARCHITECTURE.md §8), without waiting for the answer.
+  virtual void KeepAlive(const std::vector<SequenceId>& /*sequences*/) {}
 };
 
 // The drafter's readiness and limits. Thread-safe: read by the loop thread

@@ -12,6 +12,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/time.h"
 #include "serving/shutdown_signals.h"
 #include "target_service/target_server.h"
 
@@ -39,6 +40,13 @@ ABSL_FLAG(int64_t, max_batch_wait_us, 2000,
           "(Prefill + Verify sent together)");
 ABSL_FLAG(int64_t, kv_capacity_tokens, 262144,
           "KV capacity in tokens (admission control)");
+ABSL_FLAG(double, sequence_lease_seconds, 60,
+          "release a sequence no call has named for this long (a crashed "
+          "router's); every round and KeepAlive renews it; 0 = never");
+ABSL_FLAG(int, max_receive_bytes, 64 << 20,
+          "largest gRPC message accepted (routers' Step calls carry a "
+          "round's prompts: keep above 5 x their "
+          "--max_prefill_tokens_per_round + the verify blocks)");
 ABSL_FLAG(int, drain_timeout_ms, 10000, "graceful shutdown: drain time");
 
 int main(int argc, char** argv) {
@@ -72,5 +80,19 @@ int main(int argc, char** argv) {
   o.worker.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
   o.worker.max_batch_wait_us = absl::GetFlag(FLAGS_max_batch_wait_us);
   o.worker.kv_capacity_tokens = absl::GetFlag(FLAGS_kv_capacity_tokens);
+  o.serve.max_receive_message_bytes = absl::GetFlag(FLAGS_max_receive_bytes);
+  if (o.serve.max_receive_message_bytes < (1 << 20)) {
+    std::fprintf(stderr,
+                 "dedit-target: --max_receive_bytes must be >= 1 MiB\n");
+    return 2;
+  }
+  const double lease = absl::GetFlag(FLAGS_sequence_lease_seconds);
+  if (!(lease >= 0 && lease <= 86400)) {
+    std::fprintf(stderr,
+                 "dedit-target: --sequence_lease_seconds must be in "
+                 "[0, 86400]\n");
+    return 2;
+  }
+  o.worker.sequence_lease = absl::Seconds(lease);
   dedit::ExitAfterServing("dedit-target", dedit::RunTargetServer(o));
 }

@@ -65,6 +65,22 @@ struct TargetMetrics {
                     .Help("Idle session sequences evicted to make room for "
                           "a prompt")
                     .Register(r)
+                    .Add({})),
+        sequences(prometheus::BuildGauge()
+                      .Name("dedit_target_sequences")
+                      .Help("Sequences held (KV cached or being prefilled)")
+                      .Register(r)
+                      .Add({})),
+        reserved_tokens(prometheus::BuildGauge()
+                            .Name("dedit_target_reserved_tokens")
+                            .Help("KV tokens reserved by admitted sequences")
+                            .Register(r)
+                            .Add({})),
+        expired(prometheus::BuildCounter()
+                    .Name("dedit_target_sequences_expired_total")
+                    .Help("Sequences released because no call renewed their "
+                          "lease (--sequence_lease_seconds)")
+                    .Register(r)
                     .Add({})) {}
   prometheus::Histogram& batch_size;
   prometheus::Histogram& forward_seconds;
@@ -72,7 +88,9 @@ struct TargetMetrics {
   prometheus::Counter& stream_bytes;
   prometheus::Gauge& idle_sequences;
   prometheus::Counter& evicted;
-  int64_t evicted_seen = 0;  // the snapshot listener's (model thread)
+  prometheus::Gauge& sequences;
+  prometheus::Gauge& reserved_tokens;
+  prometheus::Counter& expired;
 };
 
 }  // namespace
@@ -137,18 +155,28 @@ absl::Status RunTargetServer(const TargetServerOptions& options) {
       },
       worker_options);
   // After every step, releases included (not only after forwards).
-  worker.SetSnapshotListener([&metrics](const TargetWorker::Snapshot& s) {
-    if (s.kv_capacity_tokens > 0) {
-      metrics.kv_usage.Set(static_cast<double>(s.cached_tokens) /
-                           static_cast<double>(s.kv_capacity_tokens));
-    }
-    metrics.idle_sequences.Set(s.idle_sequences);
-    if (s.evicted_sequences > metrics.evicted_seen) {
-      metrics.evicted.Increment(
-          static_cast<double>(s.evicted_sequences - metrics.evicted_seen));
-      metrics.evicted_seen = s.evicted_sequences;
-    }
-  });
+  // Runs on the model thread only, so `expired_seen` needs no lock.
+  worker.SetSnapshotListener(
+      [&metrics, expired_seen = int64_t{0},
+       evicted_seen = int64_t{0}](const TargetWorker::Snapshot& s) mutable {
+        metrics.sequences.Set(s.num_sequences);
+        metrics.reserved_tokens.Set(static_cast<double>(s.reserved_tokens));
+        if (s.expired_sequences > expired_seen) {
+          metrics.expired.Increment(
+              static_cast<double>(s.expired_sequences - expired_seen));
+          expired_seen = s.expired_sequences;
+        }
+        if (s.kv_capacity_tokens > 0) {
+          metrics.kv_usage.Set(static_cast<double>(s.cached_tokens) /
+                               static_cast<double>(s.kv_capacity_tokens));
+        }
+        metrics.idle_sequences.Set(s.idle_sequences);
+        if (s.evicted_sequences > evicted_seen) {
+          metrics.evicted.Increment(
+              static_cast<double>(s.evicted_sequences - evicted_seen));
+          evicted_seen = s.evicted_sequences;
+        }
+      });
   worker.SetPoisonListener([&readiness](const absl::Status& poisoned) {
     std::fprintf(stderr, "dedit-target: %s; health NOT_SERVING\n",
                  poisoned.ToString().c_str());

@@ -179,6 +179,20 @@ grpc::ServerUnaryReactor* TargetServiceImpl::KeepIdle(
   return reactor;
 }
 
+grpc::ServerUnaryReactor* TargetServiceImpl::KeepAlive(
+    grpc::CallbackServerContext* context, const v1::KeepAliveRequest* request,
+    v1::KeepAliveResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (RefusePoisoned(reactor)) return reactor;
+  worker_->KeepAlive(std::vector<SequenceId>(request->sequences().begin(),
+                                             request->sequences().end()),
+                     [reactor, response](std::vector<SequenceId> missing) {
+                       for (SequenceId id : missing) response->add_missing(id);
+                       reactor->Finish(grpc::Status::OK);
+                     });
+  return reactor;
+}
+
 grpc::ServerUnaryReactor* TargetServiceImpl::Info(
     grpc::CallbackServerContext* context, const v1::TargetInfoRequest*,
     v1::TargetInfoResponse* response) {
@@ -204,6 +218,9 @@ grpc::ServerUnaryReactor* TargetServiceImpl::Info(
   response->set_idle_sequences(s.idle_sequences);
   response->set_idle_cached_tokens(s.idle_cached_tokens);
   response->set_evicted_sequences(s.evicted_sequences);
+  response->set_sequence_lease_seconds(
+      absl::ToDoubleSeconds(worker_->sequence_lease()));
+  response->set_expired_sequences(s.expired_sequences);
   response->set_context_stream_connected(stream_ != nullptr &&
                                          stream_->connected());
   reactor->Finish(grpc::Status::OK);

@@ -41,6 +41,9 @@ class TargetServiceImpl final : public v1::Target::CallbackService {
   grpc::ServerUnaryReactor* KeepIdle(grpc::CallbackServerContext* context,
                                      const v1::KeepIdleRequest* request,
                                      v1::KeepIdleResponse* response) override;
+  grpc::ServerUnaryReactor* KeepAlive(grpc::CallbackServerContext* context,
+                                      const v1::KeepAliveRequest* request,
+                                      v1::KeepAliveResponse* response) override;
   grpc::ServerUnaryReactor* Info(grpc::CallbackServerContext* context,
                                  const v1::TargetInfoRequest* request,
                                  v1::TargetInfoResponse* response) override;

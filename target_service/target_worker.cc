@@ -88,12 +88,57 @@ absl::StatusOr<TargetForwardResult> TargetBatcher::Forward(
 
 void TargetBatcher::Step(std::vector<TargetReleaseJob> releases,
                          std::vector<TargetPrefillJob> prefills,
-                         std::vector<TargetVerifyJob> verifies) {
+                         std::vector<TargetVerifyJob> verifies,
+                         std::vector<TargetKeepAliveJob> keep_alives,
+                         absl::Time now) {
+  step_time_ = now;
+  // A verify renews its sequences' leases before any expires: a round that
+  // arrives just in time keeps its sequence.
+  for (const TargetVerifyJob& job : verifies) {
+    for (const VerifyWork& v : job.items) {
+      auto it = sequences_.find(v.sequence);
+      if (it != sequences_.end()) it->second.lease_renewed = now;
+    }
+  }
+  RenewLeases(std::move(keep_alives), now);
+  ExpireLeases(now);
   ApplyReleases(std::move(releases));
   AdmitPrefills(std::move(prefills));
   TargetForwardPlan plan = PlanForward(std::move(verifies));
   const absl::StatusOr<TargetForwardResult> forward = RunPlan(plan);
   CommitPlan(std::move(plan), forward);
+}
+
+void TargetBatcher::RenewLeases(std::vector<TargetKeepAliveJob> jobs,
+                                absl::Time now) {
+  for (TargetKeepAliveJob& job : jobs) {
+    std::vector<SequenceId> missing;
+    for (SequenceId id : job.sequences) {
+      auto it = sequences_.find(id);
+      if (it == sequences_.end()) {
+        missing.push_back(id);
+      } else {
+        it->second.lease_renewed = now;
+      }
+    }
+    if (job.done) job.done(std::move(missing));
+  }
+}
+
+int TargetBatcher::ExpireLeases(absl::Time now) {
+  if (options_.sequence_lease <= absl::ZeroDuration()) return 0;
+  std::vector<SequenceId> expired;
+  for (const auto& [id, state] : sequences_) {
+    if (now - state.lease_renewed >= options_.sequence_lease &&
+        FindPrefill(id) == prefilling_.end()) {
+      expired.push_back(id);
+    }
+  }
+  // Sorted, so that the drafter hears the releases in a stable order.
+  std::sort(expired.begin(), expired.end());
+  for (SequenceId id : expired) DropSequence(id);
+  expired_sequences_ += static_cast<int64_t>(expired.size());
+  return static_cast<int>(expired.size());
 }
 
 void TargetBatcher::ApplyReleases(std::vector<TargetReleaseJob> jobs) {
@@ -215,10 +260,12 @@ absl::Status TargetBatcher::AdmitItem(const TargetPrefillItem& item,
   reserved_tokens_ += reserve - s.reserved_tokens;
   s.reserved_tokens = reserve;
   s.idle = false;
+  s.lease_renewed = step_time_;
   return absl::OkStatus();
 }
 
-void TargetBatcher::ApplyKeepIdle(std::vector<TargetKeepIdleJob> jobs) {
+void TargetBatcher::ApplyKeepIdle(std::vector<TargetKeepIdleJob> jobs,
+                                  absl::Time now) {
   for (TargetKeepIdleJob& job : jobs) {
     std::vector<SequenceId> missing;
     for (SequenceId id : job.sequences) {
@@ -229,6 +276,7 @@ void TargetBatcher::ApplyKeepIdle(std::vector<TargetKeepIdleJob> jobs) {
       }
       if (FindPrefill(id) != prefilling_.end()) continue;
       SequenceState& s = it->second;
+      s.lease_renewed = now;  // naming a sequence renews its lease
       const int64_t cached = model_->Length(id).value_or(0);
       reserved_tokens_ += cached - s.reserved_tokens;
       s.reserved_tokens = cached;
@@ -461,7 +509,14 @@ TargetBatcher::FindPrefill(SequenceId id) const {
 
 std::shared_ptr<TargetBatcher::PrefillCall> TargetBatcher::FinishPrefill(
     const PrefillProgress& p, absl::StatusOr<int32_t> result) {
-  if (!result.ok()) DropSequence(p.work().sequence);
+  if (!result.ok()) {
+    DropSequence(p.work().sequence);
+  } else if (auto it = sequences_.find(p.work().sequence);
+             it != sequences_.end()) {
+    // The lease starts when the prompt is in (a long prompt may take
+    // several forwards, during which it cannot expire).
+    it->second.lease_renewed = step_time_;
+  }
   p.call->results[p.item] = std::move(result);
   return --p.call->remaining == 0 ? p.call : nullptr;
 }
@@ -491,6 +546,7 @@ TargetWorkerSnapshot TargetBatcher::snapshot() const {
     s.idle_cached_tokens += model_->Length(id).value_or(0);
   }
   s.evicted_sequences = evicted_;
+  s.expired_sequences = expired_sequences_;
   return s;
 }
 
@@ -594,6 +650,18 @@ void TargetWorker::Step(std::vector<TargetPrefillItem> prefills,
   Enqueue(std::move(prefill), std::move(verify));
 }
 
+void TargetWorker::KeepAlive(std::vector<SequenceId> sequences,
+                             KeepAliveDone done) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (RefusalLocked().ok()) {
+      new_keep_alives_.push_back({std::move(sequences), std::move(done)});
+      return;
+    }
+  }
+  done(std::move(sequences));
+}
+
 bool TargetWorker::CompanionMissing() const {
   for (const TargetPrefillJob& job : new_prefills_) {
     if (job.with_verify && new_verifies_.empty()) return true;
@@ -606,7 +674,8 @@ bool TargetWorker::CompanionMissing() const {
 
 bool TargetWorker::HasQueuedWork() const {
   return !new_prefills_.empty() || !new_verifies_.empty() ||
-         !new_releases_.empty() || !new_idles_.empty();
+         !new_releases_.empty() || !new_idles_.empty() ||
+         !new_keep_alives_.empty();
 }
 
 bool TargetWorker::TakeWork(Inbox& inbox) {
@@ -617,7 +686,15 @@ bool TargetWorker::TakeWork(Inbox& inbox) {
   auto ready = [this, prefilling]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return stopping_ || prefilling || HasQueuedWork();
   };
-  mu_.Await(absl::Condition(&ready));
+  if (options_.sequence_lease > absl::ZeroDuration()) {
+    // Wake up now and then to expire leases even when no call comes: at
+    // most a quarter of the lease late, and at most 1 s.
+    mu_.AwaitWithTimeout(absl::Condition(&ready),
+                         std::clamp(options_.sequence_lease / 4,
+                                    absl::Milliseconds(5), absl::Seconds(1)));
+  } else {
+    mu_.Await(absl::Condition(&ready));
+  }
   if (!stopping_ && options_.max_batch_wait_us > 0 && CompanionMissing()) {
     // A round's Prefill and Verify are two RPCs; let them share a forward.
     auto arrived = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -631,6 +708,7 @@ bool TargetWorker::TakeWork(Inbox& inbox) {
   inbox.idles.swap(new_idles_);
   inbox.prefills.swap(new_prefills_);
   inbox.verifies.swap(new_verifies_);
+  inbox.keep_alives.swap(new_keep_alives_);
   return true;
 }
 
@@ -641,11 +719,13 @@ void TargetWorker::Run() {
     if (poisoned.ok()) {
       // Releases free room first; idle marks before admission, so that a
       // prompt may evict them.
+      const absl::Time now = absl::Now();
       batcher_.ApplyReleases(std::move(inbox.releases));
-      batcher_.ApplyKeepIdle(std::move(inbox.idles));
+      batcher_.ApplyKeepIdle(std::move(inbox.idles), now);
       inbox.releases.clear();
       batcher_.Step(std::move(inbox.releases), std::move(inbox.prefills),
-                    std::move(inbox.verifies));
+                    std::move(inbox.verifies), std::move(inbox.keep_alives),
+                    now);
     } else {
       // No forward runs again (model/model_thread.h).
       FailInbox(inbox, poisoned);
@@ -661,6 +741,7 @@ void TargetWorker::Run() {
     inbox.idles.swap(new_idles_);
     inbox.prefills.swap(new_prefills_);
     inbox.verifies.swap(new_verifies_);
+    inbox.keep_alives.swap(new_keep_alives_);
   }
   FailInbox(inbox, ShuttingDown());
   batcher_.CancelPrefills(ShuttingDown());
@@ -676,6 +757,9 @@ void TargetWorker::FailInbox(Inbox& inbox, const absl::Status& status) {
     if (job.done) job.done(0);
   }
   for (TargetKeepIdleJob& job : inbox.idles) {
+    if (job.done) job.done(std::move(job.sequences));
+  }
+  for (TargetKeepAliveJob& job : inbox.keep_alives) {
     if (job.done) job.done(std::move(job.sequences));
   }
 }

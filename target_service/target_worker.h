@@ -66,6 +66,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "base/published.h"
 #include "engine/round_interfaces.h"
 #include "model/context_sink.h"
@@ -89,6 +90,13 @@ struct TargetWorkerOptions {
   // queues while a forward runs joins the next one anyway.
   int64_t max_batch_wait_us = 2000;
   int64_t kv_capacity_tokens = 1 << 20;
+  // A sequence that no call names for this long is released as if its
+  // router had asked (KV freed, the drafter told): a router that crashed
+  // or lost its stack never frees its sequences itself (issue 15). Every
+  // Prefill, Verify and Step naming a sequence renews its lease, and
+  // KeepAlive renews it without a forward (idle multi-turn sessions).
+  // A prompt still being prefilled never expires. Zero: never.
+  absl::Duration sequence_lease = absl::ZeroDuration();
   // libtorch CPU threads of the model thread (0 = libtorch's default).
   // OpenMP's thread count is per calling thread, so it is set there.
   int cpu_threads = 0;
@@ -149,9 +157,21 @@ struct TargetWorkerSnapshot {
   int64_t cached_tokens = 0;
   int64_t reserved_tokens = 0;
   int64_t kv_capacity_tokens = 0;
+  // Since the worker started: sequences released because their lease ran
+  // out (a counter for metrics).
+  int64_t expired_sequences = 0;
   int idle_sequences = 0;          // sessions kept between turns
   int64_t idle_cached_tokens = 0;  // their KV tokens
   int64_t evicted_sequences = 0;   // idle ones evicted for room, in all
+};
+
+// Renew the leases of these sequences; `done` hears the ones that do not
+// exist (any more).
+using TargetKeepAliveDone =
+    std::function<void(std::vector<SequenceId> missing)>;
+struct TargetKeepAliveJob {
+  std::vector<SequenceId> sequences;
+  TargetKeepAliveDone done;
 };
 
 // One forward's work, chosen by TargetBatcher::PlanForward. `segments` holds
@@ -194,10 +214,23 @@ class TargetBatcher {
   // the observer is not told (it feeds the serving metrics).
   absl::Status WarmUp();
 
-  // Steps 1-5 in order.
+  // Leases first (RenewLeases, then ExpireLeases at `now`), then steps
+  // 1-5 in order. A step with no work only expires leases.
   void Step(std::vector<TargetReleaseJob> releases,
             std::vector<TargetPrefillJob> prefills,
-            std::vector<TargetVerifyJob> verifies);
+            std::vector<TargetVerifyJob> verifies,
+            std::vector<TargetKeepAliveJob> keep_alives = {},
+            absl::Time now = absl::Now());
+
+  // Renews the named sequences' leases to `now` and answers each job with
+  // the ones that do not exist.
+  void RenewLeases(std::vector<TargetKeepAliveJob> jobs, absl::Time now);
+  // Releases every sequence whose lease ran out by `now` (not those still
+  // prefilling), as ApplyReleases would; returns how many. Nothing with a
+  // zero options().sequence_lease.
+  int ExpireLeases(absl::Time now);
+
+  const TargetWorkerOptions& options() const { return options_; }
 
   // Step 1. Drops the sequences (KV, sampler, reservation; the publisher is
   // told OnRelease) and answers each job with how many existed.
@@ -206,8 +239,10 @@ class TargetBatcher {
   // between turns. An idle sequence reserves only its cached tokens and is
   // evicted, least recently used first, when a prompt needs the room; a
   // continuation (PrefillWork::start > 0) makes it active again. Sequences
-  // still prefilling are left as they are. Run before AdmitPrefills.
-  void ApplyKeepIdle(std::vector<TargetKeepIdleJob> jobs);
+  // still prefilling are left as they are. Run before AdmitPrefills; renews
+  // the leases of the sequences named to `now`.
+  void ApplyKeepIdle(std::vector<TargetKeepIdleJob> jobs,
+                     absl::Time now = absl::Now());
   // Step 2. Admitted prompts wait in the prefill queue; a job whose items
   // were all refused is answered at once. A continuation (work.start > 0)
   // truncates its sequence's KV to `start` tokens, replaces the sampler and
@@ -259,8 +294,9 @@ class TargetBatcher {
   struct SequenceState {
     std::unique_ptr<TokenSampler> sampler;
     int64_t reserved_tokens = 0;
-    bool idle = false;        // kept between turns (ApplyKeepIdle)
-    uint64_t idle_since = 0;  // idle_tick_ when it became idle (LRU order)
+    bool idle = false;         // kept between turns (ApplyKeepIdle)
+    uint64_t idle_since = 0;   // idle_tick_ when it became idle (LRU order)
+    absl::Time lease_renewed;  // the last call that named the sequence
   };
 
   // model_->Forward, after the before_forward_for_test seam.
@@ -301,6 +337,9 @@ class TargetBatcher {
   int64_t reserved_tokens_ = 0;
   uint64_t idle_tick_ = 0;
   int64_t evicted_ = 0;
+  int64_t expired_sequences_ = 0;
+  // The `now` of the step running (for the leases its calls renew).
+  absl::Time step_time_ = absl::InfinitePast();
 };
 
 // The model thread around a TargetBatcher (see the file comment).
@@ -309,6 +348,7 @@ class TargetWorker : public ModelThread {
   using PrefillDone = TargetPrefillDone;
   using VerifyDone = TargetVerifyDone;
   using ReleaseDone = TargetReleaseDone;
+  using KeepAliveDone = TargetKeepAliveDone;
   using ForwardObserver = TargetForwardObserver;
   using Snapshot = TargetWorkerSnapshot;
 
@@ -319,6 +359,7 @@ class TargetWorker : public ModelThread {
 
   const Qwen3Config& config() const { return batcher_.model().config(); }
   const Qwen3Model& model() const { return batcher_.model(); }
+  absl::Duration sequence_lease() const { return options_.sequence_lease; }
 
   // Start(), Stop(), Release(), AwaitWarmUp() and poisoned() are
   // ModelThread's: the thread runs TargetBatcher::WarmUp() first. Stop()
@@ -339,6 +380,11 @@ class TargetWorker : public ModelThread {
   // empty side is skipped and its callback not called.
   void Step(std::vector<TargetPrefillItem> prefills, PrefillDone prefill_done,
             std::vector<VerifyWork> verifies, VerifyDone verify_done)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Renews the sequences' leases (TargetWorkerOptions::sequence_lease)
+  // without a forward; `done` hears the ids that do not exist (all of them
+  // when the worker is stopping or poisoned).
+  void KeepAlive(std::vector<SequenceId> sequences, KeepAliveDone done)
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // Sessions: marks the sequences idle between turns
@@ -364,6 +410,7 @@ class TargetWorker : public ModelThread {
     std::vector<TargetKeepIdleJob> idles;
     std::vector<TargetPrefillJob> prefills;
     std::vector<TargetVerifyJob> verifies;
+    std::vector<TargetKeepAliveJob> keep_alives;
   };
 
   absl::Status WarmUp() override { return batcher_.WarmUp(); }
@@ -392,6 +439,7 @@ class TargetWorker : public ModelThread {
   std::vector<TargetKeepIdleJob> new_idles_ ABSL_GUARDED_BY(mu_);
   std::vector<TargetPrefillJob> new_prefills_ ABSL_GUARDED_BY(mu_);
   std::vector<TargetVerifyJob> new_verifies_ ABSL_GUARDED_BY(mu_);
+  std::vector<TargetKeepAliveJob> new_keep_alives_ ABSL_GUARDED_BY(mu_);
   Published<Snapshot> snapshot_;
   std::function<void(const Snapshot&)> snapshot_listener_;
 };

@@ -385,6 +385,73 @@ TEST_F(DrafterWorkerTest, WarmUpDraftRunsBeforeTheWorkerIsWarm) {
   ExpectSameDraft(*(*results)[0], Reference({{1, a}}, {{1, 9, 3, 4, 2}})[0]);
 }
 
+// Issue 15: one caller flooding the drafter with items gets a share of
+// each forward, not all of it; another caller's draft goes out in the next
+// forward instead of waiting behind the flood (or riding one huge
+// forward), and every draft still equals the in-process drafter's.
+TEST_F(DrafterWorkerTest, AFloodFromOneCallerDoesNotStarveAnother) {
+  DrafterWorkerOptions options;
+  options.context_wait_ms = 60'000;
+  options.max_batch_sequences = 4;
+  auto worker = MakeWorker(options);
+  ASSERT_NE(worker, nullptr);
+  const int kFlood = 40;
+  std::vector<std::pair<SequenceId, at::Tensor>> contexts;
+  std::vector<DraftRequest> flood;
+  for (int i = 0; i < kFlood; ++i) {
+    const SequenceId id = 1 + i;
+    contexts.emplace_back(id, Features(RandomPrompt(6, 128, 200 + i)));
+    flood.push_back({id, 6, 3, 4, 1});
+  }
+  const at::Tensor victim_context = Features(RandomPrompt(6, 128, 300));
+  const std::vector<DraftRequest> victim = {{100, 6, 5, 4, 1}};
+  // Everything but the last row of sequence 1 and of the victim's
+  // sequence: neither job can run yet.
+  for (const auto& [id, features] : contexts) {
+    worker->AddContext(id, 0, id == 1 ? features.narrow(0, 0, 5) : features);
+  }
+  worker->AddContext(100, 0, victim_context.narrow(0, 0, 5));
+  Pending<DraftResults> flood_done;
+  worker->Draft(flood, flood_done.callback(), "router-a");
+  std::atomic<size_t> forwards_before_victim{0};
+  std::atomic<bool> flood_answered_first{false};
+  Pending<DraftResults> victim_done;
+  auto victim_callback = victim_done.callback();
+  worker->Draft(
+      victim,
+      [&](DraftResults r) {
+        forwards_before_victim = batches().size();
+        flood_answered_first = flood_done.ready();
+        victim_callback(std::move(r));
+      },
+      "router-b");
+  // The flood becomes ready first.
+  worker->AddContext(1, 5, contexts[0].second.narrow(0, 5, 1));
+  worker->AddContext(100, 5, victim_context.narrow(0, 5, 1));
+
+  auto victim_results = victim_done.Get();
+  auto flood_results = flood_done.Get();
+  ASSERT_TRUE(victim_results.has_value());
+  ASSERT_TRUE(flood_results.has_value());
+  EXPECT_FALSE(flood_answered_first.load());
+  // The flood alone needs kFlood / 4 = 10 forwards; the victim is in the
+  // first or second.
+  EXPECT_LE(forwards_before_victim.load(), 2u);
+  const auto stats = batches();
+  EXPECT_GE(stats.size(), static_cast<size_t>(kFlood / 4));
+  for (const DrafterBatchStats& b : stats) EXPECT_LE(b.sequences, 4);
+
+  ASSERT_TRUE((*victim_results)[0].ok()) << (*victim_results)[0].status();
+  ExpectSameDraft(*(*victim_results)[0],
+                  Reference({{100, victim_context}}, victim)[0]);
+  const std::vector<DraftResult> want = Reference(contexts, flood);
+  ASSERT_EQ(flood_results->size(), flood.size());
+  for (size_t i = 0; i < flood.size(); ++i) {
+    ASSERT_TRUE((*flood_results)[i].ok()) << (*flood_results)[i].status();
+    ExpectSameDraft(*(*flood_results)[i], want[i]);
+  }
+}
+
 TEST_F(DrafterWorkerTest, FailedWarmUpPoisonsTheWorker) {
   testing::ForwardSeam seam;
   seam.FailNext(

@@ -95,9 +95,28 @@ class RecordingVerifier : public Verifier {
       const std::vector<PrefillWork>& prefills,
       const std::vector<VerifyWork>& verifies) override {
     if (down.load()) return absl::UnavailableError("target Step: down");
+    if (hold.load()) {
+      holding.store(true);
+      while (hold.load()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      holding.store(false);
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      prefill_counts_.push_back(static_cast<int>(prefills.size()));
+    }
     return inner_->Step(prefills, verifies);
   }
   std::atomic<bool> down{false};
+  // While set, Step waits (holding tells it is waiting).
+  std::atomic<bool> hold{false};
+  std::atomic<bool> holding{false};
+  // Prompts per Step call, in order.
+  std::vector<int> prefill_counts() const {
+    absl::MutexLock lock(&mu_);
+    return prefill_counts_;
+  }
   absl::Status Release(SequenceId sequence) override {
     {
       absl::MutexLock lock(&mu_);
@@ -114,6 +133,7 @@ class RecordingVerifier : public Verifier {
   Verifier* inner_;
   mutable absl::Mutex mu_;
   std::vector<SequenceId> released_ ABSL_GUARDED_BY(mu_);
+  std::vector<int> prefill_counts_ ABSL_GUARDED_BY(mu_);
 };
 
 // The drafter side as the loop sees it: an inner Drafter (LocalDrafter or a
@@ -423,6 +443,9 @@ class GenerationLoopTest : public ::testing::Test {
     GenerationLoop::Options options;
     options.target_info_retry_ms = 20;
     options.reroute = reroute_;
+    if (max_prefill_tokens_per_round_ > 0) {
+      options.max_prefill_tokens_per_round = max_prefill_tokens_per_round_;
+    }
     loop_ = std::make_unique<GenerationLoop>(backends, shared_->tokenizer.get(),
                                              registry_, options);
     loop_->Start();
@@ -459,6 +482,8 @@ class GenerationLoopTest : public ::testing::Test {
   std::shared_ptr<prometheus::Registry> registry_;
   // GenerationLoop::Options::reroute, set before StartLoop.
   std::function<bool(RouterRequest&, const absl::Status&)> reroute_;
+  // GenerationLoop::Options::max_prefill_tokens_per_round when > 0.
+  int64_t max_prefill_tokens_per_round_ = 0;
   std::unique_ptr<GenerationLoop> loop_;  // destroyed first
 };
 
@@ -880,6 +905,41 @@ TEST_F(GenerationLoopTest, ReservationIsCappedAtTheMaxContext) {
   const std::vector<FakeTargetControl::Limits> limits = target_->limits();
   ASSERT_EQ(limits.size(), 1u);
   EXPECT_EQ(limits[0].reserve_tokens, info.max_context);
+}
+
+// Issue 15: a round admits prompts up to --max_prefill_tokens_per_round
+// (all of them travel in its one Step message, which the target bounds);
+// the rest wait for later rounds, in order, and every output is still the
+// target's greedy output.
+TEST_F(GenerationLoopTest, PromptsQueuedTogetherArePrefilledWithinTheBudget) {
+  ScriptedDrafter inner(block_size(), Oracle(0));
+  max_prefill_tokens_per_round_ = static_cast<int64_t>(prompt(0).size());
+  StartLoop(&inner, nullptr);
+  // A first request's Step is held while four more queue up behind it.
+  verifier_->hold.store(true);
+  auto first = Submit(MakeRequest(prompt(0), 8, 8, 1, {}));
+  for (int i = 0; i < 5000 && !verifier_->holding.load(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ASSERT_TRUE(verifier_->holding.load());
+  std::vector<std::shared_ptr<CollectingSink>> queued;
+  for (int i = 0; i < 4; ++i) {
+    queued.push_back(Submit(MakeRequest(prompt(0), 8, 8, 1, {})));
+  }
+  verifier_->hold.store(false);
+  ASSERT_TRUE(first->WaitFinished());
+  for (auto& sink : queued) {
+    ASSERT_TRUE(sink->WaitFinished());
+    ASSERT_TRUE(sink->status().ok()) << sink->status();
+    EXPECT_THAT(sink->tokens(), ElementsAreArray(Reference(0, 8)));
+  }
+  // One prompt fits the budget: never two in one Step.
+  int prompts = 0;
+  for (int n : verifier_->prefill_counts()) {
+    EXPECT_LE(n, 1);
+    prompts += n;
+  }
+  EXPECT_EQ(prompts, 5);
 }
 
 // The n-gram method needs no drafter service: a target-only router (and a

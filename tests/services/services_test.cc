@@ -365,6 +365,38 @@ TEST_F(ServicesTest, TargetKilledClientsGetUnavailable) {
   EXPECT_GE(ServiceCluster::MetricValue(metrics, "dedit_requests_total",
                                         "status=\"unavailable\""),
             2);
+  EXPECT_TRUE(
+      WaitFor([&] { return DrafterInfo().num_sequences() == 0; }, 5000));
+}
+
+// Issue 15: when the router died too (nobody releases anything), the
+// drafter drops the contexts the dead target's stream fed: no release
+// marker will ever come for them.
+TEST_F(ServicesTest, TargetKilledAfterItsRouterDrafterDropsTheContexts) {
+  ASSERT_TRUE(WaitFor([&] { return RouterSeesDrafter(); }, 10000));
+  const int kStreams = 4;
+  std::vector<v1::GenerateRequest> requests;
+  for (int i = 0; i < kStreams; ++i) {
+    requests.push_back(IdsRequest(RandomPrompt(6, 300, 90 + i), 4096, 8, 1));
+  }
+  ConcurrentStreams streams(stub_.get(), requests);
+  ASSERT_TRUE(WaitFor([&] { return streams.started == kStreams; }, 30000));
+  cluster_.router()->Kill();
+  streams.Join();
+  // The target's default lease (60 s) keeps them meanwhile.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_EQ(DrafterInfo().num_sequences(), kStreams);
+  cluster_.KillTarget();
+  EXPECT_TRUE(
+      WaitFor([&] { return DrafterInfo().num_sequences() == 0; }, 5000));
+  EXPECT_EQ(DrafterInfo().context_tokens(), 0);
+  auto metrics = ServiceCluster::Scrape(cluster_.drafter()->metrics_port());
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  EXPECT_EQ(ServiceCluster::MetricValue(
+                *metrics, "dedit_drafter_contexts_orphaned_total"),
+            kStreams);
+  EXPECT_EQ(ServiceCluster::MetricValue(*metrics, "dedit_drafter_sequences"),
+            0);
 }
 
 // A client that cancels mid-stream leaves nothing behind in either service.
@@ -391,6 +423,86 @@ TEST_F(ServicesTest, ClientCancelReleasesBothServices) {
                                            "dedit_requests_running") == 0;
       },
       5000));
+}
+
+// Issue 15, defect 2: a router killed mid-stream never releases its
+// sequences; their leases run out on the target, which frees the KV and
+// tells the drafter, and a new router serves as before.
+TEST(ServicesLeaseTest, RouterKilledMidStreamSequencesExpireOnBothServices) {
+  ServiceCluster::Options options;
+  options.target_flags = {"--sequence_lease_seconds=1"};
+  ServiceCluster cluster(options);
+  const absl::Status started = cluster.Start();
+  ASSERT_TRUE(started.ok()) << started;
+  auto stub = v1::Generation::NewStub(cluster.RouterChannel());
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        grpc::ClientContext c;
+        c.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(2));
+        v1::RouterInfoResponse info;
+        return stub->Info(&c, {}, &info).ok() && info.drafter_healthy();
+      },
+      20000));
+  auto target = v1::Target::NewStub(cluster.TargetChannel());
+  auto drafter = v1::Drafter::NewStub(cluster.DrafterChannel());
+  auto target_info = [&] {
+    grpc::ClientContext c;
+    c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    v1::TargetInfoResponse info;
+    EXPECT_TRUE(target->Info(&c, {}, &info).ok());
+    return info;
+  };
+  auto drafter_sequences = [&] {
+    grpc::ClientContext c;
+    c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    v1::DrafterInfoResponse info;
+    EXPECT_TRUE(drafter->Info(&c, {}, &info).ok());
+    return info.num_sequences();
+  };
+  EXPECT_DOUBLE_EQ(target_info().sequence_lease_seconds(), 1.0);
+
+  // Long requests (the tiny model's whole context, speculative), so that
+  // every stream is still running when the router dies.
+  const int kStreams = 6;
+  std::vector<v1::GenerateRequest> requests;
+  for (int i = 0; i < kStreams; ++i) {
+    requests.push_back(IdsRequest(RandomPrompt(6, 300, 70 + i), 4096, 8, 1));
+  }
+  ConcurrentStreams streams(stub.get(), requests);
+  ASSERT_TRUE(WaitFor([&] { return streams.started == kStreams; }, 30000));
+  ASSERT_EQ(target_info().num_sequences(), kStreams);
+  cluster.router()->Kill();
+  streams.Join();
+  const auto killed = std::chrono::steady_clock::now();
+
+  // Gone within the lease (1 s) plus the expiry check's slack (a quarter
+  // of the lease) and the release's trip to the drafter.
+  EXPECT_TRUE(
+      WaitFor([&] { return target_info().num_sequences() == 0; }, 10000));
+  EXPECT_TRUE(WaitFor([&] { return drafter_sequences() == 0; }, 5000));
+  EXPECT_LT(std::chrono::steady_clock::now() - killed, std::chrono::seconds(5));
+  const v1::TargetInfoResponse after = target_info();
+  EXPECT_EQ(after.reserved_tokens(), 0);
+  EXPECT_EQ(after.cached_tokens(), 0);
+  EXPECT_EQ(after.expired_sequences(), kStreams);
+  auto metrics = ServiceCluster::Scrape(cluster.target()->metrics_port());
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  EXPECT_EQ(ServiceCluster::MetricValue(*metrics,
+                                        "dedit_target_sequences_expired_total"),
+            kStreams);
+  EXPECT_EQ(ServiceCluster::MetricValue(*metrics, "dedit_target_sequences"), 0);
+
+  // KeepAlive answers which sequences no longer exist.
+  {
+    grpc::ClientContext c;
+    v1::KeepAliveRequest request;
+    request.add_sequences(12345);
+    v1::KeepAliveResponse response;
+    ASSERT_TRUE(target->KeepAlive(&c, request, &response).ok());
+    ASSERT_EQ(response.missing_size(), 1);
+    EXPECT_EQ(response.missing(0), 12345u);
+  }
 }
 
 // A cluster with its own flags (target-only), serving once the router has
@@ -462,6 +574,37 @@ TEST(ServicesLimitsTest, LargeMaxTokensReservesAtMostTheContext) {
   }
   EXPECT_LE(most_reserved, 4 * kContext);
   EXPECT_GT(most_reserved, 0);
+}
+
+// Issue 15, defect 3: the target's port takes messages up to
+// --max_receive_bytes (a router keeps its Step calls under it with
+// --max_prefill_tokens_per_round), not 1 GiB; a larger one is refused
+// unread and the target serves on.
+TEST(ServicesLimitsTest, TargetRefusesMessagesOverItsReceiveLimit) {
+  auto cluster = StartLimitsCluster({"--max_receive_bytes=1048576"});
+  ASSERT_NE(cluster, nullptr);
+  auto target = v1::Target::NewStub(cluster->TargetChannel());
+  v1::StepRequest huge;
+  v1::PrefillItem* item = huge.mutable_prefill()->add_items();
+  item->set_sequence(1);
+  for (int i = 0; i < 400000; ++i) item->add_prompt(200 + i % 100);  // 800 KB
+  v1::PrefillItem* second = huge.mutable_prefill()->add_items();
+  *second = *item;
+  second->set_sequence(2);  // 1.6 MB in all
+  grpc::ClientContext c;
+  v1::StepResponse response;
+  const grpc::Status status = target->Step(&c, huge, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << status.error_message();
+  // Nothing was admitted, and requests through the router still work.
+  grpc::ClientContext ic;
+  v1::TargetInfoResponse info;
+  ASSERT_TRUE(target->Info(&ic, {}, &info).ok());
+  EXPECT_EQ(info.num_sequences(), 0);
+  auto stub = v1::Generation::NewStub(cluster->RouterChannel());
+  Generated g = Generate(stub.get(), IdsRequest(RandomPrompt(6, 300, 5), 8));
+  EXPECT_TRUE(g.status.ok()) << g.status.error_message();
+  EXPECT_EQ(g.tokens.size(), 8u);
 }
 
 // Issue 15, defect 3: the public port takes messages up to

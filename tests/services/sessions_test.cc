@@ -332,6 +332,38 @@ TEST_F(SessionsTest, EvictedSessionsNextTurnIsStillExact) {
   EXPECT_TRUE(WaitFor([&] { return ServicesEmpty(); }, 5000));
 }
 
+// Sequence leases (issue 15): an idle session's sequence would expire on the
+// target after --sequence_lease_seconds, but the router that holds it
+// renews it (Target.KeepAlive every lease / 3), so a turn after a long
+// pause still reuses the cache; a router that is gone renews nothing and
+// the target frees the sequence.
+TEST_F(SessionsTest, IdleSessionsRenewTheirLeases) {
+  ServiceCluster::Options options;
+  options.target_flags = {"--sequence_lease_seconds=0.6"};
+  StartCluster(options);
+  SessionClient session(stub_.get());
+  ASSERT_TRUE(session.Open(SpeculativeOpen(true)));
+  std::vector<int32_t> history = RandomPrompt(20, 120, 31);
+  const Generated first = session.Turn(TokensTurn(history, 8));
+  ASSERT_TRUE(first.status.ok()) << first.status.error_message();
+  history.insert(history.end(), first.tokens.begin(), first.tokens.end());
+  std::this_thread::sleep_for(std::chrono::milliseconds(2000));
+  EXPECT_EQ(TargetInfo().expired_sequences(), 0);
+  EXPECT_EQ(TargetInfo().idle_sequences(), 1);
+  const std::vector<int32_t> input = RandomPrompt(5, 120, 32);
+  history.insert(history.end(), input.begin(), input.end());
+  const Generated next = session.Turn(TokensTurn(input, 8));
+  ASSERT_TRUE(next.status.ok()) << next.status.error_message();
+  EXPECT_FALSE(next.last.usage().cache_lost());
+  EXPECT_GT(next.last.usage().cached_prompt_tokens(), 20);
+  EXPECT_EQ(next.tokens, Greedy(history, 8));
+
+  // The router dies (SIGKILL): nobody renews; the target frees it.
+  cluster_->router()->Kill();
+  EXPECT_TRUE(WaitFor([&] { return ServicesEmpty(); }, 5000));
+  EXPECT_EQ(TargetInfo().expired_sequences(), 1);
+}
+
 // Bad input ends the stream with a status naming what is wrong, and leaks
 // nothing.
 TEST_F(SessionsTest, BadSessionsAreRefusedClearly) {
@@ -388,7 +420,10 @@ TEST_F(SessionsTest, BadSessionsAreRefusedClearly) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(s.error_message(), HasSubstr("session history"));
   EXPECT_THAT(s.error_message(), HasSubstr("context"));
-  // Sessions per router.
+  // Sessions per router (the ones above count until the router has
+  // finished them, just after their status reached the client).
+  ASSERT_TRUE(
+      WaitFor([&] { return RouterMetric("dedit_sessions_open") == 0; }, 5000));
   {
     SessionClient a(stub_.get()), b(stub_.get());
     ASSERT_TRUE(a.Open(SpeculativeOpen(true)));

@@ -611,6 +611,93 @@ TEST_F(TargetBatcherTest, CancelPrefillsAnswersAndDropsEveryPrompt) {
   EXPECT_EQ(batcher->snapshot().reserved_tokens, 0);
 }
 
+// Issue 15, defect 2: a sequence no call names for its lease is released
+// (KV, reservation, the drafter told); verify calls and keep-alives renew
+// the lease, and a prompt being prefilled never expires.
+TEST_F(TargetBatcherTest, IdleSequencesExpireUnlessACallRenewsTheirLease) {
+  TargetWorkerOptions options;
+  options.sequence_lease = absl::Seconds(10);
+  options.kv_capacity_tokens = 1000;
+  auto batcher = MakeBatcher(options);
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  PrefillAnswer prefilled;
+  std::vector<TargetPrefillJob> jobs;
+  jobs.push_back(PrefillJob({Item(1, RandomPrompt(6, 128, 1), 20),
+                             Item(2, RandomPrompt(6, 128, 2), 20),
+                             Item(3, RandomPrompt(6, 128, 3), 20)},
+                            &prefilled));
+  batcher->Step({}, std::move(jobs), {}, {}, t0);
+  ASSERT_TRUE(prefilled.called);
+  for (const auto& r : prefilled.results) ASSERT_TRUE(r.ok()) << r.status();
+
+  // t0 + 6 s: a round verifies sequence 2; a keep-alive names 3 and an id
+  // that does not exist.
+  VerifyAnswer verified;
+  std::vector<TargetVerifyJob> verifies;
+  verifies.push_back(VerifyJob({{2, 6, {*prefilled.results[1]}}}, &verified));
+  std::vector<SequenceId> missing = {7};
+  std::vector<TargetKeepAliveJob> keep_alives;
+  keep_alives.push_back(
+      {{3, 99}, [&](std::vector<SequenceId> m) { missing = std::move(m); }});
+  batcher->Step({}, {}, std::move(verifies), std::move(keep_alives),
+                t0 + absl::Seconds(6));
+  ASSERT_TRUE(verified.called);
+  ASSERT_TRUE(verified.result.ok()) << verified.result.status();
+  EXPECT_EQ(missing, std::vector<SequenceId>{99});
+  EXPECT_EQ(batcher->snapshot().num_sequences, 3);
+
+  // t0 + 10 s: only sequence 1 was idle for the whole lease.
+  batcher->Step({}, {}, {}, {}, t0 + absl::Seconds(10));
+  EXPECT_EQ(batcher->snapshot().num_sequences, 2);
+  EXPECT_EQ(batcher->snapshot().reserved_tokens, 40);
+  EXPECT_EQ(batcher->snapshot().expired_sequences, 1);
+  EXPECT_TRUE(publisher_.events().back().release);
+  EXPECT_EQ(publisher_.events().back().sequence, 1u);
+
+  // Just before 2 and 3 run out, then after.
+  batcher->Step({}, {}, {}, {}, t0 + absl::Seconds(15.9));
+  EXPECT_EQ(batcher->snapshot().num_sequences, 2);
+  batcher->Step({}, {}, {}, {}, t0 + absl::Seconds(16));
+  EXPECT_EQ(batcher->snapshot().num_sequences, 0);
+  EXPECT_EQ(batcher->snapshot().reserved_tokens, 0);
+  EXPECT_EQ(batcher->snapshot().cached_tokens, 0);
+  EXPECT_EQ(batcher->snapshot().expired_sequences, 3);
+
+  // A verify naming an expired sequence is NOT_FOUND, as after a release.
+  VerifyAnswer late;
+  verifies.clear();
+  verifies.push_back(VerifyJob({{3, 6, {1}}}, &late));
+  batcher->Step({}, {}, std::move(verifies), {}, t0 + absl::Seconds(17));
+  ASSERT_TRUE(late.called);
+  EXPECT_EQ(late.result.status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(TargetBatcherTest, APromptBeingPrefilledNeverExpires) {
+  TargetWorkerOptions options;
+  options.sequence_lease = absl::Seconds(10);
+  options.max_batch_tokens = 4;  // a 12-token prompt takes 3 forwards
+  auto batcher = MakeBatcher(options);
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  const std::vector<int32_t> prompt = RandomPrompt(12, 128, 4);
+  PrefillAnswer prefilled;
+  std::vector<TargetPrefillJob> jobs;
+  jobs.push_back(PrefillJob({Item(1, prompt)}, &prefilled));
+  batcher->Step({}, std::move(jobs), {}, {}, t0);
+  batcher->Step({}, {}, {}, {}, t0 + absl::Seconds(20));
+  EXPECT_FALSE(prefilled.called);
+  batcher->Step({}, {}, {}, {}, t0 + absl::Seconds(40));
+  ASSERT_TRUE(prefilled.called);
+  ASSERT_TRUE(prefilled.results[0].ok()) << prefilled.results[0].status();
+  EXPECT_EQ(*prefilled.results[0],
+            GreedyReference(*pair_->target, prompt, 1)[0]);
+  // The lease starts when the prompt is in.
+  batcher->Step({}, {}, {}, {}, t0 + absl::Seconds(49));
+  EXPECT_EQ(batcher->snapshot().num_sequences, 1);
+  batcher->Step({}, {}, {}, {}, t0 + absl::Seconds(50));
+  EXPECT_EQ(batcher->snapshot().num_sequences, 0);
+  EXPECT_EQ(batcher->snapshot().expired_sequences, 1);
+}
+
 TEST_F(TargetBatcherTest, WarmUpRunsOneForwardAndLeavesNothingBehind) {
   testing::ForwardSeam seam;
   TargetWorkerOptions options;
