@@ -14,7 +14,8 @@ PACKAGES=(
   libtorch-dev libopenblas0-pthread libopenblas-pthread-dev
   # gRPC / protobuf / abseil / Prometheus client
   libgrpc++-dev libgrpc-dev protobuf-compiler protobuf-compiler-grpc libprotobuf-dev
-  # HTTP server of the OpenAI-compatible front (dedit-openai)
+  # HTTP server of the OpenAI-compatible front (dedit-openai) and of every
+  # binary's /metrics (serving/metrics_endpoint.cc)
   libcpp-httplib-dev
   libabsl-dev prometheus-cpp-dev
   # tests and benchmarks; valgrind checks the PCRE2 path (fuzz.regex_valgrind),
