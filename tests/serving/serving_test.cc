@@ -39,6 +39,7 @@
 #include "absl/synchronization/notification.h"
 #include "dedit/v1/services.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "serving/internal_auth.h"
 #include "serving/metrics_endpoint.h"
 #include "serving/serve_until_signal.h"
 #include "serving/server_bootstrap.h"
@@ -380,6 +381,69 @@ TEST_F(ServeUntilSignalTest, FailedWarmUpIsReturnedAndNeverServes) {
   EXPECT_FALSE(readiness.live());
   EXPECT_FALSE(readiness.serving());
   EXPECT_EQ(hooks_run, 0);
+}
+
+// Issue 15 defect 5: a port that needs credentials (here the internal
+// token) keeps its statuses on a plaintext health port too, which serves
+// nothing else, reports NOT_SERVING through the drain, and closes after it.
+TEST_F(ServeUntilSignalTest,
+       HealthPortMirrorsTheStatusesOfAnAuthenticatedPort) {
+  SlowInfoService service(std::chrono::milliseconds(0));
+  ServiceReadiness readiness(kNamedService, /*ready=*/true);
+  options_.readiness = &readiness;
+  InternalAuthOptions auth_options;
+  auth_options.token_file = dir_ + "/token";
+  std::ofstream(auth_options.token_file) << "0123456789abcdef0123456789abcdef";
+  absl::StatusOr<InternalAuth> auth = InternalAuth::Load(auth_options);
+  ASSERT_TRUE(auth.ok()) << auth.status();
+  options_.credentials = auth->ServerCredentials();
+  options_.health_listen_address = "127.0.0.1:0";
+  std::shared_ptr<grpc::Channel> health;
+  std::string during_drain;
+  hooks_.before_drain = [&] {
+    during_drain = absl::StrCat(CheckHealth(health, ""), " ",
+                                CheckHealth(health, kNamedService));
+  };
+  StartServing(&service);
+  int grpc_port = 0, metrics_port = 0;
+  ASSERT_TRUE(WaitForReadyFile(options_.ready_file, &grpc_port, &metrics_port));
+  std::ifstream in(options_.ready_file);
+  const std::string ready((std::istreambuf_iterator<char>(in)),
+                          std::istreambuf_iterator<char>());
+  int health_port = 0;
+  const size_t at = ready.find("\"health_port\": ");
+  ASSERT_NE(at, std::string::npos) << ready;
+  ASSERT_EQ(
+      std::sscanf(ready.c_str() + at, "\"health_port\": %d", &health_port), 1);
+  health = grpc::CreateChannel(absl::StrCat("127.0.0.1:", health_port),
+                               grpc::InsecureChannelCredentials());
+  EXPECT_EQ(CheckHealth(health, ""), HealthCheckResponse::SERVING);
+  EXPECT_EQ(CheckHealth(health, kNamedService), HealthCheckResponse::SERVING);
+  readiness.Set(false);
+  EXPECT_EQ(CheckHealth(health, kNamedService),
+            HealthCheckResponse::NOT_SERVING);
+  readiness.Set(true);
+  // The health port serves health only; the main port wants the token.
+  auto info = [](const std::shared_ptr<grpc::Channel>& channel) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(5));
+    v1::TargetInfoResponse response;
+    return v1::Target::NewStub(channel)
+        ->Info(&context, v1::TargetInfoRequest(), &response)
+        .error_code();
+  };
+  EXPECT_EQ(info(health), grpc::StatusCode::UNIMPLEMENTED);
+  auto main_port = grpc::CreateChannel(absl::StrCat("127.0.0.1:", grpc_port),
+                                       grpc::InsecureChannelCredentials());
+  EXPECT_EQ(info(main_port), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(CheckHealth(main_port, ""), HealthCheckResponse::SERVING);
+
+  EXPECT_TRUE(StopServing(SIGTERM).ok());
+  EXPECT_EQ(during_drain, absl::StrCat(HealthCheckResponse::NOT_SERVING, " ",
+                                       HealthCheckResponse::NOT_SERVING));
+  EXPECT_EQ(CheckHealth(health, ""), HealthCheckResponse::UNKNOWN);
+  readiness.Set(false);  // detached
 }
 
 TEST_F(ServeUntilSignalTest, PoisonTurnsOverallAndNamedNotServing) {
