@@ -68,8 +68,8 @@ int main(int argc, char** argv) {
       absl::GetFlag(FLAGS_drain_timeout_ms));
   const int health_port = absl::GetFlag(FLAGS_health_port);
   if (health_port < -1 || health_port > 65535) {
-    std::fprintf(stderr, "%s: --health_port must be -1 (none) or 0..65535\n",
-                 "dedit-drafter");
+    std::fprintf(
+        stderr, "dedit-drafter: --health_port must be -1 (none) or 0..65535\n");
     return 2;
   }
   if (health_port >= 0) {
