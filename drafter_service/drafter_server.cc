@@ -19,6 +19,7 @@
 #include "model/dedit_drafter.h"
 #include "model/qwen3_model.h"
 #include "model/tensor_io.h"
+#include "serving/internal_auth.h"
 #include "serving/serve_until_signal.h"
 #include "serving/server_bootstrap.h"
 #include "serving/service_readiness.h"
@@ -103,6 +104,7 @@ class DrafterMetrics {
 }  // namespace
 
 absl::Status RunDrafterServer(const DrafterServerOptions& options) {
+  ASSIGN_OR_RETURN(InternalAuth auth, InternalAuth::Load(options.auth));
   SetCpuThreads(options.cpu_threads);
   ASSIGN_OR_RETURN(c10::Device device, ParseDevice(options.device));
   ASSIGN_OR_RETURN(at::ScalarType dtype, ParseScalarType(options.dtype));
@@ -162,7 +164,9 @@ absl::Status RunDrafterServer(const DrafterServerOptions& options) {
   ServeOptions serve = options.serve;
   serve.binary = "dedit-drafter";
   serve.banner = absl::StrCat(model_name, " on ", options.device, ", block ",
-                              drafter_config.block_size);
+                              drafter_config.block_size,
+                              ", internal calls: ", auth.Describe());
+  serve.credentials = auth.ServerCredentials();
   serve.readiness = &readiness;
   if (serve.max_receive_message_bytes == 0) {
     serve.max_receive_message_bytes =

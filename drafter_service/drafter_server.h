@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "drafter_service/drafter_worker.h"
+#include "serving/internal_auth.h"
 #include "serving/serve_until_signal.h"
 
 namespace dedit {
@@ -27,6 +28,9 @@ struct DrafterServerOptions {
   std::string dtype = "float32";
   int cpu_threads = 0;
   std::optional<bool> causal_editor;
+  // Authentication of this server's port (serving/internal_auth.h);
+  // default: none.
+  InternalAuthOptions auth;
   // Where to serve (binary and banner are the server's):
   // serving/serve_until_signal.h.
   ServeOptions serve = ServeOptionsFor("0.0.0.0", 50052, 9102, "", 5000);

@@ -37,6 +37,18 @@ ABSL_FLAG(int, max_batch_sequences, 256,
           "round-robin across callers, so one caller's flood cannot starve "
           "the others");
 ABSL_FLAG(int, drain_timeout_ms, 5000, "graceful shutdown: drain time");
+ABSL_FLAG(std::string, internal_token_file, "",
+          "file holding the shared token internal calls must carry "
+          "(loopback only; see docs/SERVICES.md, \"Internal authentication\")");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate (chain) of this process: mTLS on the gRPC port "
+          "and to its peers; with --tls_key and --tls_ca");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA certificate(s) that every peer's certificate chains to");
+ABSL_FLAG(int, health_port, -1,
+          "plaintext port serving grpc.health.v1 only, for probes that "
+          "cannot speak TLS (0 = ephemeral, -1 = none)");
 
 int main(int argc, char** argv) {
   dedit::BlockShutdownSignals();
@@ -58,6 +70,20 @@ int main(int argc, char** argv) {
       absl::GetFlag(FLAGS_host), absl::GetFlag(FLAGS_port),
       absl::GetFlag(FLAGS_metrics_port), absl::GetFlag(FLAGS_ready_file),
       absl::GetFlag(FLAGS_drain_timeout_ms));
+  const int health_port = absl::GetFlag(FLAGS_health_port);
+  if (health_port < -1 || health_port > 65535) {
+    std::fprintf(
+        stderr, "dedit-drafter: --health_port must be -1 (none) or 0..65535\n");
+    return 2;
+  }
+  if (health_port >= 0) {
+    o.serve.health_listen_address =
+        absl::StrCat(absl::GetFlag(FLAGS_host), ":", health_port);
+  }
+  o.auth.token_file = absl::GetFlag(FLAGS_internal_token_file);
+  o.auth.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  o.auth.tls_key = absl::GetFlag(FLAGS_tls_key);
+  o.auth.tls_ca = absl::GetFlag(FLAGS_tls_ca);
   o.worker.max_batch_wait_us = absl::GetFlag(FLAGS_max_batch_wait_us);
   o.worker.context_wait_ms = absl::GetFlag(FLAGS_context_wait_ms);
   o.worker.max_passes = absl::GetFlag(FLAGS_max_passes);

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "dedit/v1/services.grpc.pb.h"
+#include "gateway/connection_probe.h"
 #include "gateway/generate_call.h"
 #include "gateway/http_metrics.h"
 #include "gateway/openai_request.h"
@@ -27,6 +28,9 @@
 
 namespace dedit {
 namespace {
+
+// How often a non-streamed request checks that its client is still there.
+constexpr int kDisconnectCheckMs = 100;
 
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
@@ -240,11 +244,21 @@ void OpenAiFront::HandleGenerate(Endpoint endpoint, const httplib::Request& req,
     return Stream(std::move(generation), std::move(response),
                   std::move(message), res);
   }
+  // One body at the end: the client's connection is checked while waiting,
+  // and a client that went away cancels the router call (freeing the
+  // sequence), as a failed write does for a stream.
+  const ConnectionProbe connection(req);
+  response.Append(message);
   while (true) {
-    response.Append(message);
-    if (generation->call().Next(absl::InfiniteDuration(), &message) ==
-        GenerateCall::Event::kFinished) {
-      break;
+    const GenerateCall::Event event = generation->call().Next(
+        absl::Milliseconds(kDisconnectCheckMs), &message);
+    if (event == GenerateCall::Event::kFinished) break;
+    if (event == GenerateCall::Event::kMessage) response.Append(message);
+    if (connection.ClientGone()) {
+      generation->call().Cancel();
+      metrics_.OnClientDisconnect();
+      res.status = 499;  // nginx's "client closed request", for the logs
+      return;  // nobody to answer; the Generation waits for the call's end
     }
   }
   const grpc::Status status = generation->call().status();

@@ -82,6 +82,20 @@ ABSL_FLAG(int64_t, draft_timeout_ms, 2000,
 ABSL_FLAG(int64_t, drafter_probe_ms, 200,
           "health probe interval while the drafter is down");
 ABSL_FLAG(int, drain_timeout_ms, 30000, "graceful shutdown: drain time");
+ABSL_FLAG(std::string, internal_token_file, "",
+          "file holding the shared token internal calls must carry "
+          "(loopback only; see docs/SERVICES.md, \"Internal authentication\")");
+ABSL_FLAG(
+    std::string, tls_cert, "",
+    "PEM certificate (chain) of this process: mTLS to the targets and "
+    "drafters (the public port stays plaintext); with --tls_key and --tls_ca");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA certificate(s) that every peer's certificate chains to");
+ABSL_FLAG(std::string, tls_server_name, "",
+          "name the targets' and drafters' certificates must carry when it "
+          "is not the host dialled (stacks found by --stacks_dns are "
+          "dialled by pod IP)");
 
 int main(int argc, char** argv) {
   dedit::BlockShutdownSignals();
@@ -160,6 +174,11 @@ int main(int argc, char** argv) {
                  "--ngram_max_window]\n");
     return 2;
   }
+  o.auth.token_file = absl::GetFlag(FLAGS_internal_token_file);
+  o.auth.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  o.auth.tls_key = absl::GetFlag(FLAGS_tls_key);
+  o.auth.tls_ca = absl::GetFlag(FLAGS_tls_ca);
+  o.auth.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
   o.verifier.rpc_timeout_ms = absl::GetFlag(FLAGS_target_timeout_ms);
   o.drafter.draft_timeout_ms = absl::GetFlag(FLAGS_draft_timeout_ms);
   o.drafter.probe_interval_ms = absl::GetFlag(FLAGS_drafter_probe_ms);

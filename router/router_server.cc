@@ -16,6 +16,7 @@
 namespace dedit {
 
 absl::Status RunRouterServer(const RouterServerOptions& options) {
+  ASSIGN_OR_RETURN(InternalAuth auth, InternalAuth::Load(options.auth));
   std::unique_ptr<Tokenizer> tokenizer;
   if (!options.tokenizer_path.empty()) {
     ASSIGN_OR_RETURN(tokenizer, Tokenizer::FromFile(options.tokenizer_path));
@@ -26,6 +27,7 @@ absl::Status RunRouterServer(const RouterServerOptions& options) {
   stack_options.verifier = options.verifier;
   stack_options.drafter = options.drafter;
   stack_options.stack_drain_ms = options.stack_drain_ms;
+  stack_options.auth = auth;
   StackSet stacks(tokenizer.get(), registry, stack_options);
   std::unique_ptr<StackDiscovery> discovery;
   const bool discovered =
@@ -56,6 +58,7 @@ absl::Status RunRouterServer(const RouterServerOptions& options) {
                          options.drafter_address.empty()
                              ? "(none)"
                              : options.drafter_address);
+  absl::StrAppend(&serve.banner, ", internal calls: ", auth.Describe());
   // Readiness (docs/SERVICES.md, "Health"): the named service
   // dedit.v1.Generation is SERVING while some stack takes new requests, so
   // that Kubernetes stops sending clients to a router that can reach no

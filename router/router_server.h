@@ -21,6 +21,7 @@
 #include "router/remote_drafter.h"
 #include "router/remote_verifier.h"
 #include "router/stack_discovery.h"
+#include "serving/internal_auth.h"
 #include "serving/serve_until_signal.h"
 
 namespace dedit {
@@ -40,6 +41,10 @@ struct RouterServerOptions {
   // Where to serve (binary and banner are the server's):
   // serving/serve_until_signal.h.
   ServeOptions serve = ServeOptionsFor("0.0.0.0", 50050, 9100, "", 30000);
+  // How the router authenticates to the stacks' targets and drafters
+  // (serving/internal_auth.h: --internal_token_file, --tls_*); its own
+  // public port stays open.
+  InternalAuthOptions auth;
   GenerationLoop::Options loop;
   GenerationServiceImpl::Defaults defaults;
   RemoteVerifier::Options verifier;

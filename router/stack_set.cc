@@ -29,14 +29,12 @@ std::unique_ptr<StackSet::Stack> StackSet::MakeStack(
   stack->address = address;
   const grpc::ChannelArguments args = InternalChannelArguments();
   stack->verifier = std::make_unique<RemoteVerifier>(
-      grpc::CreateCustomChannel(address.target_address,
-                                grpc::InsecureChannelCredentials(), args),
-      options_.verifier, nonce);
+      options_.auth.Channel(address.target_address, args), options_.verifier,
+      nonce);
   if (!address.drafter_address.empty()) {
     stack->drafter = std::make_unique<RemoteDrafter>(
-        grpc::CreateCustomChannel(address.drafter_address,
-                                  grpc::InsecureChannelCredentials(), args),
-        options_.drafter, nonce);
+        options_.auth.Channel(address.drafter_address, args), options_.drafter,
+        nonce);
     stack->drafter->Start();
   }
   GenerationLoop::Options loop_options = options_.loop;

@@ -39,6 +39,7 @@
 #include "router/remote_drafter.h"
 #include "router/remote_verifier.h"
 #include "router/router_backends.h"
+#include "serving/internal_auth.h"
 
 namespace dedit {
 
@@ -71,6 +72,9 @@ class StackSet : public DrafterHealth {
     // How long a stack that left discovery may finish its running requests
     // (a pod being replaced drains; a dead one fails them at once).
     int64_t stack_drain_ms = 30000;
+    // How the channels to every target and drafter authenticate
+    // (serving/internal_auth.h); default: plaintext.
+    InternalAuth auth;
   };
 
   // `tokenizer` may be null; it and `registry` are shared by every stack.

@@ -12,9 +12,14 @@ PACKAGES=(
   # libtorch (CPU) and a fast BLAS: without OpenBLAS, Debian's libtorch falls
   # back to the reference BLAS and runs ~10x slower.
   libtorch-dev libopenblas0-pthread libopenblas-pthread-dev
+  # OpenSSL: internal mTLS (serving/internal_auth.cc checks the PEM files),
+  # and the openssl tool that makes the certificates
+  # (scripts/make_internal_certs.sh, also run by the tests)
+  libssl-dev openssl
   # gRPC / protobuf / abseil / Prometheus client
   libgrpc++-dev libgrpc-dev protobuf-compiler protobuf-compiler-grpc libprotobuf-dev
-  # HTTP server of the OpenAI-compatible front (dedit-openai)
+  # HTTP server of the OpenAI-compatible front (dedit-openai) and of every
+  # binary's /metrics (serving/metrics_endpoint.cc)
   libcpp-httplib-dev
   libabsl-dev prometheus-cpp-dev
   # tests and benchmarks; valgrind checks the PCRE2 path (fuzz.regex_valgrind),

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <utility>
 
 #include "absl/cleanup/cleanup.h"
@@ -18,11 +19,26 @@ absl::Status ServeUntilSignal(const ServeOptions& options,
                               const std::vector<grpc::Service*>& services,
                               std::shared_ptr<prometheus::Registry> registry,
                               const ServeHooks& hooks) {
-  ASSIGN_OR_RETURN(StartedServer server,
-                   StartGrpcServer(options.listen_address, services,
-                                   options.max_receive_message_bytes));
-  grpc::HealthCheckServiceInterface* health =
-      server.server->GetHealthCheckService();
+  ASSIGN_OR_RETURN(
+      StartedServer server,
+      StartGrpcServer(options.listen_address, services,
+                      options.max_receive_message_bytes, options.credentials));
+  HealthFanOut fan_out;
+  fan_out.Add(server.server->GetHealthCheckService());
+  std::optional<StartedServer> health_server;
+  if (!options.health_listen_address.empty()) {
+    ASSIGN_OR_RETURN(health_server,
+                     StartHealthServer(options.health_listen_address));
+    fan_out.Add(health_server->server->GetHealthCheckService());
+  }
+  // Shut down last, after the main server's drain: probes see NOT_SERVING
+  // meanwhile.
+  absl::Cleanup stop_health_server = [&health_server] {
+    if (health_server) {
+      health_server->server->Shutdown(std::chrono::system_clock::now());
+    }
+  };
+  grpc::HealthCheckServiceInterface* health = &fan_out;
   if (options.readiness != nullptr) options.readiness->PublishTo(health);
   // `health` dies with the server; detached first on every return.
   absl::Cleanup detach_readiness = [&options] {
@@ -43,11 +59,15 @@ absl::Status ServeUntilSignal(const ServeOptions& options,
   } else {
     health->SetServingStatus("", true);
   }
-  RETURN_IF_ERROR(
-      WriteReadyFile(options.ready_file, server.port, metrics->port()));
-  std::fprintf(stderr, "%s: %s, gRPC port %d, metrics port %d\n",
+  const int health_port = health_server ? health_server->port : 0;
+  RETURN_IF_ERROR(WriteReadyFile(options.ready_file, server.port,
+                                 metrics->port(), health_port));
+  std::fprintf(stderr, "%s: %s, gRPC port %d, metrics port %d%s\n",
                options.binary.c_str(), options.banner.c_str(), server.port,
-               metrics->port());
+               metrics->port(),
+               health_port > 0
+                   ? absl::StrCat(", health port ", health_port).c_str()
+                   : "");
 
   const int sig = WaitForShutdownSignal();
   std::fprintf(stderr, "%s: signal %d, draining\n", options.binary.c_str(),

@@ -44,6 +44,13 @@ struct ServeOptions {
   // (server_bootstrap.h), which internal ports need for feature blocks. A
   // public port sets it small (the router's --max_request_bytes).
   int max_receive_message_bytes = 0;
+  // Credentials of the gRPC port; null = plaintext for anyone. The model
+  // services pass InternalAuth::ServerCredentials() (internal_auth.h).
+  std::shared_ptr<grpc::ServerCredentials> credentials;
+  // "host:port" of a second, plaintext port that serves grpc.health.v1 only,
+  // with the same statuses (port 0 = ephemeral; empty = none): Kubernetes'
+  // gRPC probes cannot speak TLS (StartHealthServer, server_bootstrap.h).
+  std::string health_listen_address;
   // The named health service and the overall status "" of a model
   // service, which the binary sets from its own threads
   // (service_readiness.h); published from the start, marked warmed up
@@ -79,19 +86,20 @@ struct ServeHooks {
 
 // Serves `services` on options.listen_address and `registry` on
 // options.metrics_address until SIGTERM or SIGINT, then drains:
-//   1. gRPC server with health (every status NOT_SERVING) and reflection;
-//      readiness published
+//   1. gRPC server with health (every status NOT_SERVING) and reflection,
+//      and the health port when asked for; readiness published to both
 //   2. /metrics endpoint
 //   3. warm_up; then readiness.SetWarmedUp() (or "" SERVING without one)
-//   4. ready file with both bound ports; "<binary>: <banner>, gRPC port N,
-//      metrics port M" on stderr
+//   4. ready file with the bound ports; "<binary>: <banner>, gRPC port N,
+//      metrics port M[, health port H]" on stderr
 //   5. wait for SIGTERM/SIGINT; "<binary>: signal S, draining" (a signal
 //      during the warm-up is taken here, after it)
 //   6. readiness detached; health NOT_SERVING (every service name);
 //      before_drain
 //   7. Shutdown with deadline now + drain_timeout_ms: new calls are
 //      refused, running ones finish or are cancelled at the deadline
-//   8. after_drain; /metrics and the server are torn down
+//   8. after_drain; /metrics, the server and the health port are torn
+//      down
 // Returns OK after the drain. A failure in steps 1-4 is returned at once
 // (UNAVAILABLE when a port cannot be bound, INVALID_ARGUMENT for a bad
 // metrics address, the warm-up's error prefixed "warm-up failed: ", the

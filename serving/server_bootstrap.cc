@@ -4,6 +4,7 @@
 #include <grpcpp/health_check_service_interface.h>
 
 #include <cstdio>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "base/file_util.h"
@@ -12,12 +13,16 @@ namespace dedit {
 
 absl::StatusOr<StartedServer> StartGrpcServer(
     const std::string& address, const std::vector<grpc::Service*>& services,
-    int max_receive_bytes) {
+    int max_receive_bytes,
+    std::shared_ptr<grpc::ServerCredentials> credentials) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   StartedServer started;
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(),
+  builder.AddListeningPort(address,
+                           credentials != nullptr
+                               ? std::move(credentials)
+                               : grpc::InsecureServerCredentials(),
                            &started.port);
   builder.SetMaxReceiveMessageSize(max_receive_bytes > 0 ? max_receive_bytes
                                                          : kMaxMessageBytes);
@@ -31,12 +36,50 @@ absl::StatusOr<StartedServer> StartGrpcServer(
   return started;
 }
 
+absl::StatusOr<StartedServer> StartHealthServer(const std::string& address) {
+  grpc::EnableDefaultHealthCheckService(true);
+  // Reflection also gives the server the synchronous service gRPC needs to
+  // start one.
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  StartedServer started;
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(),
+                           &started.port);
+  builder.SetMaxReceiveMessageSize(4096);
+  started.server = builder.BuildAndStart();
+  if (started.server == nullptr || started.port == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", address, " (health port)"));
+  }
+  started.server->GetHealthCheckService()->SetServingStatus("", false);
+  return started;
+}
+
+void HealthFanOut::SetServingStatus(const std::string& service_name,
+                                    bool serving) {
+  for (grpc::HealthCheckServiceInterface* h : targets_) {
+    h->SetServingStatus(service_name, serving);
+  }
+}
+
+void HealthFanOut::SetServingStatus(bool serving) {
+  for (grpc::HealthCheckServiceInterface* h : targets_) {
+    h->SetServingStatus(serving);
+  }
+}
+
+void HealthFanOut::Shutdown() {
+  for (grpc::HealthCheckServiceInterface* h : targets_) h->Shutdown();
+}
+
 absl::Status WriteReadyFile(const std::string& path, int grpc_port,
-                            int metrics_port) {
+                            int metrics_port, int health_port) {
   if (path.empty()) return absl::OkStatus();
-  return WriteFileAtomically(
-      path, absl::StrCat("{\"grpc_port\": ", grpc_port,
-                         ", \"metrics_port\": ", metrics_port, "}\n"));
+  std::string text = absl::StrCat("{\"grpc_port\": ", grpc_port,
+                                  ", \"metrics_port\": ", metrics_port);
+  if (health_port > 0)
+    absl::StrAppend(&text, ", \"health_port\": ", health_port);
+  return WriteFileAtomically(path, absl::StrCat(text, "}\n"));
 }
 
 grpc::ChannelArguments InternalChannelArguments() {

@@ -14,6 +14,7 @@
 #define DEDIT_SERVING_SERVER_BOOTSTRAP_H_
 
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
 
 #include <memory>
 #include <string>
@@ -36,19 +37,45 @@ struct StartedServer {
 // Starts a server on `address` ("host:port", port 0 = ephemeral) with the
 // default health service, reflection, kMaxMessageBytes sent and at most
 // `max_receive_bytes` received (a larger message is RESOURCE_EXHAUSTED
-// before it is parsed; 0 = kMaxMessageBytes). The
-// overall health status "" starts NOT_SERVING: the caller turns it SERVING
-// once the process can serve (ServeUntilSignal: after the warm-up).
-// UNAVAILABLE when it cannot listen.
+// before it is parsed; 0 = kMaxMessageBytes), listening with `credentials`
+// (null = plaintext, InternalAuth::ServerCredentials() for internal
+// ports). The overall health status "" starts NOT_SERVING: the caller
+// turns it SERVING once the process can serve (ServeUntilSignal: after the
+// warm-up). UNAVAILABLE when it cannot listen (with credentials that
+// cannot serve, too).
 absl::StatusOr<StartedServer> StartGrpcServer(
     const std::string& address, const std::vector<grpc::Service*>& services,
-    int max_receive_bytes = 0);
+    int max_receive_bytes = 0,
+    std::shared_ptr<grpc::ServerCredentials> credentials = nullptr);
+
+// A plaintext server on `address` with the default health service (and
+// reflection) only: Kubernetes' gRPC probes speak neither TLS nor tokens,
+// so a service whose port needs them answers its probes here. Statuses
+// start NOT_SERVING; mirror the main server's into it with HealthFanOut.
+absl::StatusOr<StartedServer> StartHealthServer(const std::string& address);
+
+// Sets every status on several health services at once (the main
+// server's and the health port's), in the same order.
+class HealthFanOut final : public grpc::HealthCheckServiceInterface {
+ public:
+  // Not owned; add all before the first status is set.
+  void Add(grpc::HealthCheckServiceInterface* health) {
+    targets_.push_back(health);
+  }
+  void SetServingStatus(const std::string& service_name, bool serving) override;
+  void SetServingStatus(bool serving) override;
+  void Shutdown() override;
+
+ private:
+  std::vector<grpc::HealthCheckServiceInterface*> targets_;
+};
 
 // Writes {"grpc_port": N, "metrics_port": M} to `path` atomically (a
-// temporary file renamed over it), so a reader never sees a partial file.
-// No-op for an empty path.
+// temporary file renamed over it), so a reader never sees a partial file;
+// with a health port ("health_port": H) after them. No-op for an empty
+// path.
 absl::Status WriteReadyFile(const std::string& path, int grpc_port,
-                            int metrics_port);
+                            int metrics_port, int health_port = 0);
 
 // Channel arguments for internal clients: large messages, fast reconnects
 // (a restarted peer is found again within about a second).

@@ -15,6 +15,7 @@
 #include "model/cpu_threads.h"
 #include "model/qwen3_model.h"
 #include "model/tensor_io.h"
+#include "serving/internal_auth.h"
 #include "serving/serve_until_signal.h"
 #include "serving/server_bootstrap.h"
 #include "serving/service_readiness.h"
@@ -96,6 +97,7 @@ struct TargetMetrics {
 }  // namespace
 
 absl::Status RunTargetServer(const TargetServerOptions& options) {
+  ASSIGN_OR_RETURN(InternalAuth auth, InternalAuth::Load(options.auth));
   SetCpuThreads(options.cpu_threads);
   ASSIGN_OR_RETURN(c10::Device device, ParseDevice(options.device));
   ASSIGN_OR_RETURN(at::ScalarType dtype, ParseScalarType(options.dtype));
@@ -133,9 +135,7 @@ absl::Status RunTargetServer(const TargetServerOptions& options) {
   std::unique_ptr<ContextStreamClient> stream;
   if (!options.drafter_address.empty()) {
     stream = std::make_unique<ContextStreamClient>(
-        grpc::CreateCustomChannel(options.drafter_address,
-                                  grpc::InsecureChannelCredentials(),
-                                  InternalChannelArguments()),
+        auth.Channel(options.drafter_address, InternalChannelArguments()),
         ContextStreamClient::Options(), [&metrics](int64_t bytes) {
           metrics.stream_bytes.Increment(static_cast<double>(bytes));
         });
@@ -188,7 +188,9 @@ absl::Status RunTargetServer(const TargetServerOptions& options) {
                             {model_name, options.device, options.dtype});
   ServeOptions serve = options.serve;
   serve.binary = "dedit-target";
-  serve.banner = absl::StrCat("model ", model_name, " on ", options.device);
+  serve.banner = absl::StrCat("model ", model_name, " on ", options.device,
+                              ", internal calls: ", auth.Describe());
+  serve.credentials = auth.ServerCredentials();
   serve.readiness = &readiness;
   ServeHooks hooks;
   hooks.warm_up = [&worker] { return worker.AwaitWarmUp(); };

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "serving/internal_auth.h"
 #include "serving/serve_until_signal.h"
 #include "target_service/target_worker.h"
 
@@ -26,6 +27,9 @@ struct TargetServerOptions {
   std::string drafter_dir;
   std::vector<int> feature_layer_ids;
   std::string drafter_address;  // host:port of dedit-drafter; empty → none
+  // Authentication of this server's port and of the context stream to the
+  // drafter (serving/internal_auth.h); default: none.
+  InternalAuthOptions auth;
   std::string device = "cpu";
   std::string dtype = "float32";
   int cpu_threads = 0;  // libtorch intra-op threads; 0 = default

@@ -6,7 +6,7 @@
 #   bench/services/run_bench.sh [--build-dir build] [--device cpu]
 #       [--threads 1] [--max-tokens 64] [--requests 4] [--model-args "..."]
 #       [--model-dir checkpoints/tiny] [--window 16] [--passes 3]
-#       [--ngram-window 8] [--prompts FILE]
+#       [--ngram-window 8] [--prompts FILE] [--client cpp|python]
 #
 # --prompts takes JSON lines of prompt ids (e.g. real text encoded with
 # dedit-cli tokenize); without it the prompts are random ids. Every run
@@ -32,6 +32,7 @@ OUT=/tmp/dedit-bench
 MODEL_DIR=""
 NGRAM_W=8
 PROMPTS_FILE=""
+CLIENT=cpp
 while [ $# -gt 0 ]; do
   case "$1" in
     --build-dir) BUILD=$2; shift 2 ;;
@@ -46,6 +47,7 @@ while [ $# -gt 0 ]; do
     --window) W=$2; shift 2 ;;
     --passes) K=$2; shift 2 ;;
     --ngram-window) NGRAM_W=$2; shift 2 ;;
+    --client) CLIENT=$2; shift 2 ;;
     --prompts) PROMPTS_FILE=$(cd "$(dirname "$2")" && pwd)/$(basename "$2"); shift 2 ;;
     *) echo "run_bench.sh: unknown flag $1" >&2; exit 2 ;;
   esac
@@ -100,10 +102,28 @@ echo "# (c) through the services on loopback (device $DEVICE)"
     --threads "$THREADS" --router-port 50150 --target-port 50151 \
     --drafter-port 50152 --metrics-ports 9150,9151,9152 --detach >&2
 trap 'kill -TERM $(cat "$OUT"/serve/*.pid) 2>/dev/null || true' EXIT
-client() { /usr/bin/python3 "$ROOT/bench/services/bench_client.py" \
-    --router 127.0.0.1:50150 --stubs "$STUBS" --vocab "$VOCAB" \
-    --max-tokens "$MAX_TOKENS" --window "$W" --passes "$K" \
-    --prompts "$OUT/prompts.jsonl" "$@"; }
+# The C++ client (its own cost per streamed message is a few µs; the
+# Python one's ~100 µs would count as services overhead); --client python
+# uses bench_client.py.
+client() {
+  if [ "$CLIENT" = cpp ]; then
+    local args=()
+    while [ $# -gt 0 ]; do
+      case "$1" in
+        --no-speculation) args+=(--no_speculation); shift ;;
+        *) args+=("$1"); shift ;;
+      esac
+    done
+    "$(bin dedit-services-bench-client)" --router 127.0.0.1:50150 \
+        --max_tokens "$MAX_TOKENS" --window "$W" --passes "$K" \
+        --prompts "$OUT/prompts.jsonl" "${args[@]}"
+  else
+    /usr/bin/python3 "$ROOT/bench/services/bench_client.py" \
+        --router 127.0.0.1:50150 --stubs "$STUBS" --vocab "$VOCAB" \
+        --max-tokens "$MAX_TOKENS" --window "$W" --passes "$K" \
+        --prompts "$OUT/prompts.jsonl" "$@"
+  fi
+}
 client --concurrency 1 --requests "$REQUESTS" --no-speculation
 client --concurrency 1 --requests "$REQUESTS"
 client --concurrency 1 --requests "$REQUESTS" --method ngram --window "$NGRAM_W"

@@ -9,8 +9,18 @@ checks what a cluster would otherwise only tell us at rollout:
     whose DNS the routers re-resolve (--stacks_dns host:target:drafter
     ports matching the containers); routers >= 2 with a PDB;
   * every container has cpu/memory requests and limits, native gRPC
-    startup/liveness/readiness probes on its gRPC port, and a non-root
-    securityContext with readOnlyRootFilesystem and no privilege escalation;
+    startup/liveness/readiness probes on its gRPC port (the target's and
+    drafter's on their plaintext --health_port, since their gRPC port is
+    mTLS), and a non-root securityContext with readOnlyRootFilesystem and
+    no privilege escalation;
+  * internal mTLS (issue 15): target, drafter and router take --tls_cert,
+    --tls_key and --tls_ca from a read-only mount of their Secret
+    (dedit-stack-tls, dedit-router-tls) holding those files; the router
+    checks the stacks' certificate for the headless Service's name
+    (--tls_server_name);
+  * NetworkPolicies: ingress is denied by default; the stacks' gRPC ports
+    admit the router pods only, every /metrics port the monitoring
+    namespace only, the router's public ports anyone;
   * every --flag in a container's args exists in that binary's main.cc
     (ABSL_FLAG), --port/--metrics_port equal the binary's defaults, and the
     named containerPorts agree with them;
@@ -86,6 +96,39 @@ PORT_NAMES = {  # container -> (gRPC port name, metrics port name)
     "drafter": ("drafter-grpc", "drafter-metrics"),
 }
 GPU_STACK_REPLICAS = 3
+TLS_SECRETS = {"dedit-stack": "dedit-stack-tls", "dedit-router": "dedit-router-tls"}
+TLS_FLAGS = {"tls_cert": "tls.crt", "tls_key": "tls.key", "tls_ca": "ca.crt"}
+MONITORING_NAMESPACE = "monitoring"
+
+
+def check_tls(where, dep_name, binary, resolved, container, volumes, err):
+    """--tls_* files come from a read-only mount of the deployment's Secret."""
+    secret = TLS_SECRETS[dep_name]
+    mounts = container.get("volumeMounts", [])
+    for flag, key in TLS_FLAGS.items():
+        path = resolved.get(flag)
+        if not path:
+            err(f"{where}: --{flag} missing: internal calls must be mTLS")
+            continue
+        mount = next((m for m in mounts if path.startswith(m["mountPath"].rstrip("/") + "/")),
+                     None)
+        vol = volumes.get(mount["name"], {}) if mount else {}
+        if mount is None or "secret" not in vol:
+            err(f"{where}: --{flag}={path} is not on a Secret volume mount")
+            continue
+        if vol["secret"].get("secretName") != secret:
+            err(f"{where}: --{flag} comes from Secret {vol['secret'].get('secretName')}, "
+                f"expected {secret}")
+        if mount.get("readOnly") is not True:
+            err(f"{where}: the TLS mount {mount['mountPath']} is not readOnly")
+        name = path[len(mount["mountPath"].rstrip("/")) + 1:]
+        items = vol["secret"].get("items")
+        if items is not None and not any(
+                i.get("path") == name and i.get("key") == key for i in items):
+            err(f"{where}: --{flag}={path}: Secret {secret} does not project key {key} as {name}")
+        mode = vol["secret"].get("defaultMode", 0o644)
+        if mode & 0o007:
+            err(f"{where}: Secret volume {mount['name']} is world-readable (defaultMode {mode:o})")
 
 
 def validate(docs, overlay, flags_by_bin):
@@ -236,6 +279,22 @@ def validate(docs, overlay, flags_by_bin):
                 err(f"{where}: containerPort {gname}={cports.get(gname)} but --port={port}")
             if cports.get(mname) != mport:
                 err(f"{where}: containerPort {mname}={cports.get(mname)} but --metrics_port={mport}")
+            check_tls(where, name, binary, resolved, c, vols, err)
+            # The kubelet's gRPC probes speak no TLS: the model services,
+            # whose --port is mTLS, are probed on their plaintext
+            # --health_port; the router's public port is plaintext.
+            probe_port = port
+            if binary in STACK_CONTAINERS:
+                hp = resolved.get("health_port")
+                if hp is None or not hp.lstrip("-").isdigit() or int(hp) <= 0:
+                    err(f"{where}: --health_port missing: probes cannot reach the mTLS port")
+                else:
+                    probe_port = int(hp)
+                    if probe_port in (port, mport):
+                        err(f"{where}: --health_port {probe_port} reuses another port")
+                    if cports.get(f"{binary}-health") != probe_port:
+                        err(f"{where}: containerPort {binary}-health={cports.get(f'{binary}-health')} "
+                            f"but --health_port={probe_port}")
             for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
                 p = c.get(probe)
                 if not p:
@@ -244,8 +303,9 @@ def validate(docs, overlay, flags_by_bin):
                     err(f"{where}: {probe} is not a native gRPC probe")
                 else:
                     pp = p["grpc"].get("port")
-                    if pp != port:
-                        err(f"{where}: {probe} gRPC port {pp} != --port {port}")
+                    if pp != probe_port:
+                        err(f"{where}: {probe} gRPC port {pp} != {probe_port} (the plaintext "
+                            f"{'--health_port' if probe_port != port else '--port'})")
             gpu_req = res.get("requests", {}).get("nvidia.com/gpu")
             gpu_lim = res.get("limits", {}).get("nvidia.com/gpu")
             if overlay == "gpu" and binary in STACK_CONTAINERS:
@@ -307,6 +367,11 @@ def validate(docs, overlay, flags_by_bin):
                         f"--port {grpc_port.get(('dedit-stack', cname))}")
                 if want not in sports:
                     err(f"Service {parts[0]}: lacks port {want}")
+    if len(parts) == 3 and router_args.get("tls_server_name") != parts[0]:
+        err(f"dedit-router/router: --tls_server_name={router_args.get('tls_server_name')!r}; "
+            f"stack pods are dialled by IP, their certificate names the Service {parts[0]!r}")
+    errors += [f"[{overlay}] {e}" for e in validate_network_policies(
+        by_kind.get("NetworkPolicy", []), pod_labels, container_ports, port_owner)]
     # Services: selector -> exactly one Deployment; targetPorts exist.
     for s in services:
         sname = s["metadata"]["name"]
@@ -365,6 +430,83 @@ def validate(docs, overlay, flags_by_bin):
     return errors
 
 
+def validate_network_policies(policies, pod_labels, container_ports, port_owner):
+    """Who may open a connection to each named port of each pod.
+
+    A port's sources are the peers of every ingress rule, of every policy
+    selecting the pod, that lists the port (or no ports): "any" for a rule
+    without `from`, else ("pods", matchLabels) for a podSelector of this
+    namespace, ("ns", matchLabels) for a namespaceSelector, ("ip", cidr).
+    """
+    errors = []
+    default_deny = [p for p in policies if not p["spec"].get("podSelector", {}).get("matchLabels")
+                    and not p["spec"].get("podSelector", {}).get("matchExpressions")
+                    and "Ingress" in p["spec"].get("policyTypes", ["Ingress"])
+                    and not p["spec"].get("ingress")]
+    if not default_deny:
+        errors.append("no default-deny ingress NetworkPolicy (podSelector: {}, no rules)")
+
+    def sources(dep, pname):
+        number = container_ports[dep][pname]
+        found, selected = [], False
+        for pol in policies:
+            spec = pol["spec"]
+            if "Ingress" not in spec.get("policyTypes", ["Ingress"]):
+                continue
+            if not selector_matches(spec.get("podSelector", {}).get("matchLabels", {}),
+                                    pod_labels[dep]):
+                continue
+            selected = True
+            for rule in spec.get("ingress", []) or []:
+                ports = rule.get("ports")
+                if ports and not any(pp.get("port") in (pname, number) for pp in ports):
+                    continue
+                peers = rule.get("from")
+                if not peers:
+                    found.append(("any", None))
+                    continue
+                for peer in peers:
+                    if "ipBlock" in peer:
+                        found.append(("ip", peer["ipBlock"].get("cidr")))
+                    elif "namespaceSelector" in peer:
+                        found.append(("ns", peer["namespaceSelector"].get("matchLabels", {})))
+                    elif "podSelector" in peer:
+                        found.append(("pods", peer["podSelector"].get("matchLabels", {})))
+        return selected, found
+
+    monitoring = {"kubernetes.io/metadata.name": MONITORING_NAMESPACE}
+    for dep, ports in container_ports.items():
+        for pname in ports:
+            selected, found = sources(dep, pname)
+            where = f"NetworkPolicy: {dep} port {pname}"
+            if not selected:
+                errors.append(f"{where}: no policy selects the pod (open to all)")
+                continue
+            owner = port_owner.get((dep, pname))
+            if pname.endswith("metrics") and owner != "openai":
+                if not found:
+                    errors.append(f"{where}: Prometheus cannot scrape it")
+                for kind, sel in found:
+                    if kind != "ns" or sel != monitoring:
+                        errors.append(f"{where}: admits {kind} {sel}; /metrics is for the "
+                                      f"{MONITORING_NAMESPACE} namespace only")
+            elif dep == "dedit-stack" and pname.endswith("-grpc"):
+                if not found:
+                    errors.append(f"{where}: the routers cannot reach it")
+                for kind, sel in found:
+                    if (kind != "pods" or not selector_matches(sel, pod_labels["dedit-router"])
+                            or selector_matches(sel, pod_labels["dedit-stack"])):
+                        errors.append(f"{where}: admits {kind} {sel}; only router pods may call "
+                                      "the stacks")
+            elif dep == "dedit-router" and pname in ("grpc", "http"):
+                if ("any", None) not in found:
+                    errors.append(f"{where}: the public API must admit any client")
+            elif pname.endswith("-health"):
+                if found:
+                    errors.append(f"{where}: admits {found}; only the kubelet probes it")
+    return errors
+
+
 def validate_hpa(src):
     """deploy/k8s/examples/stack-hpa.yaml scales the stack Deployment."""
     errors = []
@@ -396,6 +538,10 @@ def self_check(docs, flags_by_bin):
 
     def svc(ds, name):
         return next(d for d in ds if d["kind"] == "Service" and d["metadata"]["name"] == name)
+
+    def netpol(ds, name):
+        return next(d for d in ds
+                    if d["kind"] == "NetworkPolicy" and d["metadata"]["name"] == name)
     mutations = {
         "drop readinessProbe": lambda ds: c(ds, "dedit-router", "router").pop("readinessProbe"),
         "drop drafter startupProbe": lambda ds: c(ds, "dedit-stack", "drafter").pop("startupProbe"),
@@ -433,6 +579,33 @@ def self_check(docs, flags_by_bin):
             "readinessProbe"),
         "bad selector": lambda ds: svc(ds, "dedit-stack")["spec"].__setitem__(
             "selector", {"app.kubernetes.io/name": "dedit-stak"}),
+        "probe on the mTLS port": lambda ds: c(ds, "dedit-stack", "drafter")[
+            "readinessProbe"]["grpc"].__setitem__("port", 50052),
+        "no health port": lambda ds: c(ds, "dedit-stack", "target").__setitem__(
+            "args", [a for a in c(ds, "dedit-stack", "target")["args"]
+                     if not a.startswith("--health_port=")]),
+        "router without a client cert": lambda ds: c(ds, "dedit-router", "router").__setitem__(
+            "args", [a for a in c(ds, "dedit-router", "router")["args"]
+                     if not a.startswith("--tls_cert=")]),
+        "TLS secret not mounted": lambda ds: c(ds, "dedit-stack", "drafter").__setitem__(
+            "volumeMounts", [m for m in c(ds, "dedit-stack", "drafter")["volumeMounts"]
+                             if m["name"] != "tls"]),
+        "wrong TLS secret": lambda ds: next(
+            v for v in dep(ds, "dedit-router")["spec"]["template"]["spec"]["volumes"]
+            if v["name"] == "tls")["secret"].__setitem__("secretName", "dedit-stack-tls"),
+        "stack cert checked for an IP": lambda ds: c(ds, "dedit-router", "router").__setitem__(
+            "args", [a for a in c(ds, "dedit-router", "router")["args"]
+                     if not a.startswith("--tls_server_name=")]),
+        "no default deny": lambda ds: ds.remove(netpol(ds, "dedit-default-deny-ingress")),
+        "stacks open to all": lambda ds: netpol(ds, "dedit-stack-ingress")["spec"]["ingress"][0].pop(
+            "from"),
+        "stacks reachable from monitoring": lambda ds: netpol(
+            ds, "dedit-stack-ingress")["spec"]["ingress"][0]["from"].append(
+                {"namespaceSelector": {"matchLabels": {
+                    "kubernetes.io/metadata.name": "monitoring"}}}),
+        "metrics from anywhere": lambda ds: netpol(ds, "dedit-router-ingress")["spec"][
+            "ingress"][1].pop("from"),
+        "no stack policy": lambda ds: ds.remove(netpol(ds, "dedit-stack-ingress")),
     }
     failures = []
     for what, mutate in mutations.items():

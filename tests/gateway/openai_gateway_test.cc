@@ -349,6 +349,64 @@ TEST_F(OpenAiGatewayTest, SdkAbortFreesTheSequenceOnTheTarget) {
       5000));
 }
 
+// A client that aborts a non-streamed request (whose body comes only at the
+// end) also cancels its router call: the gateway notices the closed
+// connection while it waits (issue 16).
+TEST_F(OpenAiGatewayTest, SdkAbortOfANonStreamedRequestFreesTheSequence) {
+  json expected = {{"model", ""},
+                   {"abort_max_tokens", 1500},
+                   {"abort_after_ms", 300},
+                   {"completion", {{"prompt", kCompletionPrompt}}}};
+  const std::string path = *dir_ + "/abort_blocking.json";
+  std::ofstream(path) << expected.dump();
+  auto metric = [&](const std::string& port_text, const std::string& name,
+                    const std::string& label = "") {
+    return ServiceCluster::MetricValue(port_text, name, label);
+  };
+  const double disconnects_before =
+      metric(ServiceCluster::Scrape(gateway_->metrics_port()).value_or(""),
+             "dedit_http_client_disconnects_total");
+  const double cancelled_before =
+      metric(ServiceCluster::Scrape(router_->metrics_port()).value_or(""),
+             "dedit_requests_total", "status=\"cancelled\"");
+
+  std::atomic<bool> done{false};
+  std::atomic<int> most_sequences{0};
+  std::thread watcher([&] {
+    while (!done) {
+      most_sequences =
+          std::max(most_sequences.load(), TargetInfo().num_sequences());
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  });
+  const std::string command = NodeCommand(path, "abort-blocking");
+  const int rc = std::system(command.c_str());
+  done = true;
+  watcher.join();
+  ASSERT_EQ(rc, 0) << command;
+  EXPECT_EQ(most_sequences.load(), 1) << "the request never reached the target";
+  EXPECT_TRUE(WaitFor([&] { return TargetInfo().num_sequences() == 0; }, 5000))
+      << "the aborted sequence is still on the target";
+  EXPECT_EQ(TargetInfo().reserved_tokens(), 0);
+  // Cancelled, not run to its end: the router counts it so.
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        return metric(
+                   ServiceCluster::Scrape(router_->metrics_port()).value_or(""),
+                   "dedit_requests_total",
+                   "status=\"cancelled\"") > cancelled_before;
+      },
+      5000));
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        return metric(ServiceCluster::Scrape(gateway_->metrics_port())
+                          .value_or(""),
+                      "dedit_http_client_disconnects_total") >
+               disconnects_before;
+      },
+      5000));
+}
+
 // The gateway's /metrics is valid Prometheus text with its names
 // (docs/ARCHITECTURE.md §4).
 TEST_F(OpenAiGatewayTest, MetricsPassPromtool) {

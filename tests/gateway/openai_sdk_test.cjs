@@ -3,12 +3,13 @@
 //
 //   OPENAI_SDK_DIR=<dir with node_modules/openai> \
 //   OPENAI_BASE_URL=http://127.0.0.1:PORT/v1 EXPECTED=expected.json \
-//   node openai_sdk_test.cjs main|abort
+//   node openai_sdk_test.cjs main|abort|abort-blocking
 //
 // main: completions and chat, streamed and not, equal the expected text
 // (the router's gRPC result, itself equal to target-only greedy decoding);
 // usage counts; stop strings; extensions; errors as OpenAI error objects.
 // abort: a stream aborted by the client after a few chunks.
+// abort-blocking: a non-streamed request aborted while it is generated.
 'use strict';
 const assert = require('node:assert/strict');
 const fs = require('node:fs');
@@ -210,9 +211,27 @@ async function abort() {
   console.log('aborted after 3 chunks');
 }
 
+// A non-streamed request aborted while the router generates (its body would
+// come only at the end).
+async function abortBlocking() {
+  const controller = new AbortController();
+  const timer = setTimeout(() => controller.abort(), expected.abort_after_ms);
+  const started = Date.now();
+  await assert.rejects(
+      client.completions.create(
+          {model, prompt: expected.completion.prompt, max_tokens: expected.abort_max_tokens,
+           temperature: 0, ignore_eos: true},
+          {signal: controller.signal}),
+      (e) => e instanceof sdk.APIUserAbortError || /abort/i.test(String(e)),
+      'the request was not aborted');
+  clearTimeout(timer);
+  console.log(`aborted a non-streamed request after ${Date.now() - started} ms`);
+}
+
 async function main() {
   const mode = process.argv[2];
   if (mode === 'abort') return abort();
+  if (mode === 'abort-blocking') return abortBlocking();
   for (const [name, step] of [['models', models], ['completions', completions], ['chat', chat],
                               ['stop strings', stopStrings], ['errors', errors]]) {
     console.log(`openai sdk: ${name}`);

@@ -24,12 +24,17 @@
 namespace dedit::testing {
 namespace {
 
-bool ReadPorts(const std::string& path, int* grpc_port, int* metrics_port) {
+bool ReadPorts(const std::string& path, int* grpc_port, int* metrics_port,
+               int* health_port) {
   std::ifstream in(path);
   if (!in) return false;
   std::string text((std::istreambuf_iterator<char>(in)),
                    std::istreambuf_iterator<char>());
-  return std::sscanf(text.c_str(), "{\"grpc_port\": %d, \"metrics_port\": %d}",
+  const size_t health = text.find("\"health_port\": ");
+  if (health != std::string::npos) {
+    std::sscanf(text.c_str() + health, "\"health_port\": %d", health_port);
+  }
+  return std::sscanf(text.c_str(), "{\"grpc_port\": %d, \"metrics_port\": %d",
                      grpc_port, metrics_port) == 2;
 }
 
@@ -70,7 +75,9 @@ absl::StatusOr<std::unique_ptr<ServiceProcess>> ServiceProcess::Start(
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   while (std::chrono::steady_clock::now() < deadline) {
-    if (ReadPorts(ready, &p->grpc_port_, &p->metrics_port_)) return p;
+    if (ReadPorts(ready, &p->grpc_port_, &p->metrics_port_, &p->health_port_)) {
+      return p;
+    }
     int status = 0;
     if (waitpid(pid, &status, WNOHANG) == pid) {
       p->pid_ = -1;
@@ -190,10 +197,11 @@ absl::Status ServiceCluster::Start() {
 }
 
 absl::Status ServiceCluster::StartDrafter(int port) {
-  ASSIGN_OR_RETURN(drafter_, ServiceProcess::Start(
-                                 DEDIT_DRAFTER_BINARY,
-                                 DrafterArgs(drafter_dir(), target_dir(), port),
-                                 dir_, "drafter"));
+  std::vector<std::string> args =
+      DrafterArgs(drafter_dir(), target_dir(), port);
+  for (const std::string& f : options_.drafter_flags) args.push_back(f);
+  ASSIGN_OR_RETURN(drafter_, ServiceProcess::Start(DEDIT_DRAFTER_BINARY, args,
+                                                   dir_, "drafter"));
   drafter_port_ = drafter_->grpc_port();
   return absl::OkStatus();
 }

@@ -39,6 +39,7 @@ class ServiceProcess {
 
   int grpc_port() const { return grpc_port_; }
   int metrics_port() const { return metrics_port_; }
+  int health_port() const { return health_port_; }  // 0 = none
   pid_t pid() const { return pid_; }
   const std::string& log_path() const { return log_path_; }
 
@@ -50,6 +51,7 @@ class ServiceProcess {
   pid_t pid_ = -1;
   int grpc_port_ = 0;
   int metrics_port_ = 0;
+  int health_port_ = 0;
   std::string log_path_;
 };
 
@@ -60,6 +62,7 @@ class ServiceCluster {
     bool with_tokenizer = true;
     std::vector<std::string> router_flags;
     std::vector<std::string> target_flags;
+    std::vector<std::string> drafter_flags;
   };
   ServiceCluster();
   explicit ServiceCluster(Options options);

@@ -9,12 +9,14 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <prometheus/counter.h>
 #include <prometheus/registry.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -22,6 +24,7 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -36,6 +39,7 @@
 #include "absl/synchronization/notification.h"
 #include "dedit/v1/services.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "serving/internal_auth.h"
 #include "serving/metrics_endpoint.h"
 #include "serving/serve_until_signal.h"
 #include "serving/server_bootstrap.h"
@@ -379,6 +383,69 @@ TEST_F(ServeUntilSignalTest, FailedWarmUpIsReturnedAndNeverServes) {
   EXPECT_EQ(hooks_run, 0);
 }
 
+// Issue 15 defect 5: a port that needs credentials (here the internal
+// token) keeps its statuses on a plaintext health port too, which serves
+// nothing else, reports NOT_SERVING through the drain, and closes after it.
+TEST_F(ServeUntilSignalTest,
+       HealthPortMirrorsTheStatusesOfAnAuthenticatedPort) {
+  SlowInfoService service(std::chrono::milliseconds(0));
+  ServiceReadiness readiness(kNamedService, /*ready=*/true);
+  options_.readiness = &readiness;
+  InternalAuthOptions auth_options;
+  auth_options.token_file = dir_ + "/token";
+  std::ofstream(auth_options.token_file) << "0123456789abcdef0123456789abcdef";
+  absl::StatusOr<InternalAuth> auth = InternalAuth::Load(auth_options);
+  ASSERT_TRUE(auth.ok()) << auth.status();
+  options_.credentials = auth->ServerCredentials();
+  options_.health_listen_address = "127.0.0.1:0";
+  std::shared_ptr<grpc::Channel> health;
+  std::string during_drain;
+  hooks_.before_drain = [&] {
+    during_drain = absl::StrCat(CheckHealth(health, ""), " ",
+                                CheckHealth(health, kNamedService));
+  };
+  StartServing(&service);
+  int grpc_port = 0, metrics_port = 0;
+  ASSERT_TRUE(WaitForReadyFile(options_.ready_file, &grpc_port, &metrics_port));
+  std::ifstream in(options_.ready_file);
+  const std::string ready((std::istreambuf_iterator<char>(in)),
+                          std::istreambuf_iterator<char>());
+  int health_port = 0;
+  const size_t at = ready.find("\"health_port\": ");
+  ASSERT_NE(at, std::string::npos) << ready;
+  ASSERT_EQ(
+      std::sscanf(ready.c_str() + at, "\"health_port\": %d", &health_port), 1);
+  health = grpc::CreateChannel(absl::StrCat("127.0.0.1:", health_port),
+                               grpc::InsecureChannelCredentials());
+  EXPECT_EQ(CheckHealth(health, ""), HealthCheckResponse::SERVING);
+  EXPECT_EQ(CheckHealth(health, kNamedService), HealthCheckResponse::SERVING);
+  readiness.Set(false);
+  EXPECT_EQ(CheckHealth(health, kNamedService),
+            HealthCheckResponse::NOT_SERVING);
+  readiness.Set(true);
+  // The health port serves health only; the main port wants the token.
+  auto info = [](const std::shared_ptr<grpc::Channel>& channel) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(5));
+    v1::TargetInfoResponse response;
+    return v1::Target::NewStub(channel)
+        ->Info(&context, v1::TargetInfoRequest(), &response)
+        .error_code();
+  };
+  EXPECT_EQ(info(health), grpc::StatusCode::UNIMPLEMENTED);
+  auto main_port = grpc::CreateChannel(absl::StrCat("127.0.0.1:", grpc_port),
+                                       grpc::InsecureChannelCredentials());
+  EXPECT_EQ(info(main_port), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(CheckHealth(main_port, ""), HealthCheckResponse::SERVING);
+
+  EXPECT_TRUE(StopServing(SIGTERM).ok());
+  EXPECT_EQ(during_drain, absl::StrCat(HealthCheckResponse::NOT_SERVING, " ",
+                                       HealthCheckResponse::NOT_SERVING));
+  EXPECT_EQ(CheckHealth(health, ""), HealthCheckResponse::UNKNOWN);
+  readiness.Set(false);  // detached
+}
+
 TEST_F(ServeUntilSignalTest, PoisonTurnsOverallAndNamedNotServing) {
   SlowInfoService service(std::chrono::milliseconds(0));
   ServiceReadiness readiness(kNamedService, /*ready=*/true);
@@ -507,6 +574,238 @@ TEST(MetricsEndpointTest, StopsPromptlyWhenDestroyed) {
   endpoint->reset();
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1));
   EXPECT_FALSE(HttpGet(port, "/metrics").ok());
+}
+
+// A slow-loris client of the metrics port: sends a request one byte every
+// `interval`, never finishing it, and notes when the server closes the
+// connection.
+class SlowLorisClient {
+ public:
+  SlowLorisClient(int port, std::chrono::milliseconds interval)
+      : thread_([this, port, interval] { Run(port, interval); }) {}
+  ~SlowLorisClient() { Join(); }
+  void Join() {
+    if (thread_.joinable()) thread_.join();
+  }
+  bool connected() const { return connected_; }
+  // How long the connection stayed open; nullopt if it never closed
+  // within the client's own limit (30 s).
+  std::optional<std::chrono::milliseconds> closed_after() const {
+    return closed_after_;
+  }
+  int bytes_sent() const { return sent_; }
+
+ private:
+  void Run(int port, std::chrono::milliseconds interval) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+      close(fd);
+      return;
+    }
+    connected_ = true;
+    const auto t0 = std::chrono::steady_clock::now();
+    // A request line and headers that never end.
+    const std::string dribble =
+        "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: "
+        "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    for (size_t i = 0;
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(30);
+         ++i) {
+      const char byte = dribble[i % dribble.size()];
+      if (send(fd, &byte, 1, MSG_NOSIGNAL) != 1) break;
+      ++sent_;
+      // Wait out the interval, watching for the server closing.
+      pollfd p{fd, POLLIN, 0};
+      if (poll(&p, 1, static_cast<int>(interval.count())) > 0) {
+        char buf[256];
+        if (recv(fd, buf, sizeof(buf), 0) <= 0) break;
+      }
+    }
+    const auto open_for = std::chrono::steady_clock::now() - t0;
+    if (open_for < std::chrono::seconds(30)) {
+      closed_after_ =
+          std::chrono::duration_cast<std::chrono::milliseconds>(open_for);
+    }
+    close(fd);
+  }
+
+  std::atomic<bool> connected_{false};
+  std::atomic<int> sent_{0};
+  std::optional<std::chrono::milliseconds> closed_after_;
+  std::thread thread_;  // last: starts once the members exist
+};
+
+// GET /metrics over HTTP/1.1 with a client-side timeout; the body.
+absl::StatusOr<std::string> ScrapeWithTimeout(int port,
+                                              std::chrono::seconds timeout) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  timeval tv{static_cast<time_t>(timeout.count()), 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return absl::UnavailableError("connect");
+  }
+  const std::string request =
+      "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/plain\r\n\r\n";
+  if (send(fd, request.data(), request.size(), MSG_NOSIGNAL) !=
+      static_cast<ssize_t>(request.size())) {
+    close(fd);
+    return absl::UnavailableError("send");
+  }
+  std::string response;
+  char buf[4096];
+  ssize_t n;
+  while ((n = recv(fd, buf, sizeof(buf), 0)) > 0) response.append(buf, n);
+  const bool timed_out = n < 0;
+  close(fd);
+  if (timed_out) return absl::DeadlineExceededError("scrape timed out");
+  if (response.compare(0, 12, "HTTP/1.1 200") != 0) {
+    return absl::UnavailableError("not 200: " + response.substr(0, 40));
+  }
+  return response.substr(response.find("\r\n\r\n") + 4);
+}
+
+// Issue 15 defect 4: five clients that each send a byte every 1.5 s and
+// never finish their request no longer hold /metrics. Scrapes running
+// meanwhile all succeed (the old endpoint served one connection at a time
+// and timed every one of them out), and the slow connections are closed
+// at the whole-request deadline.
+TEST(MetricsEndpointTest, SlowClientsNeitherBlockScrapesNorStayOpen) {
+  auto registry = std::make_shared<prometheus::Registry>();
+  prometheus::BuildCounter()
+      .Name("dedit_slow_loris_test_total")
+      .Help("a counter for the scrape")
+      .Register(*registry)
+      .Add({})
+      .Increment(7);
+  const MetricsEndpointOptions defaults;
+  absl::StatusOr<std::unique_ptr<MetricsEndpoint>> endpoint =
+      StartMetricsEndpoint("127.0.0.1:0", registry);
+  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+  const int port = (*endpoint)->port();
+
+  std::vector<std::unique_ptr<SlowLorisClient>> slow;
+  for (int i = 0; i < 5; ++i) {
+    slow.push_back(std::make_unique<SlowLorisClient>(
+        port, std::chrono::milliseconds(1500)));
+  }
+  // Two scrapers, one scrape each every 250 ms (2 s client timeout), for
+  // as long as the slow clients may stay open and a second more.
+  std::atomic<int> scrapes{0}, ok{0};
+  std::atomic<int64_t> slowest_us{0};
+  const auto scrape_for = defaults.request_deadline + std::chrono::seconds(4);
+  std::vector<std::thread> scrapers;
+  std::vector<std::string> failures[2];
+  for (int t = 0; t < 2; ++t) {
+    scrapers.emplace_back([&, t] {
+      const auto end = std::chrono::steady_clock::now() + scrape_for;
+      while (std::chrono::steady_clock::now() < end) {
+        const auto t0 = std::chrono::steady_clock::now();
+        absl::StatusOr<std::string> body =
+            ScrapeWithTimeout(port, std::chrono::seconds(2));
+        const int64_t us =
+            std::chrono::duration_cast<std::chrono::microseconds>(
+                std::chrono::steady_clock::now() - t0)
+                .count();
+        ++scrapes;
+        if (body.ok() &&
+            body->find("dedit_slow_loris_test_total 7") != std::string::npos) {
+          ++ok;
+        } else {
+          failures[t].push_back(body.ok() ? "no metric"
+                                          : body.status().ToString());
+        }
+        int64_t seen = slowest_us.load();
+        while (us > seen && !slowest_us.compare_exchange_weak(seen, us)) {
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(250));
+      }
+    });
+  }
+  for (std::thread& t : scrapers) t.join();
+  for (auto& s : slow) s->Join();
+
+  std::printf(
+      "scrapes under 5 slow clients: %d/%d ok, slowest %.1f ms; slow "
+      "connections closed after",
+      ok.load(), scrapes.load(), slowest_us.load() / 1000.0);
+  for (auto& s : slow) {
+    EXPECT_TRUE(s->connected());
+    ASSERT_TRUE(s->closed_after().has_value())
+        << "a slow client stayed connected for 30 s";
+    std::printf(" %.1f s", s->closed_after()->count() / 1000.0);
+    // At the deadline, noticed within the client's 1.5 s poll.
+    EXPECT_GE(*s->closed_after(),
+              defaults.request_deadline - std::chrono::milliseconds(100));
+    EXPECT_LE(*s->closed_after(),
+              defaults.request_deadline + std::chrono::milliseconds(2500));
+    EXPECT_LE(s->bytes_sent(), 6);
+  }
+  std::printf("\n");
+  EXPECT_GE(scrapes.load(), 10);
+  EXPECT_EQ(ok.load(), scrapes.load())
+      << (failures[0].empty() ? "" : failures[0][0])
+      << (failures[1].empty() ? "" : failures[1][0]);
+}
+
+// The destructor does not wait for a slow client's deadline.
+TEST(MetricsEndpointTest, DestructionClosesSlowConnectionsAtOnce) {
+  auto registry = std::make_shared<prometheus::Registry>();
+  absl::StatusOr<std::unique_ptr<MetricsEndpoint>> endpoint =
+      StartMetricsEndpoint("127.0.0.1:0", registry);
+  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+  SlowLorisClient slow((*endpoint)->port(), std::chrono::milliseconds(100));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const auto t0 = std::chrono::steady_clock::now();
+  endpoint->reset();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1));
+  slow.Join();
+  ASSERT_TRUE(slow.closed_after().has_value());
+  EXPECT_LT(*slow.closed_after(), std::chrono::seconds(2));
+}
+
+TEST(MetricsEndpointTest, RefusesATakenPortAndOversizedRequests) {
+  auto registry = std::make_shared<prometheus::Registry>();
+  absl::StatusOr<std::unique_ptr<MetricsEndpoint>> first =
+      StartMetricsEndpoint("127.0.0.1:0", registry);
+  ASSERT_TRUE(first.ok()) << first.status();
+  const int port = (*first)->port();
+  absl::StatusOr<std::unique_ptr<MetricsEndpoint>> second =
+      StartMetricsEndpoint(absl::StrCat("127.0.0.1:", port), registry);
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(second.status().message(), HasSubstr(absl::StrCat(port)));
+
+  // Headers past max_request_bytes end the connection without an answer
+  // (or with a 400), however fast they come.
+  MetricsEndpointOptions small;
+  small.max_request_bytes = 1024;
+  absl::StatusOr<std::unique_ptr<MetricsEndpoint>> bounded =
+      StartMetricsEndpoint("127.0.0.1:0", registry, small);
+  ASSERT_TRUE(bounded.ok()) << bounded.status();
+  absl::StatusOr<std::string> huge = HttpGet(
+      (*bounded)->port(), absl::StrCat("/metrics HTTP/1.0\r\nX-Big: ",
+                                       std::string(4096, 'b'), "\r\nX-End: 1"));
+  ASSERT_TRUE(huge.ok()) << huge.status();
+  EXPECT_THAT(*huge, ::testing::Not(HasSubstr("HTTP/1.1 200")));
+  // A normal scrape still works, HTTP/1.1 included (one request per
+  // connection).
+  absl::StatusOr<std::string> body =
+      ScrapeWithTimeout((*bounded)->port(), std::chrono::seconds(5));
+  EXPECT_TRUE(body.ok()) << body.status();
+  MetricsEndpointOptions no_threads;
+  no_threads.threads = 0;
+  EXPECT_EQ(
+      StartMetricsEndpoint("127.0.0.1:0", registry, no_threads).status().code(),
+      absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
