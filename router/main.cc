@@ -44,6 +44,11 @@ ABSL_FLAG(int64_t, max_prefill_tokens_per_round, int64_t{1} << 20,
           "prompt tokens admitted per round, all sent in one target Step "
           "message (at most 5 bytes each, under the target's "
           "--max_receive_bytes); later requests wait a round");
+ABSL_FLAG(int64_t, max_receive_memory_bytes, int64_t{32} << 20,
+          "memory gRPC may hold for the public port's connections (a "
+          "resource quota): an oversized request is refused without being "
+          "buffered whole; keep it well above --max_request_bytes; 0 = "
+          "unbounded");
 ABSL_FLAG(int, max_request_bytes, 4 << 20,
           "largest request message the public gRPC port accepts");
 ABSL_FLAG(int, max_bytes_per_token, 0,
@@ -136,6 +141,15 @@ int main(int argc, char** argv) {
   o.defaults.max_tokens_limit = o.loop.max_tokens_limit;
   o.defaults.max_passes = o.loop.max_passes;
   o.serve.max_receive_message_bytes = absl::GetFlag(FLAGS_max_request_bytes);
+  o.serve.receive_memory_bytes = absl::GetFlag(FLAGS_max_receive_memory_bytes);
+  if (o.serve.receive_memory_bytes != 0 &&
+      o.serve.receive_memory_bytes <
+          2 * int64_t{o.serve.max_receive_message_bytes}) {
+    std::fprintf(stderr,
+                 "dedit-router: --max_receive_memory_bytes must be 0 or at "
+                 "least twice --max_request_bytes\n");
+    return 2;
+  }
   o.defaults.max_bytes_per_token = absl::GetFlag(FLAGS_max_bytes_per_token);
   o.defaults.max_stop_strings = absl::GetFlag(FLAGS_max_stop_strings);
   o.defaults.max_stop_string_bytes = absl::GetFlag(FLAGS_max_stop_string_bytes);

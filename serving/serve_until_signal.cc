@@ -22,7 +22,8 @@ absl::Status ServeUntilSignal(const ServeOptions& options,
   ASSIGN_OR_RETURN(
       StartedServer server,
       StartGrpcServer(options.listen_address, services,
-                      options.max_receive_message_bytes, options.credentials));
+                      options.max_receive_message_bytes, options.credentials,
+                      options.receive_memory_bytes));
   HealthFanOut fan_out;
   fan_out.Add(server.server->GetHealthCheckService());
   std::optional<StartedServer> health_server;

@@ -20,6 +20,7 @@
 #include <grpcpp/grpcpp.h>
 #include <prometheus/registry.h>
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -44,6 +45,10 @@ struct ServeOptions {
   // (server_bootstrap.h), which internal ports need for feature blocks. A
   // public port sets it small (the router's --max_request_bytes).
   int max_receive_message_bytes = 0;
+  // Memory gRPC may hold for the server's connections (StartGrpcServer's
+  // receive_memory_bytes); 0 = unbounded. The router's public port sets it
+  // (--max_receive_memory_bytes).
+  int64_t receive_memory_bytes = 0;
   // Credentials of the gRPC port; null = plaintext for anyone. The model
   // services pass InternalAuth::ServerCredentials() (internal_auth.h).
   std::shared_ptr<grpc::ServerCredentials> credentials;

@@ -2,6 +2,7 @@
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/resource_quota.h>
 
 #include <cstdio>
 #include <utility>
@@ -13,8 +14,8 @@ namespace dedit {
 
 absl::StatusOr<StartedServer> StartGrpcServer(
     const std::string& address, const std::vector<grpc::Service*>& services,
-    int max_receive_bytes,
-    std::shared_ptr<grpc::ServerCredentials> credentials) {
+    int max_receive_bytes, std::shared_ptr<grpc::ServerCredentials> credentials,
+    int64_t receive_memory_bytes) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -27,6 +28,12 @@ absl::StatusOr<StartedServer> StartGrpcServer(
   builder.SetMaxReceiveMessageSize(max_receive_bytes > 0 ? max_receive_bytes
                                                          : kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  if (receive_memory_bytes > 0) {
+    // The builder keeps its own reference to the quota.
+    grpc::ResourceQuota quota(absl::StrCat("receive-", address));
+    quota.Resize(static_cast<size_t>(receive_memory_bytes));
+    builder.SetResourceQuota(quota);
+  }
   for (grpc::Service* s : services) builder.RegisterService(s);
   started.server = builder.BuildAndStart();
   if (started.server == nullptr || started.port == 0) {

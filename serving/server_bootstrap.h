@@ -16,6 +16,7 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -43,10 +44,19 @@ struct StartedServer {
 // turns it SERVING once the process can serve (ServeUntilSignal: after the
 // warm-up). UNAVAILABLE when it cannot listen (with credentials that
 // cannot serve, too).
+//
+// `receive_memory_bytes` > 0 caps the memory gRPC's transport may hold for
+// the server (a grpc::ResourceQuota). gRPC 1.51 checks `max_receive_bytes`
+// only once a message is whole, and without a quota it buffers all of an
+// oversized message first: a 256 MB message to a port with a 4 MiB limit
+// grew the process by 253 MB before it was refused. With a 16 MiB quota
+// the same message is still RESOURCE_EXHAUSTED and the growth is 17 MB
+// (measured on the router, docs/SERVICES.md). Give a public port one.
 absl::StatusOr<StartedServer> StartGrpcServer(
     const std::string& address, const std::vector<grpc::Service*>& services,
     int max_receive_bytes = 0,
-    std::shared_ptr<grpc::ServerCredentials> credentials = nullptr);
+    std::shared_ptr<grpc::ServerCredentials> credentials = nullptr,
+    int64_t receive_memory_bytes = 0);
 
 // A plaintext server on `address` with the default health service (and
 // reflection) only: Kubernetes' gRPC probes speak neither TLS nor tokens,

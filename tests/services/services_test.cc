@@ -576,6 +576,17 @@ TEST(ServicesLimitsTest, LargeMaxTokensReservesAtMostTheContext) {
   EXPECT_GT(most_reserved, 0);
 }
 
+// A "Vm...:" field of /proc/PID/status in kB (0 when absent).
+int64_t ProcStatusKb(pid_t pid, const std::string& field) {
+  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind(field, 0) == 0) {
+      return std::strtoll(line.c_str() + field.size(), nullptr, 10);
+    }
+  }
+  return 0;
+}
+
 // Issue 15, defect 3: the target's port takes messages up to
 // --max_receive_bytes (a router keeps its Step calls under it with
 // --max_prefill_tokens_per_round), not 1 GiB; a larger one is refused
@@ -621,6 +632,20 @@ TEST(ServicesLimitsTest, OversizedPromptsAreRefusedFast) {
   EXPECT_EQ(g.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
       << g.status.error_message();
   EXPECT_THAT(g.status.error_message(), HasSubstr("2097152"));
+
+  // gRPC would buffer all of an oversized message before refusing it; the
+  // public port's memory quota (--max_receive_memory_bytes, default 32 MiB)
+  // keeps a 128 MB one from growing the router by more than the quota.
+  const int64_t peak_before_kb =
+      ProcStatusKb(cluster->router()->pid(), "VmHWM:");
+  huge.set_text(std::string(128 << 20, 'a'));
+  g = Generate(stub.get(), huge, 30);
+  EXPECT_EQ(g.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << g.status.error_message();
+  const int64_t peak_growth_mb =
+      (ProcStatusKb(cluster->router()->pid(), "VmHWM:") - peak_before_kb) /
+      1024;
+  EXPECT_LT(peak_growth_mb, 48) << "router peak RSS grew by that much";
 
   v1::GenerateRequest long_text;
   long_text.set_text(std::string(1 << 20, 'a'));
