@@ -213,6 +213,16 @@ def main():
 
     # --- huge: a 64 MB text prompt ---------------------------------------
     rss0 = router.rss_kb()
+    peak = [rss0]
+    sampling = threading.Event()
+
+    def sample_rss():  # the peak while the request is sent and refused
+        while not sampling.is_set():
+            peak[0] = max(peak[0], router.rss_kb())
+            time.sleep(0.002)
+
+    sampler = threading.Thread(target=sample_rss, daemon=True)
+    sampler.start()
     huge = generation_pb2.GenerateRequest(text="a" * (64 << 20), max_tokens=8)
     t0 = time.time()
     code = "OK"
@@ -223,9 +233,13 @@ def main():
         code = e.code().name
     refuse_ms = (time.time() - t0) * 1000
     time.sleep(0.2)
+    sampling.set()
+    sampler.join()
     out["huge_prompt"] = {"bytes": 64 << 20, "status": code,
                           "client_seconds_to_refusal_ms": round(refuse_ms, 1),
-                          "router_rss_growth_mb": round(
+                          "router_peak_rss_growth_mb": round(
+                              (peak[0] - rss0) / 1024, 1),
+                          "router_rss_growth_after_mb": round(
                               (router.rss_kb() - rss0) / 1024, 1)}
 
     # --- scrapes under 5 slow clients ------------------------------------
