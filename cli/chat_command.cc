@@ -113,7 +113,16 @@ absl::Status RunChat(const ChatCommandOptions& options, std::istream& in,
     int tokens = 0;
     v1::GenerateResponse last;
     bool finished = false;
+    bool refused = false;
     while (!finished && stream->Read(&response)) {
+      if (response.has_turn_error()) {
+        // The turn failed alone; the session goes on with its history.
+        stats_out << "[turn refused: " << response.turn_error().message()
+                  << "]\n";
+        stats_out.flush();
+        refused = true;
+        break;
+      }
       const v1::GenerateResponse& r = response.response();
       tokens += r.token_ids_size();
       out << r.text() << std::flush;
@@ -121,6 +130,12 @@ absl::Status RunChat(const ChatCommandOptions& options, std::istream& in,
         last = r;
         finished = true;
       }
+    }
+    if (refused) {
+      // A system message that came with the refused turn is sent again.
+      system_pending =
+          system_pending || (!options.system.empty() && response.turn() == 1);
+      continue;
     }
     if (!finished) return fail();
     const double seconds =

@@ -424,7 +424,23 @@ void SessionCore::HandleTurn(Actions& a) {
   }
   absl::StatusOr<RouterRequest> request = BuildTurn(read_.turn());
   if (!request.ok()) {
-    EndLocked(request.status(), a);
+    if (!absl::IsInvalidArgument(request.status())) {
+      EndLocked(request.status(), a);
+      return;
+    }
+    // A bad turn fails alone: the client may fix it and go on with the
+    // history (and the cache) it has.
+    turn_messages_.clear();
+    turn_prompt_.clear();
+    idle_since_ = Clock::now();
+    v1::SessionResponse refused;
+    refused.set_turn(turns_ + 1);
+    refused.mutable_turn_error()->set_code(
+        static_cast<int>(request.status().code()));
+    refused.mutable_turn_error()->set_message(
+        std::string(request.status().message()));
+    QueueLocked(std::move(refused), a);
+    a.read = true;
     return;
   }
   if (mode_ == Mode::kUnset) {

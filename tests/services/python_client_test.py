@@ -90,6 +90,10 @@ def chat_session(stub, generation_pb2):
         requests.put(turn)
         answer = ""
         for response in responses:
+            if response.HasField("turn_error"):
+                # A refused turn fails alone; the session stays open.
+                raise RuntimeError(f"turn {response.turn} refused: "
+                                   f"{response.turn_error.message}")
             answer += response.response.text
             if response.response.finished:
                 usage = response.response.usage

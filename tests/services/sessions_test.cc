@@ -409,29 +409,52 @@ TEST_F(SessionsTest, BadSessionsAreRefusedClearly) {
   s = status_of({bad_open});
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(s.error_message(), HasSubstr("window"));
-  v1::SessionRequest no_max = turn;
-  no_max.mutable_turn()->set_max_tokens(0);
-  s = status_of({open, no_max});
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(s.error_message(), HasSubstr("max_tokens"));
-  v1::SessionRequest chat;
-  chat.mutable_turn()->set_max_tokens(4);
-  chat.mutable_turn()->mutable_chat()->add_messages()->set_role("user");
-  s = status_of({open, turn, chat});
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(s.error_message(), HasSubstr("token session"));
   s = status_of({open, turn, turn, turn});
   EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_THAT(s.error_message(), HasSubstr("max_session_turns"));
-  // History past the context.
-  const int64_t context = DefaultTinySpec().target.max_position_embeddings;
-  v1::SessionRequest long_turn;
-  *long_turn.mutable_turn() =
-      TokensTurn(RandomPrompt(static_cast<int>(context) - 2, 120, 3), 4);
-  s = status_of({open, turn, long_turn});
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(s.error_message(), HasSubstr("session history"));
-  EXPECT_THAT(s.error_message(), HasSubstr("context"));
+
+  // A bad turn fails alone, naming what was wrong; the session stays open
+  // and its next turn continues the history it had, from the cache.
+  {
+    SessionClient c(stub_.get());
+    ASSERT_TRUE(c.Open(SpeculativeOpen(true)));
+    Generated first = c.Turn(TokensTurn({1, 2, 3}, 4));
+    ASSERT_TRUE(first.status.ok()) << first.status.error_message();
+    v1::SessionTurn no_max = TokensTurn({4, 5}, 4);
+    no_max.set_max_tokens(0);
+    Generated refused = c.Turn(no_max);
+    EXPECT_TRUE(refused.turn_refused);
+    EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(refused.status.error_message(), HasSubstr("max_tokens"));
+    v1::SessionTurn chat;
+    chat.set_max_tokens(4);
+    chat.mutable_chat()->add_messages()->set_role("user");
+    refused = c.Turn(chat);
+    EXPECT_TRUE(refused.turn_refused);
+    EXPECT_THAT(refused.status.error_message(), HasSubstr("token session"));
+    // History past the context.
+    const int64_t context = DefaultTinySpec().target.max_position_embeddings;
+    refused = c.Turn(
+        TokensTurn(RandomPrompt(static_cast<int>(context) - 2, 120, 3), 4));
+    EXPECT_TRUE(refused.turn_refused);
+    EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(refused.status.error_message(), HasSubstr("session history"));
+    EXPECT_THAT(refused.status.error_message(), HasSubstr("context"));
+    // The next turn is the session's second and reuses the first's cache.
+    Generated second = c.Turn(TokensTurn({4, 5}, 4));
+    ASSERT_TRUE(second.status.ok()) << second.status.error_message();
+    EXPECT_FALSE(second.turn_refused);
+    EXPECT_EQ(second.tokens.size(), 4u);
+    EXPECT_GT(second.last.usage().cached_prompt_tokens(), 0);
+    std::vector<int32_t> history = {1, 2, 3};
+    history.insert(history.end(), first.tokens.begin(), first.tokens.end());
+    history.insert(history.end(), {4, 5});
+    v1::GenerateRequest fresh = IdsRequest(history, 4, 8, 2);
+    Generated want = Generate(stub_.get(), fresh);
+    ASSERT_TRUE(want.status.ok()) << want.status.error_message();
+    EXPECT_EQ(second.tokens, want.tokens);
+    EXPECT_TRUE(c.Close().ok());
+  }
   // Sessions per router (the ones above count until the router has
   // finished them, just after their status reached the client).
   ASSERT_TRUE(

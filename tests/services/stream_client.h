@@ -26,6 +26,9 @@ struct Generated {
   std::string text;
   v1::GenerateResponse last;  // the final message
   int messages = 0;
+  // Sessions: the turn was refused (status holds why) and the session
+  // stays open.
+  bool turn_refused = false;
 };
 
 inline v1::GenerateRequest IdsRequest(const std::vector<int32_t>& prompt,
@@ -162,6 +165,13 @@ class SessionClient {
     while (Read(&response)) {
       ++g.messages;
       last_turn_ = response.turn();
+      if (response.has_turn_error()) {
+        g.status = grpc::Status(
+            static_cast<grpc::StatusCode>(response.turn_error().code()),
+            response.turn_error().message());
+        g.turn_refused = true;
+        return g;
+      }
       const v1::GenerateResponse& r = response.response();
       g.tokens.insert(g.tokens.end(), r.token_ids().begin(),
                       r.token_ids().end());
