@@ -160,6 +160,9 @@ class OpenAiGatewayTest : public ::testing::Test {
                         "/tests/gateway/openai_sdk_test.cjs' ", mode);
   }
 
+  // Defined below, beside the tests that use it.
+  void ExpectAbortFreesTheSequence(const json& expected,
+                                   const std::string& mode);
   v1::TargetInfoResponse TargetInfo() {
     auto stub = v1::Target::NewStub(
         grpc::CreateChannel(absl::StrCat("127.0.0.1:", target_->grpc_port()),
@@ -304,71 +307,26 @@ TEST_F(OpenAiGatewayTest, OfficialSdkMatchesGrpcAndGreedy) {
   EXPECT_EQ(std::system(command.c_str()), 0) << command;
 }
 
-// A client that aborts a stream cancels its router call, which frees the
-// sequence on the target.
-TEST_F(OpenAiGatewayTest, SdkAbortFreesTheSequenceOnTheTarget) {
-  json expected = {{"model", ""},
-                   {"abort_max_tokens", 900},
-                   {"completion", {{"prompt", kCompletionPrompt}}}};
-  const std::string path = *dir_ + "/abort.json";
+// Runs the SDK test `mode` with `expected` (a request the client aborts)
+// and checks that the abort reached the target and freed it: the sequence
+// was there, is gone with its reservation, the router counted a cancelled
+// request and the gateway a client disconnect.
+void OpenAiGatewayTest::ExpectAbortFreesTheSequence(const json& expected,
+                                                    const std::string& mode) {
+  const std::string path = absl::StrCat(*dir_, "/", mode, ".json");
   std::ofstream(path) << expected.dump();
-  const double disconnects_before = ServiceCluster::MetricValue(
-      ServiceCluster::Scrape(gateway_->metrics_port()).value_or(""),
-      "dedit_http_client_disconnects_total");
-
-  std::atomic<bool> done{false};
-  std::atomic<int> most_sequences{0};
-  std::thread watcher([&] {
-    while (!done) {
-      most_sequences =
-          std::max(most_sequences.load(), TargetInfo().num_sequences());
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-  });
-  const std::string command = NodeCommand(path, "abort");
-  const int rc = std::system(command.c_str());
-  done = true;
-  watcher.join();
-  ASSERT_EQ(rc, 0) << command;
-  EXPECT_EQ(most_sequences.load(), 1) << "the stream never reached the target";
-  EXPECT_TRUE(WaitFor([&] { return TargetInfo().num_sequences() == 0; }, 5000))
-      << "the aborted sequence is still on the target";
-  EXPECT_EQ(TargetInfo().reserved_tokens(), 0);
-  const std::string router_metrics =
-      ServiceCluster::Scrape(router_->metrics_port()).value_or("");
-  EXPECT_GE(ServiceCluster::MetricValue(router_metrics, "dedit_requests_total",
-                                        "status=\"cancelled\""),
-            1);
-  EXPECT_TRUE(WaitFor(
-      [&] {
-        return ServiceCluster::MetricValue(
-                   ServiceCluster::Scrape(gateway_->metrics_port())
-                       .value_or(""),
-                   "dedit_http_client_disconnects_total") > disconnects_before;
-      },
-      5000));
-}
-
-// A client that aborts a non-streamed request (whose body comes only at the
-// end) also cancels its router call: the gateway notices the closed
-// connection while it waits (issue 16).
-TEST_F(OpenAiGatewayTest, SdkAbortOfANonStreamedRequestFreesTheSequence) {
-  json expected = {{"model", ""},
-                   {"abort_max_tokens", 1500},
-                   {"abort_after_ms", 300},
-                   {"completion", {{"prompt", kCompletionPrompt}}}};
-  const std::string path = *dir_ + "/abort_blocking.json";
-  std::ofstream(path) << expected.dump();
-  auto metric = [&](const std::string& port_text, const std::string& name,
-                    const std::string& label = "") {
-    return ServiceCluster::MetricValue(port_text, name, label);
+  auto gateway_metric = [&](const std::string& name) {
+    return ServiceCluster::MetricValue(
+        ServiceCluster::Scrape(gateway_->metrics_port()).value_or(""), name);
+  };
+  auto cancelled = [&] {
+    return ServiceCluster::MetricValue(
+        ServiceCluster::Scrape(router_->metrics_port()).value_or(""),
+        "dedit_requests_total", "status=\"cancelled\"");
   };
   const double disconnects_before =
-      metric(ServiceCluster::Scrape(gateway_->metrics_port()).value_or(""),
-             "dedit_http_client_disconnects_total");
-  const double cancelled_before =
-      metric(ServiceCluster::Scrape(router_->metrics_port()).value_or(""),
-             "dedit_requests_total", "status=\"cancelled\"");
+      gateway_metric("dedit_http_client_disconnects_total");
+  const double cancelled_before = cancelled();
 
   std::atomic<bool> done{false};
   std::atomic<int> most_sequences{0};
@@ -379,7 +337,7 @@ TEST_F(OpenAiGatewayTest, SdkAbortOfANonStreamedRequestFreesTheSequence) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
   });
-  const std::string command = NodeCommand(path, "abort-blocking");
+  const std::string command = NodeCommand(path, mode);
   const int rc = std::system(command.c_str());
   done = true;
   watcher.join();
@@ -389,22 +347,33 @@ TEST_F(OpenAiGatewayTest, SdkAbortOfANonStreamedRequestFreesTheSequence) {
       << "the aborted sequence is still on the target";
   EXPECT_EQ(TargetInfo().reserved_tokens(), 0);
   // Cancelled, not run to its end: the router counts it so.
+  EXPECT_TRUE(WaitFor([&] { return cancelled() > cancelled_before; }, 5000));
   EXPECT_TRUE(WaitFor(
       [&] {
-        return metric(
-                   ServiceCluster::Scrape(router_->metrics_port()).value_or(""),
-                   "dedit_requests_total",
-                   "status=\"cancelled\"") > cancelled_before;
-      },
-      5000));
-  EXPECT_TRUE(WaitFor(
-      [&] {
-        return metric(ServiceCluster::Scrape(gateway_->metrics_port())
-                          .value_or(""),
-                      "dedit_http_client_disconnects_total") >
+        return gateway_metric("dedit_http_client_disconnects_total") >
                disconnects_before;
       },
       5000));
+}
+
+// A client that aborts a stream cancels its router call, which frees the
+// sequence on the target.
+TEST_F(OpenAiGatewayTest, SdkAbortFreesTheSequenceOnTheTarget) {
+  ExpectAbortFreesTheSequence({{"model", ""},
+                               {"abort_max_tokens", 900},
+                               {"completion", {{"prompt", kCompletionPrompt}}}},
+                              "abort");
+}
+
+// A client that aborts a non-streamed request (whose body comes only at the
+// end) also cancels its router call: the gateway notices the closed
+// connection while it waits (issue 16).
+TEST_F(OpenAiGatewayTest, SdkAbortOfANonStreamedRequestFreesTheSequence) {
+  ExpectAbortFreesTheSequence({{"model", ""},
+                               {"abort_max_tokens", 1500},
+                               {"abort_after_ms", 300},
+                               {"completion", {{"prompt", kCompletionPrompt}}}},
+                              "abort-blocking");
 }
 
 // The gateway's /metrics is valid Prometheus text with its names
