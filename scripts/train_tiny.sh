@@ -38,6 +38,10 @@
 #                profile's; a continuation from TARGET_INIT_FROM uses less)
 #   CHAT_FRACTION share of the target's windows drawn from the chat task
 #                suite (chat profile; default 0.75)
+#   TASK_WEIGHTS training instances per chat family relative to the
+#                default (chat_tasks.py generate --weights, e.g.
+#                sort=4,add=0.25); held-out instances stay the same
+#   TARGET_STEPS steps of the chat profile's target stage (default 3000)
 #   DRAFTER_STEPS / ABLATION_STEPS  steps of the chat profile's drafter and
 #                of its ProposalMix twins (defaults 1200 and 300)
 #   DRAFTER_LAYERS  the chat profile drafter's layers (default 2)
@@ -96,14 +100,14 @@ case "$profile" in
     ABLATION=${ABLATION:-0}
     W32=${W32:-0}
     vocab=2048
-    chat_tasks=(--train=20000 --heldout=35)
+    chat_tasks=(--train=20000 --heldout=35 --weights="${TASK_WEIGHTS:-}")
     # 8 narrow layers (8x the 1-layer drafter), exported for a 1024-token
     # context, trained on 512-token windows (a rename prompt + answer is
     # 300-440 tokens), 3/4 of them chat tasks with the loss on answers only:
     # ~2500 tokens/s on 2 idle cores, ~85 min for the 3000 steps.
     target_args=(--hidden_size=128 --intermediate_size=384 --num_layers=8
                  --num_heads=4 --num_kv_heads=2 --head_dim=32 --seq_len=512
-                 --max_positions=1024 --batch_size=8 --steps=3000
+                 --max_positions=1024 --batch_size=8 --steps="${TARGET_STEPS:-3000}"
                  --lr="${TARGET_LR:-2e-3}" --eval_every=200
                  --chat_tasks="$WORK/tasks"
                  --chat_fraction="${CHAT_FRACTION:-0.75}")
@@ -174,6 +178,11 @@ stage() {
   return "$rc"
 }
 
+if [ ! -f "$WORK/tokenizer.json" ] && [ -n "${TARGET_INIT_FROM:-}" ]; then
+  # A continuation keeps its model's vocabulary: the tokenizer is learned
+  # from the installed corpus, which can change with the Debian packages.
+  cp "$TARGET_INIT_FROM/tokenizer.json" "$WORK/tokenizer.json"
+fi
 if [ ! -f "$WORK/tokenizer.json" ]; then
   stage tokenizer "$train" tokenizer --out="$WORK/tokenizer.json" --vocab_size=$vocab
 fi

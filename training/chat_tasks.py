@@ -29,7 +29,8 @@ split as `dedit-train` (FNV-1a of the path, 1 file in `heldout_every` held
 out): training instances only from training files, held-out instances only
 from held-out files and with fresh values (another seed).
 
-  chat_tasks.py generate --out DIR [--train 20000] [--heldout 35] ...
+  chat_tasks.py generate --out DIR [--train 20000] [--heldout 35]
+                        [--weights sort=3,rename=3,add=0.25] ...
       -> DIR/train.jsonl, DIR/heldout.jsonl: one instance per line,
          {"family", "user", "answer", "text"} where text is the rendered
          conversation (prompt + answer + <|im_end|>), what the target
@@ -262,8 +263,45 @@ def make_instance(family, rng, funcs):
     raise ValueError(family)
 
 
+def parse_weights(text):
+    """'sort=3,rename=3,add=0.25' -> {family: weight}; unnamed families 1."""
+    weights = {f: 1.0 for f in FAMILIES}
+    for part in filter(None, text.split(",")):
+        name, _, value = part.partition("=")
+        if name not in weights:
+            sys.exit(f"chat_tasks.py: --weights: unknown family {name!r} "
+                     f"(families: {', '.join(FAMILIES)})")
+        try:
+            weights[name] = float(value)
+        except ValueError:
+            sys.exit(f"chat_tasks.py: --weights: {name}={value!r} is not a "
+                     "number")
+        if not 0 <= weights[name] <= 100:
+            sys.exit(f"chat_tasks.py: --weights: {name} must be in [0, 100]")
+    return weights
+
+
+def family_order(count, weights):
+    """round(count x weight) instances of each family, interleaved so that
+    every prefix of the file has the families in proportion."""
+    quota = {f: int(round(count * weights[f])) for f in FAMILIES}
+    total = sum(quota.values())
+    if total == 0:
+        sys.exit("chat_tasks.py: --weights leave no training instances")
+    done = {f: 0 for f in FAMILIES}
+    order = []
+    for i in range(total):
+        # the family furthest behind its share of the first i+1 instances
+        family = max(FAMILIES, key=lambda f: (quota[f] * (i + 1) / total
+                                              - done[f], -FAMILIES.index(f)))
+        done[family] += 1
+        order.append(family)
+    return order
+
+
 def generate(args):
     os.makedirs(args.out, exist_ok=True)
+    weights = parse_weights(args.weights)
     for split, count, seed in (("train", args.train, args.seed),
                                ("heldout", args.heldout, args.seed + 1000003)):
         funcs = functions(split, args.heldout_every)
@@ -271,15 +309,19 @@ def generate(args):
             sys.exit(f"chat_tasks.py: no {split} functions under {CORPUS_ROOTS}")
         rng = random.Random(seed)
         path = os.path.join(args.out, f"{split}.jsonl")
+        # Held-out sets stay balanced (the same number per family) and
+        # identical whatever the training weights are.
+        order = (family_order(count, weights) if split == "train"
+                 else [FAMILIES[i % len(FAMILIES)]
+                       for i in range(count * len(FAMILIES))])
         with open(path + ".tmp", "w") as f:
-            for i in range(count * len(FAMILIES)):
-                family = FAMILIES[i % len(FAMILIES)]
+            for family in order:
                 user, answer = make_instance(family, rng, funcs)
                 f.write(json.dumps({"family": family, "user": user,
                                     "answer": answer,
                                     "text": render_chat(user, answer)}) + "\n")
         os.replace(path + ".tmp", path)
-        print(f"{path}: {count} x {len(FAMILIES)} families "
+        print(f"{path}: {len(order)} instances "
               f"({len(funcs)} {split} functions)")
 
 
@@ -384,6 +426,10 @@ def main():
     g.add_argument("--heldout", type=int, default=35,
                    help="held-out instances per family")
     g.add_argument("--heldout_every", type=int, default=20)
+    g.add_argument("--weights", default="",
+                   help="training instances per family relative to --train, "
+                        "e.g. sort=3,rename=3,add=0.25 (held-out stays "
+                        "balanced)")
     g.add_argument("--seed", type=int, default=1)
     s = sub.add_parser("score")
     s.add_argument("heldout")
