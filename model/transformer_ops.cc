@@ -7,11 +7,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
+#include "model/cpu_kernels.h"
 #include "model/tensor_io.h"
 
 namespace dedit {
 
 at::Tensor RmsNormalize(const at::Tensor& x, double eps) {
+  if (CpuKernelsApply(x)) return CpuRmsNormalize(x, eps);
   if (x.scalar_type() == at::kFloat) {  // no casts
     return x * at::rsqrt(x.pow(2).mean({-1}, true) + eps);
   }
@@ -157,8 +159,15 @@ QkvProjection ProjectQkv(const at::Tensor& x, const DecoderLayerWeights& w,
   const int64_t heads = c.num_attention_heads, kv = c.num_key_value_heads;
   const int64_t hd = c.head_dim;
   at::Tensor qkv = at::mm(RmsNormalize(x, c.rms_norm_eps), w.qkv_t);
-  at::Tensor qk = qkv.narrow(1, 0, (heads + kv) * hd).view({n, heads + kv, hd});
-  qk = rotary.ApplyPacked(RmsNorm(qk, w.qk_norm, c.rms_norm_eps), cos, sin);
+  at::Tensor qk;
+  if (CpuKernelsApply(qkv) && CpuKernelsApply(w.qk_norm) &&
+      CpuKernelsApply(cos) && CpuKernelsApply(sin)) {
+    qk = CpuHeadNormRope(qkv, heads + kv, hd, w.qk_norm, c.rms_norm_eps, cos,
+                         sin);
+  } else {
+    qk = qkv.narrow(1, 0, (heads + kv) * hd).view({n, heads + kv, hd});
+    qk = rotary.ApplyPacked(RmsNorm(qk, w.qk_norm, c.rms_norm_eps), cos, sin);
+  }
   QkvProjection p;
   p.q = qk.narrow(1, 0, heads);
   p.k = qk.narrow(1, heads, kv);
@@ -172,9 +181,10 @@ at::Tensor FinishDecoderLayer(const at::Tensor& x, const at::Tensor& attn,
   at::Tensor y = at::addmm(x, attn, w.o_t);
   const int64_t inter = w.gate_up_t.size(1) / 2;
   at::Tensor gu = at::mm(RmsNormalize(y, c.rms_norm_eps), w.gate_up_t);
-  return at::addmm(
-      y, at::silu(gu.narrow(1, 0, inter)) * gu.narrow(1, inter, inter),
-      w.down_t);
+  at::Tensor act = CpuKernelsApply(gu) ? CpuSiluMul(gu)
+                                       : at::silu(gu.narrow(1, 0, inter)) *
+                                             gu.narrow(1, inter, inter);
+  return at::addmm(y, act, w.down_t);
 }
 
 }  // namespace dedit

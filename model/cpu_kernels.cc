@@ -1,0 +1,122 @@
+#include "model/cpu_kernels.h"
+
+#include <ATen/Functions.h>
+#include <ATen/Parallel.h>
+#include <ATen/core/grad_mode.h>
+#include <c10/util/Exception.h>
+
+#include <cmath>
+
+namespace dedit {
+namespace {
+
+// Rows per parallel_for task: the rows are short (one head or one hidden
+// state), so only long prefills split.
+constexpr int64_t kGrainRows = 64;
+
+// Sum of squares of n floats, in four independent lanes so that the
+// compiler can vectorise it without reassociating on its own.
+inline float SumOfSquares(const float* x, int64_t n) {
+  float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    s0 += x[i] * x[i];
+    s1 += x[i + 1] * x[i + 1];
+    s2 += x[i + 2] * x[i + 2];
+    s3 += x[i + 3] * x[i + 3];
+  }
+  for (; i < n; ++i) s0 += x[i] * x[i];
+  return (s0 + s1) + (s2 + s3);
+}
+
+inline float InverseRms(const float* x, int64_t n, double eps) {
+  return static_cast<float>(
+      1.0 / std::sqrt(static_cast<double>(SumOfSquares(x, n)) / n + eps));
+}
+
+}  // namespace
+
+bool CpuKernelsApply(const at::Tensor& t) {
+  // No autograd through the loops: the trainer's forward (grad mode on)
+  // keeps the ATen composition.
+  return !at::GradMode::is_enabled() && t.defined() && t.device().is_cpu() &&
+         t.scalar_type() == at::kFloat && t.is_contiguous();
+}
+
+at::Tensor CpuRmsNormalize(const at::Tensor& x, double eps) {
+  const int64_t d = x.size(-1);
+  const int64_t rows = d == 0 ? 0 : x.numel() / d;
+  at::Tensor out = at::empty_like(x);
+  const float* in = x.data_ptr<float>();
+  float* o = out.data_ptr<float>();
+  at::parallel_for(0, rows, kGrainRows, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* xr = in + r * d;
+      float* yr = o + r * d;
+      const float inv = InverseRms(xr, d, eps);
+      for (int64_t j = 0; j < d; ++j) yr[j] = xr[j] * inv;
+    }
+  });
+  return out;
+}
+
+at::Tensor CpuHeadNormRope(const at::Tensor& qkv, int64_t heads,
+                           int64_t head_dim, const at::Tensor& weight,
+                           double eps, const at::Tensor& cos,
+                           const at::Tensor& sin) {
+  TORCH_CHECK(head_dim % 2 == 0 && head_dim <= 512,
+              "CpuHeadNormRope: head_dim ", head_dim,
+              " must be even and at most 512");
+  TORCH_CHECK(qkv.dim() == 2 && qkv.size(1) >= heads * head_dim,
+              "CpuHeadNormRope: qkv rows hold fewer than ", heads, " heads");
+  const int64_t n = qkv.size(0);
+  const int64_t row = qkv.size(1);
+  const int64_t half = head_dim / 2;
+  at::Tensor out = at::empty({n, heads, head_dim}, qkv.options());
+  const float* in = qkv.data_ptr<float>();
+  const float* w = weight.data_ptr<float>();
+  const float* c = cos.data_ptr<float>();
+  const float* s = sin.data_ptr<float>();
+  float* o = out.data_ptr<float>();
+  at::parallel_for(0, n, kGrainRows, [&](int64_t begin, int64_t end) {
+    float y[512];  // one normalised head; head_dim <= 512 (checked below)
+    for (int64_t t = begin; t < end; ++t) {
+      const float* ct = c + t * head_dim;
+      const float* st = s + t * head_dim;
+      for (int64_t h = 0; h < heads; ++h) {
+        const float* xh = in + t * row + h * head_dim;
+        const float* wh = w + h * head_dim;
+        float* oh = o + (t * heads + h) * head_dim;
+        const float inv = InverseRms(xh, head_dim, eps);
+        for (int64_t j = 0; j < head_dim; ++j) y[j] = xh[j] * inv * wh[j];
+        // rotate_half(y) = [-y2, y1]
+        for (int64_t j = 0; j < half; ++j) {
+          oh[j] = y[j] * ct[j] - y[j + half] * st[j];
+          oh[j + half] = y[j + half] * ct[j + half] + y[j] * st[j + half];
+        }
+      }
+    }
+  });
+  return out;
+}
+
+at::Tensor CpuSiluMul(const at::Tensor& gu) {
+  const int64_t n = gu.size(0);
+  const int64_t inter = gu.size(1) / 2;
+  at::Tensor out = at::empty({n, inter}, gu.options());
+  const float* in = gu.data_ptr<float>();
+  float* o = out.data_ptr<float>();
+  at::parallel_for(0, n, kGrainRows, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* g = in + r * 2 * inter;
+      const float* u = g + inter;
+      float* y = o + r * inter;
+      for (int64_t j = 0; j < inter; ++j) {
+        y[j] = g[j] / (1.0f + std::exp(-g[j])) * u[j];
+      }
+    }
+  });
+  return out;
+}
+
+}  // namespace dedit

@@ -1,0 +1,44 @@
+// Fused CPU kernels for the small elementwise steps of a decoder layer.
+//
+// libtorch 1.13 (Debian's, CPU) has no fused RMSNorm, RoPE or SwiGLU: each
+// is 3-6 ATen ops, and at decode a tiny model's layer is dispatch-bound,
+// so those ops cost more than the matmuls (docs/ARCHITECTURE.md §2,
+// bench/README.md "Engine efficiency"). These loops do each step in one pass and one
+// allocation. They apply to contiguous fp32 CPU tensors only; everything
+// else (bf16, CUDA) keeps the ATen composition in model/transformer_ops.cc,
+// which is also the reference they are tested against
+// (tests/model/cpu_kernels_test.cc).
+#ifndef DEDIT_MODEL_CPU_KERNELS_H_
+#define DEDIT_MODEL_CPU_KERNELS_H_
+
+#include <ATen/Tensor.h>
+
+#include <cstdint>
+
+namespace dedit {
+
+// Whether the kernels below take `t`: fp32, on the CPU, contiguous, and
+// grad mode off (inference; the loops have no backward).
+bool CpuKernelsApply(const at::Tensor& t);
+
+// x * rsqrt(mean(x^2) + eps) over the last dimension of x. REQUIRES
+// CpuKernelsApply(x).
+at::Tensor CpuRmsNormalize(const at::Tensor& x, double eps);
+
+// Per-head RMSNorm with weight, then NeoX rotary embedding, of the first
+// `heads` heads of each row of `qkv` ([n, >= heads * head_dim], the packed
+// q/k/v projection). weight: [heads, head_dim]; cos, sin: n rows of
+// head_dim ([n, head_dim] or [n, 1, head_dim]). Returns [n, heads,
+// head_dim]. REQUIRES CpuKernelsApply of every tensor.
+at::Tensor CpuHeadNormRope(const at::Tensor& qkv, int64_t heads,
+                           int64_t head_dim, const at::Tensor& weight,
+                           double eps, const at::Tensor& cos,
+                           const at::Tensor& sin);
+
+// silu(gu[:, :I]) * gu[:, I:] for gu [n, 2I] (packed gate/up). REQUIRES
+// CpuKernelsApply(gu).
+at::Tensor CpuSiluMul(const at::Tensor& gu);
+
+}  // namespace dedit
+
+#endif  // DEDIT_MODEL_CPU_KERNELS_H_

@@ -1,0 +1,140 @@
+// The fused CPU kernels (model/cpu_kernels.h) against the ATen composition
+// they replace at inference, which the trainer still runs with autograd.
+#include "model/cpu_kernels.h"
+
+#include <ATen/Functions.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/core/grad_mode.h>
+#include <c10/core/InferenceMode.h>
+
+#include "gtest/gtest.h"
+#include "model/transformer_ops.h"
+
+namespace dedit {
+namespace {
+
+constexpr double kEps = 1e-6;
+
+// Max |a - b| relative to max |b|.
+double RelativeError(const at::Tensor& a, const at::Tensor& b) {
+  return (a - b).abs().max().item<double>() /
+         std::max(b.abs().max().item<double>(), 1e-12);
+}
+
+Qwen3Config SmallConfig() {
+  Qwen3Config c;
+  c.hidden_size = 64;
+  c.intermediate_size = 96;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 16;
+  c.rms_norm_eps = kEps;
+  return c;
+}
+
+DecoderLayerWeights RandomLayer(const Qwen3Config& c) {
+  DecoderLayerWeights w;
+  const int64_t h = c.hidden_size, hd = c.head_dim;
+  w.input_layernorm = at::rand({h}) + 0.5;
+  w.post_attention_layernorm = at::rand({h}) + 0.5;
+  w.q_proj = at::randn({c.num_attention_heads * hd, h}) * 0.1;
+  w.k_proj = at::randn({c.num_key_value_heads * hd, h}) * 0.1;
+  w.v_proj = at::randn({c.num_key_value_heads * hd, h}) * 0.1;
+  w.o_proj = at::randn({h, c.num_attention_heads * hd}) * 0.1;
+  w.q_norm = at::rand({hd}) + 0.5;
+  w.k_norm = at::rand({hd}) + 0.5;
+  w.gate_proj = at::randn({c.intermediate_size, h}) * 0.1;
+  w.up_proj = at::randn({c.intermediate_size, h}) * 0.1;
+  w.down_proj = at::randn({h, c.intermediate_size}) * 0.1;
+  PackDecoderLayer(c, &w);
+  return w;
+}
+
+TEST(CpuKernels, ApplyOnlyToContiguousFp32CpuTensorsWithoutGrad) {
+  const at::Tensor x = at::randn({3, 8});
+  {
+    at::NoGradGuard no_grad;
+    EXPECT_TRUE(CpuKernelsApply(x));
+    EXPECT_FALSE(CpuKernelsApply(x.t()));  // not contiguous
+    EXPECT_FALSE(CpuKernelsApply(x.to(at::kBFloat16)));
+    EXPECT_FALSE(CpuKernelsApply(at::Tensor()));
+  }
+  {
+    c10::InferenceMode inference;
+    EXPECT_TRUE(CpuKernelsApply(x));
+  }
+  // Grad mode on (the trainer): the composition, which has a backward.
+  EXPECT_FALSE(CpuKernelsApply(x));
+}
+
+TEST(CpuKernels, RmsNormalizeMatchesTheComposition) {
+  for (int64_t rows : {1, 7, 300}) {
+    at::Tensor x = at::randn({rows, 128}) * 3;
+    at::Tensor reference = x * at::rsqrt(x.pow(2).mean({-1}, true) + kEps);
+    c10::InferenceMode inference;
+    at::Tensor fused = CpuRmsNormalize(x, kEps);
+    EXPECT_LT(RelativeError(fused, reference), 1e-6) << rows << " rows";
+    // RmsNormalize itself takes the kernel at inference.
+    EXPECT_LT(RelativeError(RmsNormalize(x, kEps), reference), 1e-6);
+  }
+}
+
+TEST(CpuKernels, HeadNormRopeMatchesNormThenRotary) {
+  const int64_t heads = 6, hd = 32, extra = 2 * hd;  // v columns, skipped
+  const Rotary rotary(hd, 10000.0, at::kCPU);
+  for (int64_t n : {1, 16, 257}) {
+    at::Tensor qkv = at::randn({n, heads * hd + extra});
+    at::Tensor weight = at::rand({heads, hd}) + 0.5;
+    at::Tensor positions = at::arange(40, 40 + n, at::kLong);
+    at::Tensor cos, sin;
+    rotary.HeadTables(positions, at::kFloat, &cos, &sin);
+    // Grad mode on: RmsNorm and ApplyPacked are the ATen composition.
+    at::Tensor reference = rotary.ApplyPacked(
+        RmsNorm(qkv.narrow(1, 0, heads * hd).view({n, heads, hd}), weight,
+                kEps),
+        cos, sin);
+    c10::InferenceMode inference;
+    at::Tensor fused = CpuHeadNormRope(qkv, heads, hd, weight, kEps, cos, sin);
+    ASSERT_EQ(fused.sizes(), reference.sizes());
+    EXPECT_LT(RelativeError(fused, reference), 1e-5) << n << " tokens";
+  }
+}
+
+TEST(CpuKernels, SiluMulMatchesTheComposition) {
+  for (int64_t n : {1, 9, 130}) {
+    at::Tensor gu = at::randn({n, 2 * 48}) * 4;
+    at::Tensor reference = at::silu(gu.narrow(1, 0, 48)) * gu.narrow(1, 48, 48);
+    c10::InferenceMode inference;
+    EXPECT_LT(RelativeError(CpuSiluMul(gu), reference), 1e-6) << n;
+  }
+}
+
+TEST(CpuKernels, DecoderLayerAtInferenceMatchesTheTrainersComposition) {
+  const Qwen3Config c = SmallConfig();
+  const DecoderLayerWeights w = RandomLayer(c);
+  const Rotary rotary(c.head_dim, 10000.0, at::kCPU);
+  at::Tensor x = at::randn({5, c.hidden_size});
+  at::Tensor attn = at::randn({5, c.num_attention_heads * c.head_dim});
+  at::Tensor cos, sin;
+  rotary.HeadTables(at::arange(3, 8, at::kLong), at::kFloat, &cos, &sin);
+  const QkvProjection ref = ProjectQkv(x, w, c, rotary, cos, sin);
+  const at::Tensor ref_out = FinishDecoderLayer(x, attn, w, c);
+  c10::InferenceMode inference;
+  const QkvProjection got = ProjectQkv(x, w, c, rotary, cos, sin);
+  EXPECT_LT(RelativeError(got.q, ref.q), 1e-5);
+  EXPECT_LT(RelativeError(got.k, ref.k), 1e-5);
+  EXPECT_LT(RelativeError(got.v, ref.v), 1e-6);
+  EXPECT_LT(RelativeError(FinishDecoderLayer(x, attn, w, c), ref_out), 1e-5);
+}
+
+TEST(CpuKernels, BadHeadDimIsAnError) {
+  c10::InferenceMode inference;
+  at::Tensor qkv = at::randn({2, 3 * 7});
+  at::Tensor weight = at::ones({3, 7});
+  at::Tensor table = at::ones({2, 7});
+  EXPECT_THROW(CpuHeadNormRope(qkv, 3, 7, weight, kEps, table, table),
+               c10::Error);
+}
+
+}  // namespace
+}  // namespace dedit
