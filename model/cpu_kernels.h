@@ -3,10 +3,10 @@
 // libtorch 1.13 (Debian's, CPU) has no fused RMSNorm, RoPE or SwiGLU: each
 // is 3-6 ATen ops, and at decode a tiny model's layer is dispatch-bound,
 // so those ops cost more than the matmuls (docs/ARCHITECTURE.md §2,
-// bench/README.md "Engine efficiency"). These loops do each step in one pass and one
-// allocation. They apply to contiguous fp32 CPU tensors only; everything
-// else (bf16, CUDA) keeps the ATen composition in model/transformer_ops.cc,
-// which is also the reference they are tested against
+// bench/README.md "Engine efficiency"). These loops do each step in one pass
+// and one allocation. They apply to contiguous fp32 CPU tensors only;
+// everything else (bf16, CUDA) keeps the ATen composition in
+// model/transformer_ops.cc, which is also the reference they are tested against
 // (tests/model/cpu_kernels_test.cc).
 #ifndef DEDIT_MODEL_CPU_KERNELS_H_
 #define DEDIT_MODEL_CPU_KERNELS_H_
