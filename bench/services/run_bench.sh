@@ -124,9 +124,19 @@ client() {
         --prompts "$OUT/prompts.jsonl" "$@"
   fi
 }
-client --concurrency 1 --requests "$REQUESTS" --no-speculation
-client --concurrency 1 --requests "$REQUESTS"
-client --concurrency 1 --requests "$REQUESTS" --method ngram --window "$NGRAM_W"
+# Each one-stream run also reports where its rounds' time went, from the
+# router's and the target's histograms (round_breakdown.py).
+breakdown() {  # label, client flags...
+  local label=$1; shift
+  python3 "$ROOT/bench/services/round_breakdown.py" snap 127.0.0.1:9150 \
+      127.0.0.1:9151 > "$OUT/metrics-before.json"
+  client "$@"
+  python3 "$ROOT/bench/services/round_breakdown.py" report \
+      "$OUT/metrics-before.json" 127.0.0.1:9150 127.0.0.1:9151 "$label"
+}
+breakdown rounds_target_only --concurrency 1 --requests "$REQUESTS" --no-speculation
+breakdown rounds_speculative --concurrency 1 --requests "$REQUESTS"
+breakdown rounds_ngram --concurrency 1 --requests "$REQUESTS" --method ngram --window "$NGRAM_W"
 echo "# throughput at 1/4/16 concurrent streams (speculative)"
 for c in 4 16; do client --concurrency "$c" --requests 2; done
 echo "# throughput at 1/4/16 concurrent streams (target-only)"
