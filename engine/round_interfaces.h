@@ -30,6 +30,11 @@ struct PrefillWork {
   // turn): its first `start` cached tokens stay, the rest is dropped, and
   // `prompt` follows them. The sampler is replaced by `sampling`.
   int64_t start = 0;
+  // Whether the model drafter may draft this sequence, so the verifier side
+  // feeds it the sequence's context features. False for target-only and
+  // n-gram requests: no feature traffic, and no drafter memory, for a
+  // sequence no model will draft.
+  bool context = true;
 };
 
 struct VerifyWork {

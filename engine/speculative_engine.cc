@@ -126,6 +126,15 @@ Drafter* SpeculativeEngine::DrafterFor(const Sequence& seq) {
              : drafter_;
 }
 
+bool SpeculativeEngine::FeedsContext(const Sequence& seq) const {
+  if (drafter_ == nullptr) return false;
+  // A session's turns share one sequence, and a later turn may draft with
+  // the model whatever this one does.
+  if (seq.request.keep || seq.request.continue_sequence != 0) return true;
+  return seq.request.method == DraftMethod::kModel && seq.request.passes > 0 &&
+         seq.request.window >= 2;
+}
+
 absl::StatusOr<SequenceId> SpeculativeEngine::Submit(GenerationRequest request,
                                                      TokenCallback on_tokens) {
   if (request.prompt.empty()) {
@@ -310,10 +319,9 @@ void SpeculativeEngine::Finish(SequenceId id, FinishReason reason,
     // Release errors (e.g. a sequence the target never created) are not
     // the request's concern: it is finished either way.
     (void)verifier_->Release(id);
-    // The verifier side feeds the model drafter's context for every
-    // sequence, whichever method drafts it, so the model drafter always
-    // releases (the n-gram method keeps no state).
-    if (drafter_ != nullptr) (void)drafter_->Release(id);
+    // The model drafter holds context for the sequences the verifier side
+    // fed it (the n-gram method keeps no state).
+    if (FeedsContext(seq)) (void)drafter_->Release(id);
   }
   finished_.push_back(std::move(seq.result));
   sequences_.erase(it);
@@ -375,7 +383,7 @@ absl::Status SpeculativeEngine::Step() {
         {id,
          std::vector<int32_t>(seq.request.prompt.begin() + seq.reuse,
                               seq.request.prompt.end()),
-         seq.request.sampling, seq.reuse});
+         seq.request.sampling, seq.reuse, FeedsContext(seq)});
   }
   std::vector<VerifyWork> verifies;
   for (SequenceId id : round_ids) {

@@ -212,6 +212,9 @@ class SpeculativeEngine {
   void Finish(SequenceId id, FinishReason reason, absl::Status status = {});
   int WindowFor(const Sequence& seq) const;
   Drafter* DrafterFor(const Sequence& seq);
+  // Whether the model drafter may ever draft `seq`, so the verifier side
+  // feeds it the sequence's context (PrefillWork::context).
+  bool FeedsContext(const Sequence& seq) const;
   // Right number of passes, W-1 tokens each (at most W-1 for a drafter
   // that proposes short blocks), ids inside the vocabulary.
   bool WellFormedDraft(const Drafter& drafter, const DraftRequest& request,

@@ -24,6 +24,7 @@ absl::StatusOr<TargetStepResult> LocalVerifier::Step(
   for (const PrefillWork& p : prefills) {
     RETURN_IF_ERROR(model_->AddSequence(p.sequence));
     samplers_[p.sequence] = std::make_unique<TokenSampler>(p.sampling);
+    if (!p.context) no_context_.insert(p.sequence);
     segments.push_back(
         {p.sequence, p.prompt, 0, {static_cast<int>(p.prompt.size()) - 1}});
   }
@@ -40,6 +41,7 @@ absl::StatusOr<TargetStepResult> LocalVerifier::Step(
     for (const PrefillWork& p : prefills) {
       (void)model_->RemoveSequence(p.sequence);
       samplers_.erase(p.sequence);
+      no_context_.erase(p.sequence);
     }
     return forward.status();
   }
@@ -49,24 +51,29 @@ absl::StatusOr<TargetStepResult> LocalVerifier::Step(
     const PrefillWork& p = prefills[i];
     ASSIGN_OR_RETURN(
         std::optional<int32_t> first,
-        CommitPrefillChunk(out, i, p.sequence, 0,
-                           static_cast<int64_t>(p.prompt.size()),
-                           /*last=*/true, *samplers_.at(p.sequence), sink_));
+        CommitPrefillChunk(
+            out, i, p.sequence, 0, static_cast<int64_t>(p.prompt.size()),
+            /*last=*/true, *samplers_.at(p.sequence), SinkFor(p.sequence)));
     result.first_tokens.push_back(*first);
   }
   for (size_t j = 0; j < verifies.size(); ++j) {
     const VerifyWork& v = verifies[j];
-    ASSIGN_OR_RETURN(
-        VerifyOutcome outcome,
-        CommitVerifyBlock(out, prefills.size() + j, v,
-                          *samplers_.at(v.sequence), *model_, sink_));
+    ASSIGN_OR_RETURN(VerifyOutcome outcome,
+                     CommitVerifyBlock(out, prefills.size() + j, v,
+                                       *samplers_.at(v.sequence), *model_,
+                                       SinkFor(v.sequence)));
     result.verified.push_back(std::move(outcome));
   }
   return result;
 }
 
+ContextSink* LocalVerifier::SinkFor(SequenceId sequence) const {
+  return no_context_.count(sequence) ? nullptr : sink_;
+}
+
 absl::Status LocalVerifier::Release(SequenceId sequence) {
   samplers_.erase(sequence);
+  no_context_.erase(sequence);
   return model_->RemoveSequence(sequence);
 }
 

@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "engine/round_interfaces.h"
 #include "model/context_sink.h"
@@ -35,6 +36,10 @@ class LocalVerifier : public Verifier {
   Qwen3Model* model_;
   ContextSink* sink_;
   std::unordered_map<SequenceId, std::unique_ptr<TokenSampler>> samplers_;
+  // Sequences created with PrefillWork::context false: never fed to sink_.
+  std::unordered_set<SequenceId> no_context_;
+
+  ContextSink* SinkFor(SequenceId sequence) const;
 };
 
 // Drafter side over a DEditDrafter; also the sink for the target's features.

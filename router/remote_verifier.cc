@@ -72,6 +72,7 @@ absl::StatusOr<TargetStepResult> RemoteVerifier::Step(
     v1::PrefillItem* item = request.mutable_prefill()->add_items();
     item->set_sequence(WireSequenceId(nonce_, p.sequence));
     item->set_start(p.start);
+    item->set_no_context(!p.context);
     item->mutable_prompt()->Add(p.prompt.begin(), p.prompt.end());
     v1::TargetSampling* s = item->mutable_sampling();
     s->set_temperature(p.sampling.temperature);

@@ -32,6 +32,7 @@ std::vector<TargetPrefillItem> PrefillItems(const v1::PrefillRequest& request) {
     item.work.sampling.seed = p.sampling().seed();
     item.reserve_tokens = p.reserve_tokens();
     item.work.start = p.start();
+    item.work.context = !p.no_context();
     items.push_back(std::move(item));
   }
   return items;

@@ -256,6 +256,7 @@ absl::Status TargetBatcher::AdmitItem(const TargetPrefillItem& item,
     RETURN_IF_ERROR(model_->Truncate(w.sequence, w.start));
   }
   SequenceState& s = sequences_[w.sequence];
+  if (w.start == 0) s.context = w.context;
   s.sampler = std::make_unique<TokenSampler>(w.sampling);
   reserved_tokens_ += reserve - s.reserved_tokens;
   s.reserved_tokens = reserve;
@@ -430,6 +431,11 @@ absl::StatusOr<TargetForwardResult> TargetBatcher::RunPlan(
   return forward;
 }
 
+ContextPublisher* TargetBatcher::PublisherFor(SequenceId id) const {
+  auto it = sequences_.find(id);
+  return it != sequences_.end() && it->second.context ? publisher_ : nullptr;
+}
+
 absl::StatusOr<std::vector<VerifyOutcome>> TargetBatcher::CommitVerifyCall(
     const TargetVerifyJob& job, size_t first_segment,
     const TargetForwardResult& out) {
@@ -440,7 +446,7 @@ absl::StatusOr<std::vector<VerifyOutcome>> TargetBatcher::CommitVerifyCall(
     ASSIGN_OR_RETURN(VerifyOutcome outcome,
                      CommitVerifyBlock(out, first_segment + i, v,
                                        *sequences_.at(v.sequence).sampler,
-                                       *model_, publisher_));
+                                       *model_, PublisherFor(v.sequence)));
     outcomes.push_back(std::move(outcome));
   }
   return outcomes;
@@ -464,11 +470,12 @@ void TargetBatcher::CommitPlan(
     auto it = FindPrefill(chunk.sequence);
     if (it == prefilling_.end()) continue;  // only if the REQUIRES was broken
     const absl::StatusOr<std::optional<int32_t>> first =
-        forward.ok() ? CommitPrefillChunk(
-                           *forward, chunk_segment, chunk.sequence, chunk.start,
-                           chunk.length, chunk.last,
-                           *sequences_.at(chunk.sequence).sampler, publisher_)
-                     : forward.status();
+        forward.ok()
+            ? CommitPrefillChunk(*forward, chunk_segment, chunk.sequence,
+                                 chunk.start, chunk.length, chunk.last,
+                                 *sequences_.at(chunk.sequence).sampler,
+                                 PublisherFor(chunk.sequence))
+            : forward.status();
     it->done_tokens += chunk.length;
     if (first.ok() && !first->has_value()) continue;  // more chunks to come
     const PrefillProgress p = *it;
@@ -529,9 +536,11 @@ void TargetBatcher::DropSequence(SequenceId id) {
   auto it = sequences_.find(id);
   if (it == sequences_.end()) return;
   reserved_tokens_ -= it->second.reserved_tokens;
+  const bool context = it->second.context;
   sequences_.erase(it);
   (void)model_->RemoveSequence(id);
-  if (publisher_ != nullptr) publisher_->OnRelease(id);
+  // The drafter holds nothing for a sequence it was never fed.
+  if (publisher_ != nullptr && context) publisher_->OnRelease(id);
 }
 
 TargetWorkerSnapshot TargetBatcher::snapshot() const {

@@ -297,7 +297,12 @@ class TargetBatcher {
     bool idle = false;         // kept between turns (ApplyKeepIdle)
     uint64_t idle_since = 0;   // idle_tick_ when it became idle (LRU order)
     absl::Time lease_renewed;  // the last call that named the sequence
+    // Its context features go to the drafter (PrefillWork::context, fixed
+    // when the sequence is created).
+    bool context = true;
   };
+  // publisher_ for a sequence that feeds the drafter, else null.
+  ContextPublisher* PublisherFor(SequenceId id) const;
 
   // model_->Forward, after the before_forward_for_test seam.
   absl::StatusOr<TargetForwardResult> Forward(

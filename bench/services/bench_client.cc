@@ -9,8 +9,17 @@
 // Reports decode time per output token ((last token - first token) /
 // (tokens - 1), mean over requests, prefill excluded), throughput (all
 // tokens / wall time), mean TTFT and mean acceptance length.
+//
+//   dedit-services-bench-client --ping 127.0.0.1:50051 [--pings 2000]
+//
+// instead times bare unary calls to a dedit-target, one at a time: the
+// floor under a services round (bench/README.md). Median and p90 round trip
+// in µs of Health.Check (answered on a gRPC thread), an empty Target.Step
+// (the reactor path, answered at once) and an empty Target.KeepAlive (also
+// a hand-off to the target's model thread and back).
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -24,6 +33,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "dedit/v1/services.grpc.pb.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 
 ABSL_FLAG(std::string, router, "127.0.0.1:50050", "dedit-router address");
 ABSL_FLAG(int, concurrency, 1, "concurrent clients");
@@ -34,6 +44,9 @@ ABSL_FLAG(int, passes, 3, "K");
 ABSL_FLAG(bool, no_speculation, false, "target-only");
 ABSL_FLAG(std::string, method, "model", "model or ngram");
 ABSL_FLAG(std::string, prompts, "", "JSON lines of prompt ids (required)");
+ABSL_FLAG(std::string, ping, "",
+          "a dedit-target address: time bare unary calls instead");
+ABSL_FLAG(int, pings, 2000, "calls per kind with --ping");
 
 namespace {
 
@@ -49,10 +62,57 @@ double Mean(const std::vector<double>& xs) {
   return xs.empty() ? 0.0 : sum / static_cast<double>(xs.size());
 }
 
+// Median and p90 in µs of `n` sequential calls of `call` (after 50
+// untimed ones), or the first error.
+template <typename Call>
+nlohmann::json TimeCalls(int n, Call call) {
+  std::vector<double> us;
+  for (int i = 0; i < n + 50; ++i) {
+    const auto t0 = Clock::now();
+    const grpc::Status status = call();
+    if (!status.ok()) return {{"error", status.error_message()}};
+    if (i >= 50) us.push_back(1e6 * Seconds(Clock::now() - t0));
+  }
+  std::sort(us.begin(), us.end());
+  return {{"median_us", us[us.size() / 2]},
+          {"p90_us", us[us.size() * 9 / 10]}};
+}
+
+int Ping(const std::string& address, int n) {
+  auto channel =
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  auto health = grpc::health::v1::Health::NewStub(channel);
+  auto target = dedit::v1::Target::NewStub(channel);
+  nlohmann::json out = {{"config", "ping_target"}, {"calls", n}};
+  out["health_check"] = TimeCalls(n, [&] {
+    grpc::ClientContext context;
+    grpc::health::v1::HealthCheckRequest request;
+    grpc::health::v1::HealthCheckResponse response;
+    return health->Check(&context, request, &response);
+  });
+  out["empty_step"] = TimeCalls(n, [&] {
+    grpc::ClientContext context;
+    dedit::v1::StepRequest request;
+    dedit::v1::StepResponse response;
+    return target->Step(&context, request, &response);
+  });
+  out["empty_keep_alive"] = TimeCalls(n, [&] {
+    grpc::ClientContext context;
+    dedit::v1::KeepAliveRequest request;
+    dedit::v1::KeepAliveResponse response;
+    return target->KeepAlive(&context, request, &response);
+  });
+  std::printf("%s\n", out.dump().c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  if (!absl::GetFlag(FLAGS_ping).empty()) {
+    return Ping(absl::GetFlag(FLAGS_ping), absl::GetFlag(FLAGS_pings));
+  }
   std::vector<std::vector<int32_t>> given;
   std::ifstream in(absl::GetFlag(FLAGS_prompts));
   for (std::string line; std::getline(in, line);) {

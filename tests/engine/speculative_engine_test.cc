@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <random>
+#include <set>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -279,6 +280,61 @@ TEST_F(EngineTest, NgramMethodIsLosslessInAMixedBatch) {
   // target's output gives it misses: both kinds of round were exercised.
   EXPECT_GT(drafted, 0);
   EXPECT_GT(short_blocks, 0);
+}
+
+// The model drafter is fed context only for the sequences it may draft:
+// target-only and n-gram requests cost it no features and no memory, and
+// are not released on it. Output stays lossless for all of them.
+TEST_F(EngineTest, OnlySequencesTheModelDraftsFeedTheDrafter) {
+  class Recording : public Drafter, public ContextSink {
+   public:
+    explicit Recording(LocalDrafter* inner) : inner_(inner) {}
+    absl::StatusOr<std::vector<DraftResult>> Draft(
+        const std::vector<DraftRequest>& requests) override {
+      return inner_->Draft(requests);
+    }
+    absl::Status Release(SequenceId id) override {
+      released.insert(id);
+      return inner_->Release(id);
+    }
+    int block_size() const override { return inner_->block_size(); }
+    absl::Status OnContext(SequenceId id, int64_t start,
+                           const at::Tensor& features) override {
+      fed.insert(id);
+      return inner_->OnContext(id, start, features);
+    }
+    std::set<SequenceId> fed, released;
+
+   private:
+    LocalDrafter* inner_;
+  };
+  LocalDrafter inner(pair_->drafter.get());
+  Recording drafter(&inner);
+  LocalVerifier verifier(pair_->target.get(), &drafter);
+  SpeculativeEngine engine(&verifier, &drafter, EngineOptions(spec_));
+  const int kNew = 24;
+  std::vector<GenerationRequest> reqs(4);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    reqs[i].prompt =
+        RandomPrompt(9 + static_cast<int>(i), 128, 60 + static_cast<int>(i));
+    reqs[i].max_new_tokens = kNew;
+    reqs[i].window = 8;
+  }
+  reqs[1].passes = 0;                    // target-only
+  reqs[2].method = DraftMethod::kNgram;  // prompt lookup
+  reqs[3].window = 1;                    // target-only by window
+  auto results = engine.Generate(reqs);
+  ASSERT_TRUE(results.ok()) << results.status();
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EXPECT_EQ((*results)[i].tokens,
+              GreedyReference(*pair_->target, reqs[i].prompt, kNew))
+        << "request " << i;
+  }
+  const std::vector<SequenceId> ids = {(*results)[0].id, (*results)[1].id};
+  EXPECT_EQ(drafter.fed, std::set<SequenceId>{ids[0]});
+  EXPECT_EQ(drafter.released, std::set<SequenceId>{ids[0]});
+  EXPECT_EQ(pair_->drafter->num_sequences(), 0u);
+  EXPECT_EQ(pair_->target->num_sequences(), 0u);
 }
 
 // Without any model drafter (a target-only deployment) the n-gram method

@@ -914,6 +914,45 @@ TEST_F(TargetWorkerTest, ReleaseAnswersAndTellsThePublisher) {
   EXPECT_EQ(s.kv_capacity_tokens, 50);
 }
 
+// A sequence created with PrefillWork::context false (target-only or
+// n-gram, PrefillItem.no_context on the wire) never reaches the drafter:
+// no features when prefilled or verified, no release marker; its output is
+// the same. The other sequence in the same forwards is published as ever.
+TEST_F(TargetWorkerTest, SequencesWithoutContextAreNotPublished) {
+  auto worker = MakeWorker(TargetWorkerOptions());
+  worker->Start();
+  const std::vector<int32_t> prompt = RandomPrompt(12, 128, 21);
+  const std::vector<int32_t> greedy =
+      GreedyReference(*pair_->target, prompt, 6);
+  TargetPrefillItem quiet = Item(1, prompt);
+  quiet.work.context = false;
+  PendingPrefill prefill;
+  worker->Prefill({quiet, Item(2, prompt)}, prefill.callback());
+  auto first = prefill.Get();
+  ASSERT_TRUE(first.has_value() && (*first)[0].ok() && (*first)[1].ok());
+  std::vector<int32_t> out[2] = {{*(*first)[0]}, {*(*first)[1]}};
+  int64_t start = static_cast<int64_t>(prompt.size());
+  while (out[0].size() < greedy.size()) {
+    PendingVerify verify;
+    worker->Verify({{1, start, {out[0].back()}}, {2, start, {out[1].back()}}},
+                   verify.callback());
+    auto result = verify.Get();
+    ASSERT_TRUE(result.has_value() && result->ok());
+    for (int i = 0; i < 2; ++i)
+      out[i].push_back((**result)[i].target_tokens[0]);
+    ++start;
+  }
+  EXPECT_EQ(out[0], greedy);
+  EXPECT_EQ(out[1], greedy);
+  Pending<int> released;
+  worker->Release({1, 2}, released.callback());
+  EXPECT_EQ(released.Get(), 2);
+  EXPECT_TRUE(publisher_.ContextOf(1).empty());
+  EXPECT_FALSE(publisher_.Released(1));
+  EXPECT_EQ(publisher_.ContextOf(2).size(), greedy.size());  // prompt + 5
+  EXPECT_TRUE(publisher_.Released(2));
+}
+
 // Issue 15, defect 6: the snapshot listener (which feeds the KV usage
 // gauge) hears of a release-only step, not only of forwards.
 TEST_F(TargetWorkerTest, SnapshotListenerHearsOfReleases) {
