@@ -74,8 +74,7 @@ nlohmann::json TimeCalls(int n, Call call) {
     if (i >= 50) us.push_back(1e6 * Seconds(Clock::now() - t0));
   }
   std::sort(us.begin(), us.end());
-  return {{"median_us", us[us.size() / 2]},
-          {"p90_us", us[us.size() * 9 / 10]}};
+  return {{"median_us", us[us.size() / 2]}, {"p90_us", us[us.size() * 9 / 10]}};
 }
 
 int Ping(const std::string& address, int n) {
