@@ -100,6 +100,13 @@ at::Tensor CpuHeadNormRope(const at::Tensor& qkv, int64_t heads,
   return out;
 }
 
+bool CpuSiluMulPays(const at::Tensor& gu) {
+  // Measured with dedit-engine-bench (bench/README.md): ~4 ns per scalar
+  // exp against ~2 µs per ATen op at decode.
+  constexpr int64_t kMaxElements = 4096;
+  return CpuKernelsApply(gu) && gu.numel() <= kMaxElements;
+}
+
 at::Tensor CpuSiluMul(const at::Tensor& gu) {
   const int64_t n = gu.size(0);
   const int64_t inter = gu.size(1) / 2;

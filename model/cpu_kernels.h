@@ -38,6 +38,10 @@ at::Tensor CpuHeadNormRope(const at::Tensor& qkv, int64_t heads,
 // silu(gu[:, :I]) * gu[:, I:] for gu [n, 2I] (packed gate/up). REQUIRES
 // CpuKernelsApply(gu).
 at::Tensor CpuSiluMul(const at::Tensor& gu);
+// Whether CpuSiluMul beats ATen's silu and mul on `gu`: its exp is scalar
+// libm while ATen's is vectorised (Sleef), so only for small tensors (a
+// decode step of a few sequences), where the two extra ops cost more.
+bool CpuSiluMulPays(const at::Tensor& gu);
 
 }  // namespace dedit
 

@@ -181,9 +181,9 @@ at::Tensor FinishDecoderLayer(const at::Tensor& x, const at::Tensor& attn,
   at::Tensor y = at::addmm(x, attn, w.o_t);
   const int64_t inter = w.gate_up_t.size(1) / 2;
   at::Tensor gu = at::mm(RmsNormalize(y, c.rms_norm_eps), w.gate_up_t);
-  at::Tensor act = CpuKernelsApply(gu) ? CpuSiluMul(gu)
-                                       : at::silu(gu.narrow(1, 0, inter)) *
-                                             gu.narrow(1, inter, inter);
+  at::Tensor act = CpuSiluMulPays(gu) ? CpuSiluMul(gu)
+                                      : at::silu(gu.narrow(1, 0, inter)) *
+                                            gu.narrow(1, inter, inter);
   return at::addmm(y, act, w.down_t);
 }
 

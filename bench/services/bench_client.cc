@@ -15,8 +15,10 @@
 // instead times bare unary calls to a dedit-target, one at a time: the
 // floor under a services round (bench/README.md). Median and p90 round trip
 // in µs of Health.Check (answered on a gRPC thread), an empty Target.Step
-// (the reactor path, answered at once) and an empty Target.KeepAlive (also
-// a hand-off to the target's model thread and back).
+// (the reactor path, answered at once), an empty Target.KeepAlive (also
+// a hand-off to the target's model thread and back), and a one-token
+// decode Step of a 32-token sequence (a target-only round without the
+// router; compare with the target's forward histogram).
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -101,6 +103,51 @@ int Ping(const std::string& address, int n) {
     dedit::v1::KeepAliveResponse response;
     return target->KeepAlive(&context, request, &response);
   });
+  // Target-only decoding straight against the target, one token a call:
+  // what a router round costs without the router (a fresh sequence id;
+  // released at the end).
+  const uint64_t sequence = 0x7e57000000000000ull + std::random_device()();
+  // Within a 1024-token context: 32 prompt + 50 untimed + these.
+  const int decode_calls = std::min(n, 400);
+  {
+    grpc::ClientContext context;
+    dedit::v1::StepRequest request;
+    dedit::v1::StepResponse response;
+    dedit::v1::PrefillItem* item = request.mutable_prefill()->add_items();
+    item->set_sequence(sequence);
+    for (int i = 0; i < 32; ++i) item->add_prompt(1 + i);
+    item->set_reserve_tokens(32 + decode_calls + 60);
+    item->set_no_context(true);
+    const grpc::Status status = target->Step(&context, request, &response);
+    if (!status.ok() || response.prefill().results_size() != 1 ||
+        response.prefill().results(0).code() != 0) {
+      out["decode_step"] = {{"error", "prefill failed"}};
+      std::printf("%s\n", out.dump().c_str());
+      return 1;
+    }
+    int32_t bonus = response.prefill().results(0).first_token();
+    int64_t start = 32;
+    out["decode_step"] = TimeCalls(decode_calls, [&] {
+      grpc::ClientContext call;
+      dedit::v1::StepRequest step;
+      dedit::v1::StepResponse answer;
+      dedit::v1::VerifyItem* v = step.mutable_verify()->add_items();
+      v->set_sequence(sequence);
+      v->set_start(start);
+      v->add_block(bonus);
+      grpc::Status s = target->Step(&call, step, &answer);
+      if (s.ok() && answer.verify().results_size() == 1) {
+        bonus = answer.verify().results(0).target_tokens(0);
+        ++start;
+      }
+      return s;
+    });
+    grpc::ClientContext release_context;
+    dedit::v1::ReleaseRequest release;
+    dedit::v1::ReleaseResponse released;
+    release.add_sequences(sequence);
+    (void)target->Release(&release_context, release, &released);
+  }
   std::printf("%s\n", out.dump().c_str());
   return 0;
 }
