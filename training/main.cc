@@ -68,7 +68,9 @@ ABSL_FLAG(double, rope_theta, 10000.0, "target: RoPE theta");
 ABSL_FLAG(int, seq_len, 256, "target: training window");
 ABSL_FLAG(std::string, init_from, "",
           "target: start from this exported target's weights (fresh "
-          "optimizer and schedule), e.g. to train a shipped model further");
+          "optimizer and schedule), e.g. to train a shipped model further; "
+          "a target with fewer layers than --num_layers is grown, its "
+          "new layers adding nothing until trained");
 ABSL_FLAG(int, max_positions, 0,
           "target: exported context (max_position_embeddings); 0 = seq_len");
 ABSL_FLAG(std::string, chat_tasks, "",

@@ -54,7 +54,10 @@ struct TargetTrainingOptions {
   double chat_fraction = 0.5;
   // An exported target (dedit-train target's output folder) to start from:
   // its weights, with a fresh optimizer and schedule, to train a shipped
-  // model further. Its shape must be `model`'s; empty = fresh weights.
+  // model further. Its shape must be `model`'s, except that it may have
+  // fewer layers: it is then grown (TrainableTarget::Grow) to
+  // model.num_hidden_layers, computing the same function at step 0.
+  // Empty = fresh weights.
   std::string init_from;
 };
 

@@ -9,6 +9,8 @@
 #include <limits>
 #include <utility>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "base/checkpoint_layout.h"
 #include "base/file_util.h"
@@ -146,6 +148,57 @@ absl::StatusOr<TrainableTarget> TrainableTarget::Load(const std::string& dir) {
   ASSIGN_OR_RETURN(t.params_,
                    LoadParameters(*archive, TargetCheckpointLayout(t.config_)));
   RETURN_IF_ERROR(t.BindViews());
+  return t;
+}
+
+absl::StatusOr<TrainableTarget> TrainableTarget::Grow(
+    const TrainableTarget& from, int num_layers, uint64_t seed) {
+  const int old_layers = from.config_.num_hidden_layers;
+  if (num_layers < old_layers) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot grow a ", old_layers,
+                                                   "-layer target to ",
+                                                   num_layers, " layers"));
+  }
+  Qwen3Config config = from.config_;
+  config.num_hidden_layers = num_layers;
+  ASSIGN_OR_RETURN(TrainableTarget t, Init(config, seed));
+  std::vector<int> source(num_layers, -1);  // new layer -> old layer
+  for (int i = 0; i < old_layers; ++i) {
+    source[static_cast<int64_t>(i) * num_layers / old_layers] = i;
+  }
+  const NamedTensors old = ByName(from.params_);
+  constexpr absl::string_view kPrefix = "model.layers.";
+  RETURN_IF_ERROR(GuardTorch([&]() -> absl::Status {
+    at::NoGradGuard no_grad;
+    for (NamedParameter& p : t.params_) {
+      std::string name = p.name;
+      if (absl::StartsWith(name, kPrefix)) {
+        const size_t dot = name.find('.', kPrefix.size());
+        int layer = -1;
+        if (dot == std::string::npos ||
+            !absl::SimpleAtoi(name.substr(kPrefix.size(), dot - kPrefix.size()),
+                              &layer) ||
+            layer < 0 || layer >= num_layers) {
+          return absl::InternalError(absl::StrCat("bad layer name ", name));
+        }
+        if (source[layer] < 0) {
+          if (absl::EndsWith(name, "self_attn.o_proj.weight") ||
+              absl::EndsWith(name, "mlp.down_proj.weight")) {
+            p.value.zero_();
+          }
+          continue;  // a new layer
+        }
+        name = absl::StrCat(kPrefix, source[layer], name.substr(dot));
+      }
+      auto it = old.find(name);
+      if (it == old.end() || !it->second.sizes().equals(p.value.sizes())) {
+        return absl::InternalError(absl::StrCat(
+            "the target being grown has no tensor ", name, " of that shape"));
+      }
+      p.value.copy_(it->second);
+    }
+    return absl::OkStatus();
+  }));
   return t;
 }
 

@@ -68,6 +68,13 @@ class TrainableTarget {
                                               uint64_t seed);
   // Weights of an HF folder, as fp32, trainable.
   static absl::StatusOr<TrainableTarget> Load(const std::string& dir);
+  // `from` made deeper without changing what it computes (depth
+  // up-scaling): its layers spread over `num_layers` (old layer i becomes
+  // layer floor(i * num_layers / old layers)), and each new layer freshly
+  // initialised from `seed` but with o_proj and down_proj zero, so that it
+  // adds nothing to the residual stream until training moves them.
+  static absl::StatusOr<TrainableTarget> Grow(const TrainableTarget& from,
+                                              int num_layers, uint64_t seed);
 
   // ids: [B, T] int64 at positions 0..T-1. Returns the final-normed hidden
   // states [B, T, D]. When `features` is non-null it receives the outputs of

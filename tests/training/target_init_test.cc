@@ -107,5 +107,49 @@ TEST_F(TargetInitTest, RefusesAnotherShape) {
   EXPECT_THAT(status.status().message(), HasSubstr("does not have the shape"));
 }
 
+// Depth up-scaling: a 2-layer target grown to 5 layers computes the same
+// logits (its new layers add nothing until trained), keeps its layers'
+// weights in order, and trains from there.
+TEST_F(TargetInitTest, GrowsDeeperComputingTheSameFunction) {
+  ASSERT_TRUE(RunTargetTraining(Options("g", 2e-3)).ok());
+  auto small = TrainableTarget::Load(root_ + "/g");
+  ASSERT_TRUE(small.ok()) << small.status();
+  auto grown = TrainableTarget::Grow(*small, 5, /*seed=*/3);
+  ASSERT_TRUE(grown.ok()) << grown.status();
+  EXPECT_EQ(grown->config().num_hidden_layers, 5);
+  const at::Tensor ids = at::randint(0, 200, {2, 12}, at::kLong);
+  at::NoGradGuard no_grad;
+  const at::Tensor want = small->Logits(small->Forward(ids, {}, nullptr));
+  const at::Tensor got = grown->Logits(grown->Forward(ids, {}, nullptr));
+  EXPECT_LT((got - want).abs().max().item<double>(), 1e-4);
+  // Old layers 0 and 1 sit at 0 and floor(1 * 5 / 2) = 2.
+  auto weight = [](const TrainableTarget& t, const std::string& name) {
+    for (const NamedParameter& p : t.parameters()) {
+      if (p.name == name) return p.value;
+    }
+    return at::Tensor();
+  };
+  EXPECT_TRUE(at::equal(weight(*grown, "model.layers.2.mlp.up_proj.weight"),
+                        weight(*small, "model.layers.1.mlp.up_proj.weight")));
+  EXPECT_EQ(weight(*grown, "model.layers.3.mlp.down_proj.weight")
+                .abs()
+                .max()
+                .item<float>(),
+            0.0f);
+  EXPECT_FALSE(TrainableTarget::Grow(*small, 1, 3).ok());
+
+  // Through the trainer: --init_from a shallower target grows it; at lr 0
+  // the export is the grown model itself.
+  TargetTrainingOptions deeper = Options("h", 0.0);
+  deeper.model.num_hidden_layers = 5;
+  deeper.init_from = root_ + "/g";
+  ASSERT_TRUE(RunTargetTraining(deeper).ok());
+  auto exported = TrainableTarget::Load(root_ + "/h");
+  ASSERT_TRUE(exported.ok()) << exported.status();
+  EXPECT_EQ(exported->config().num_hidden_layers, 5);
+  const at::Tensor out = exported->Logits(exported->Forward(ids, {}, nullptr));
+  EXPECT_LT((out - want).abs().max().item<double>(), 1e-4);
+}
+
 }  // namespace
 }  // namespace dedit::training
