@@ -118,9 +118,12 @@ TEST_F(TargetInitTest, GrowsDeeperComputingTheSameFunction) {
   ASSERT_TRUE(grown.ok()) << grown.status();
   EXPECT_EQ(grown->config().num_hidden_layers, 5);
   const at::Tensor ids = at::randint(0, 200, {2, 12}, at::kLong);
-  at::NoGradGuard no_grad;
-  const at::Tensor want = small->Logits(small->Forward(ids, {}, nullptr));
-  const at::Tensor got = grown->Logits(grown->Forward(ids, {}, nullptr));
+  at::Tensor want, got;
+  {
+    at::NoGradGuard no_grad;
+    want = small->Logits(small->Forward(ids, {}, nullptr));
+    got = grown->Logits(grown->Forward(ids, {}, nullptr));
+  }
   EXPECT_LT((got - want).abs().max().item<double>(), 1e-4);
   // Old layers 0 and 1 sit at 0 and floor(1 * 5 / 2) = 2.
   auto weight = [](const TrainableTarget& t, const std::string& name) {
@@ -143,10 +146,12 @@ TEST_F(TargetInitTest, GrowsDeeperComputingTheSameFunction) {
   TargetTrainingOptions deeper = Options("h", 0.0);
   deeper.model.num_hidden_layers = 5;
   deeper.init_from = root_ + "/g";
-  ASSERT_TRUE(RunTargetTraining(deeper).ok());
+  auto deeper_run = RunTargetTraining(deeper);
+  ASSERT_TRUE(deeper_run.ok()) << deeper_run.status();
   auto exported = TrainableTarget::Load(root_ + "/h");
   ASSERT_TRUE(exported.ok()) << exported.status();
   EXPECT_EQ(exported->config().num_hidden_layers, 5);
+  at::NoGradGuard no_grad;
   const at::Tensor out = exported->Logits(exported->Forward(ids, {}, nullptr));
   EXPECT_LT((out - want).abs().max().item<double>(), 1e-4);
 }
