@@ -40,8 +40,16 @@
 #                suite (chat profile; default 0.75)
 #   TASK_WEIGHTS training instances per chat family relative to the
 #                default (chat_tasks.py generate --weights, e.g.
-#                sort=4,add=0.25); held-out instances stay the same
+#                sort=4,add=0.25), for the target stage only ($WORK/
+#                tasks-weighted); distillation keeps the balanced prompts
+#                of $WORK/tasks, and held-out instances are the same
 #   TARGET_STEPS steps of the chat profile's target stage (default 3000)
+#   TARGET_LAYERS layers of the chat profile's target (default 8); with
+#                TARGET_INIT_FROM a shallower target is grown to it
+#                (dedit-train target --init_from: new layers start as
+#                identities)
+#   DRAFTER_FEATURE_LAYERS the target layers the chat drafter reads
+#                (default 0,3,6; spread them over a deeper target)
 #   DRAFTER_STEPS / ABLATION_STEPS  steps of the chat profile's drafter and
 #                of its ProposalMix twins (defaults 1200 and 300)
 #   DRAFTER_LAYERS  the chat profile drafter's layers (default 2)
@@ -100,16 +108,19 @@ case "$profile" in
     ABLATION=${ABLATION:-0}
     W32=${W32:-0}
     vocab=2048
-    chat_tasks=(--train=20000 --heldout=35 --weights="${TASK_WEIGHTS:-}")
+    chat_tasks=(--train=20000 --heldout=35)
+    target_tasks="$WORK/tasks"
+    [ -n "${TASK_WEIGHTS:-}" ] && target_tasks="$WORK/tasks-weighted"
     # 8 narrow layers (8x the 1-layer drafter), exported for a 1024-token
     # context, trained on 512-token windows (a rename prompt + answer is
     # 300-440 tokens), 3/4 of them chat tasks with the loss on answers only:
     # ~2500 tokens/s on 2 idle cores, ~85 min for the 3000 steps.
-    target_args=(--hidden_size=128 --intermediate_size=384 --num_layers=8
+    target_args=(--hidden_size=128 --intermediate_size=384
+                 --num_layers="${TARGET_LAYERS:-8}"
                  --num_heads=4 --num_kv_heads=2 --head_dim=32 --seq_len=512
                  --max_positions=1024 --batch_size=8 --steps="${TARGET_STEPS:-3000}"
                  --lr="${TARGET_LR:-2e-3}" --eval_every=200
-                 --chat_tasks="$WORK/tasks"
+                 --chat_tasks="$target_tasks"
                  --chat_fraction="${CHAT_FRACTION:-0.75}")
     # The target's own answers to training task prompts (70%) and to corpus
     # windows; distill-heldout.bin: its answers to every held-out instance
@@ -133,7 +144,8 @@ case "$profile" in
     drafter_steps=${DRAFTER_STEPS:-1200}
     drafter_args=(--drafter_layers="${DRAFTER_LAYERS:-2}" --block_size=32
                   --train_windows=16,32
-                  --target_layer_ids=0,3,6 --sequences_per_step=4
+                  --target_layer_ids="${DRAFTER_FEATURE_LAYERS:-0,3,6}"
+                  --sequences_per_step=4
                   --blocks_per_sequence=32 --steps="$drafter_steps"
                   --p1_only_steps=$((drafter_steps / 2)) --plateau_delta=0.005
                   --gt_selection_ratio=0.875 --lr=2e-3 --eval_every=100
@@ -189,6 +201,11 @@ fi
 if [ "$profile" = chat ] && [ ! -f "$WORK/tasks/heldout.jsonl" ]; then
   stage tasks python3 "$repo/training/chat_tasks.py" generate \
     --out="$WORK/tasks" "${chat_tasks[@]}"
+fi
+if [ "$profile" = chat ] && [ -n "${TASK_WEIGHTS:-}" ] &&
+   [ ! -f "$WORK/tasks-weighted/heldout.jsonl" ]; then
+  stage tasks-weighted python3 "$repo/training/chat_tasks.py" generate \
+    --out="$WORK/tasks-weighted" "${chat_tasks[@]}" --weights="$TASK_WEIGHTS"
 fi
 if [ ! -f "$WORK/target/model.safetensors" ]; then
   init=()
