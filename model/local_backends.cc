@@ -23,13 +23,13 @@ absl::StatusOr<TargetStepResult> LocalVerifier::Step(
   }
   for (const PrefillWork& p : prefills) {
     RETURN_IF_ERROR(model_->AddSequence(p.sequence));
-    samplers_[p.sequence] = std::make_unique<TokenSampler>(p.sampling);
-    if (!p.context) no_context_.insert(p.sequence);
+    sequences_[p.sequence] = {std::make_unique<TokenSampler>(p.sampling),
+                              p.context};
     segments.push_back(
         {p.sequence, p.prompt, 0, {static_cast<int>(p.prompt.size()) - 1}});
   }
   for (const VerifyWork& v : verifies) {
-    if (!samplers_.count(v.sequence)) {
+    if (!sequences_.count(v.sequence)) {
       return absl::NotFoundError(absl::StrCat("unknown sequence ", v.sequence));
     }
     TargetSegment s{v.sequence, v.block, v.start, {}};
@@ -40,8 +40,7 @@ absl::StatusOr<TargetStepResult> LocalVerifier::Step(
   if (!forward.ok()) {
     for (const PrefillWork& p : prefills) {
       (void)model_->RemoveSequence(p.sequence);
-      samplers_.erase(p.sequence);
-      no_context_.erase(p.sequence);
+      sequences_.erase(p.sequence);
     }
     return forward.status();
   }
@@ -51,29 +50,29 @@ absl::StatusOr<TargetStepResult> LocalVerifier::Step(
     const PrefillWork& p = prefills[i];
     ASSIGN_OR_RETURN(
         std::optional<int32_t> first,
-        CommitPrefillChunk(
-            out, i, p.sequence, 0, static_cast<int64_t>(p.prompt.size()),
-            /*last=*/true, *samplers_.at(p.sequence), SinkFor(p.sequence)));
+        CommitPrefillChunk(out, i, p.sequence, 0,
+                           static_cast<int64_t>(p.prompt.size()),
+                           /*last=*/true, *sequences_.at(p.sequence).sampler,
+                           SinkFor(p.sequence)));
     result.first_tokens.push_back(*first);
   }
   for (size_t j = 0; j < verifies.size(); ++j) {
     const VerifyWork& v = verifies[j];
     ASSIGN_OR_RETURN(VerifyOutcome outcome,
                      CommitVerifyBlock(out, prefills.size() + j, v,
-                                       *samplers_.at(v.sequence), *model_,
-                                       SinkFor(v.sequence)));
+                                       *sequences_.at(v.sequence).sampler,
+                                       *model_, SinkFor(v.sequence)));
     result.verified.push_back(std::move(outcome));
   }
   return result;
 }
 
 ContextSink* LocalVerifier::SinkFor(SequenceId sequence) const {
-  return no_context_.count(sequence) ? nullptr : sink_;
+  return sequences_.at(sequence).context ? sink_ : nullptr;
 }
 
 absl::Status LocalVerifier::Release(SequenceId sequence) {
-  samplers_.erase(sequence);
-  no_context_.erase(sequence);
+  sequences_.erase(sequence);
   return model_->RemoveSequence(sequence);
 }
 

@@ -8,7 +8,6 @@
 
 #include <memory>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "engine/round_interfaces.h"
 #include "model/context_sink.h"
@@ -35,9 +34,11 @@ class LocalVerifier : public Verifier {
  private:
   Qwen3Model* model_;
   ContextSink* sink_;
-  std::unordered_map<SequenceId, std::unique_ptr<TokenSampler>> samplers_;
-  // Sequences created with PrefillWork::context false: never fed to sink_.
-  std::unordered_set<SequenceId> no_context_;
+  struct Sequence {
+    std::unique_ptr<TokenSampler> sampler;
+    bool context = true;  // PrefillWork::context: fed to sink_
+  };
+  std::unordered_map<SequenceId, Sequence> sequences_;
 
   ContextSink* SinkFor(SequenceId sequence) const;
 };

@@ -171,6 +171,18 @@ absl::StatusOr<StageOutcome> RunTargetTraining(const TargetTrainingOptions& o) {
   } else {
     ASSIGN_OR_RETURN(model, TrainableTarget::Load(o.init_from));
     const Qwen3Config& f = model.config();
+    // The same shape, or fewer layers (grown below).
+    if (f.vocab_size != config.vocab_size ||
+        f.hidden_size != config.hidden_size ||
+        f.intermediate_size != config.intermediate_size ||
+        f.num_hidden_layers > config.num_hidden_layers ||
+        f.num_attention_heads != config.num_attention_heads ||
+        f.num_key_value_heads != config.num_key_value_heads ||
+        f.head_dim != config.head_dim) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          o.init_from, " does not have the shape asked for: ",
+          Qwen3ConfigToJson(f), " vs ", Qwen3ConfigToJson(config)));
+    }
     if (f.num_hidden_layers < config.num_hidden_layers) {
       // A deeper target from a shallower one: same function at step 0.
       std::cerr << absl::StrFormat("[target] growing %s from %d to %d layers\n",
@@ -178,17 +190,6 @@ absl::StatusOr<StageOutcome> RunTargetTraining(const TargetTrainingOptions& o) {
                                    config.num_hidden_layers);
       ASSIGN_OR_RETURN(model, TrainableTarget::Grow(
                                   model, config.num_hidden_layers, o.seed));
-    }
-    if (f.vocab_size != config.vocab_size ||
-        f.hidden_size != config.hidden_size ||
-        f.intermediate_size != config.intermediate_size ||
-        model.config().num_hidden_layers != config.num_hidden_layers ||
-        f.num_attention_heads != config.num_attention_heads ||
-        f.num_key_value_heads != config.num_key_value_heads ||
-        f.head_dim != config.head_dim) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          o.init_from, " does not have the shape asked for: ",
-          Qwen3ConfigToJson(f), " vs ", Qwen3ConfigToJson(config)));
     }
   }
   AdamW optimizer(&model.parameters(), o.adamw);

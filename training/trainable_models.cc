@@ -7,10 +7,10 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <set>
 #include <utility>
 
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "base/checkpoint_layout.h"
 #include "base/file_util.h"
@@ -162,38 +162,47 @@ absl::StatusOr<TrainableTarget> TrainableTarget::Grow(
   Qwen3Config config = from.config_;
   config.num_hidden_layers = num_layers;
   ASSIGN_OR_RETURN(TrainableTarget t, Init(config, seed));
-  std::vector<int> source(num_layers, -1);  // new layer -> old layer
+  // The name in `from` of each tensor of the grown target that comes from
+  // it; the new layers' tensors keep their fresh values, except o_proj and
+  // down_proj, which are zeroed.
+  std::map<std::string, std::string> source;
+  std::set<std::string> zeroed;
+  for (const CheckpointTensor& c : TargetCheckpointLayout(config)) {
+    source[c.name] = c.name;  // embedding, final norm, head
+  }
+  std::vector<bool> is_old(num_layers, false);
   for (int i = 0; i < old_layers; ++i) {
-    source[static_cast<int64_t>(i) * num_layers / old_layers] = i;
+    const int l =
+        static_cast<int>(static_cast<int64_t>(i) * num_layers / old_layers);
+    is_old[l] = true;
+    const std::vector<CheckpointTensor> to =
+        DecoderLayerLayout(TargetLayerTensorNames(l), config);
+    const std::vector<CheckpointTensor> from_layer =
+        DecoderLayerLayout(TargetLayerTensorNames(i), from.config_);
+    for (size_t k = 0; k < to.size(); ++k)
+      source[to[k].name] = from_layer[k].name;
+  }
+  for (int l = 0; l < num_layers; ++l) {
+    if (is_old[l]) continue;
+    const DecoderLayerTensorNames names = TargetLayerTensorNames(l);
+    for (const CheckpointTensor& c : DecoderLayerLayout(names, config)) {
+      source.erase(c.name);
+    }
+    zeroed.insert(names.o_proj);
+    zeroed.insert(names.down_proj);
   }
   const NamedTensors old = ByName(from.params_);
-  constexpr absl::string_view kPrefix = "model.layers.";
   RETURN_IF_ERROR(GuardTorch([&]() -> absl::Status {
     at::NoGradGuard no_grad;
     for (NamedParameter& p : t.params_) {
-      std::string name = p.name;
-      if (absl::StartsWith(name, kPrefix)) {
-        const size_t dot = name.find('.', kPrefix.size());
-        int layer = -1;
-        if (dot == std::string::npos ||
-            !absl::SimpleAtoi(name.substr(kPrefix.size(), dot - kPrefix.size()),
-                              &layer) ||
-            layer < 0 || layer >= num_layers) {
-          return absl::InternalError(absl::StrCat("bad layer name ", name));
-        }
-        if (source[layer] < 0) {
-          if (absl::EndsWith(name, "self_attn.o_proj.weight") ||
-              absl::EndsWith(name, "mlp.down_proj.weight")) {
-            p.value.zero_();
-          }
-          continue;  // a new layer
-        }
-        name = absl::StrCat(kPrefix, source[layer], name.substr(dot));
-      }
-      auto it = old.find(name);
+      if (zeroed.count(p.name)) p.value.zero_();
+      auto s = source.find(p.name);
+      if (s == source.end()) continue;  // a new layer's
+      auto it = old.find(s->second);
       if (it == old.end() || !it->second.sizes().equals(p.value.sizes())) {
-        return absl::InternalError(absl::StrCat(
-            "the target being grown has no tensor ", name, " of that shape"));
+        return absl::InternalError(
+            absl::StrCat("the target being grown has no tensor ", s->second,
+                         " of that shape"));
       }
       p.value.copy_(it->second);
     }
