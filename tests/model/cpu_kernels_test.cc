@@ -8,6 +8,7 @@
 #include <c10/core/InferenceMode.h>
 
 #include "gtest/gtest.h"
+#include "model/tiny_model.h"
 #include "model/transformer_ops.h"
 
 namespace dedit {
@@ -19,17 +20,6 @@ constexpr double kEps = 1e-6;
 double RelativeError(const at::Tensor& a, const at::Tensor& b) {
   return (a - b).abs().max().item<double>() /
          std::max(b.abs().max().item<double>(), 1e-12);
-}
-
-Qwen3Config SmallConfig() {
-  Qwen3Config c;
-  c.hidden_size = 64;
-  c.intermediate_size = 96;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 16;
-  c.rms_norm_eps = kEps;
-  return c;
 }
 
 DecoderLayerWeights RandomLayer(const Qwen3Config& c) {
@@ -110,7 +100,7 @@ TEST(CpuKernels, SiluMulMatchesTheComposition) {
 }
 
 TEST(CpuKernels, DecoderLayerAtInferenceMatchesTheTrainersComposition) {
-  const Qwen3Config c = SmallConfig();
+  const Qwen3Config c = DefaultTinySpec().target;  // the engine tests' shape
   const DecoderLayerWeights w = RandomLayer(c);
   const Rotary rotary(c.head_dim, 10000.0, at::kCPU);
   at::Tensor x = at::randn({5, c.hidden_size});
