@@ -44,6 +44,9 @@
 #                tasks-weighted); distillation keeps the balanced prompts
 #                of $WORK/tasks, and held-out instances are the same
 #   TARGET_STEPS steps of the chat profile's target stage (default 3000)
+#   TARGET_RESCHEDULE_FROM  the TARGET_STEPS a paused target stage was
+#                started with: resume it on a schedule of TARGET_STEPS
+#                instead (to finish a long run sooner)
 #   TARGET_LAYERS layers of the chat profile's target (default 8); with
 #                TARGET_INIT_FROM a shallower target is grown to it
 #                (dedit-train target --init_from: new layers start as
@@ -210,6 +213,8 @@ fi
 if [ ! -f "$WORK/target/model.safetensors" ]; then
   init=()
   [ -n "${TARGET_INIT_FROM:-}" ] && init=(--init_from="$(cd "$TARGET_INIT_FROM" && pwd)")
+  [ -n "${TARGET_RESCHEDULE_FROM:-}" ] &&
+    init+=(--reschedule_from_steps="$TARGET_RESCHEDULE_FROM")
   stage target "$train" target "${common[@]}" --max_minutes="$MAX_MINUTES" \
     --tokenizer="$WORK/tokenizer.json" --work_dir="$WORK/target-state" \
     --out="$WORK/target" --seed=1 "${target_args[@]}" "${init[@]}"

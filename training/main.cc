@@ -71,6 +71,9 @@ ABSL_FLAG(std::string, init_from, "",
           "optimizer and schedule), e.g. to train a shipped model further; "
           "a target with fewer layers than --num_layers is grown, its "
           "new layers adding nothing until trained");
+ABSL_FLAG(int64_t, reschedule_from_steps, 0,
+          "target: resume a state saved by the same run with --steps=N "
+          "(this N) on a schedule of --steps instead, e.g. to finish sooner");
 ABSL_FLAG(int, max_positions, 0,
           "target: exported context (max_position_embeddings); 0 = seq_len");
 ABSL_FLAG(std::string, chat_tasks, "",
@@ -235,6 +238,7 @@ int RunTarget() {
   o.seq_len = absl::GetFlag(FLAGS_seq_len);
   o.max_positions = absl::GetFlag(FLAGS_max_positions);
   o.init_from = absl::GetFlag(FLAGS_init_from);
+  o.reschedule_from_steps = absl::GetFlag(FLAGS_reschedule_from_steps);
   o.batch_size = absl::GetFlag(FLAGS_batch_size);
   o.chat_tasks_dir = absl::GetFlag(FLAGS_chat_tasks);
   o.chat_fraction = absl::GetFlag(FLAGS_chat_fraction);

@@ -76,10 +76,10 @@ at::Tensor NextTokenLoss(const TrainableTarget& model, const Windows& windows,
 }
 
 std::string RunFingerprint(const TargetTrainingOptions& o,
-                           const Qwen3Config& c) {
+                           const Qwen3Config& c, int64_t steps) {
   std::string fingerprint = absl::StrCat(
       Qwen3ConfigToJson(c), "seq_len=", o.seq_len, " batch=", o.batch_size,
-      " steps=", o.steps, " seed=", o.seed, " lr=", o.schedule.peak);
+      " steps=", steps, " seed=", o.seed, " lr=", o.schedule.peak);
   if (!o.chat_tasks_dir.empty()) {
     absl::StrAppend(&fingerprint, " chat_fraction=", o.chat_fraction,
                     " chat_loss=answers");
@@ -195,13 +195,24 @@ absl::StatusOr<StageOutcome> RunTargetTraining(const TargetTrainingOptions& o) {
   AdamW optimizer(&model.parameters(), o.adamw);
   const std::string state_path = o.work_dir + "/state.safetensors";
   const std::string log_path = o.work_dir + "/log.jsonl";
-  const std::string fingerprint = RunFingerprint(o, config);
+  const std::string fingerprint = RunFingerprint(o, config, o.steps);
   int64_t step = 0;
   if (PathExists(state_path)) {
     std::map<std::string, std::string> meta;
     ASSIGN_OR_RETURN(step, LoadTrainingState(state_path, &model.parameters(),
                                              &optimizer, &meta));
-    if (meta["fingerprint"] != fingerprint) {
+    const bool rescheduled =
+        o.reschedule_from_steps > 0 &&
+        meta["fingerprint"] ==
+            RunFingerprint(o, config, o.reschedule_from_steps);
+    if (rescheduled) {
+      if (step >= o.steps) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--steps=", o.steps, " is not past the saved step ", step));
+      }
+      std::cerr << "[target] rescheduled from " << o.reschedule_from_steps
+                << " to " << o.steps << " steps\n";
+    } else if (meta["fingerprint"] != fingerprint) {
       return absl::FailedPreconditionError(
           absl::StrCat(state_path,
                        " belongs to a different run (model, batch, steps, seed "

@@ -59,6 +59,11 @@ struct TargetTrainingOptions {
   // model.num_hidden_layers, computing the same function at step 0.
   // Empty = fresh weights.
   std::string init_from;
+  // > 0: the state in work_dir was saved by this run with `steps` equal to
+  // this; resume it on a schedule of `steps` instead (e.g. to finish a run
+  // sooner: the cosine decay then continues from the saved step on the
+  // shorter schedule). Every other setting must match.
+  int64_t reschedule_from_steps = 0;
 };
 
 absl::StatusOr<StageOutcome> RunTargetTraining(
