@@ -294,13 +294,16 @@ TEST_F(SessionsTest, VanishedClientsReleaseTheirCacheAtOnce) {
       ASSERT_TRUE(vanishing->Turn(TokensTurn(RandomPrompt(12, 120, 3), 8))
                       .last.finished());
     }
-    // Running, or kept idle once its turn ended.
-    EXPECT_EQ(TargetInfo().num_sequences(), 1);
+    // Running, or kept idle once its turn ended. (Polled: the first
+    // streamed message can race the target's bookkeeping on a loaded
+    // machine; the waits end as soon as the condition holds.)
+    EXPECT_TRUE(
+        WaitFor([&] { return TargetInfo().num_sequences() == 1; }, 5000));
     vanishing.reset();  // cancels the call
-    EXPECT_TRUE(WaitFor([&] { return ServicesEmpty(); }, 5000));
+    EXPECT_TRUE(WaitFor([&] { return ServicesEmpty(); }, 15000));
   }
   EXPECT_TRUE(
-      WaitFor([&] { return RouterMetric("dedit_sessions_open") == 0; }, 3000));
+      WaitFor([&] { return RouterMetric("dedit_sessions_open") == 0; }, 10000));
 }
 
 // KV pressure: a prompt that needs the room evicts the idle session's
