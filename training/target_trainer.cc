@@ -202,7 +202,7 @@ absl::StatusOr<StageOutcome> RunTargetTraining(const TargetTrainingOptions& o) {
     ASSIGN_OR_RETURN(step, LoadTrainingState(state_path, &model.parameters(),
                                              &optimizer, &meta));
     const bool rescheduled =
-        o.reschedule_from_steps > 0 &&
+        o.reschedule_from_steps > 0 && o.reschedule_from_steps != o.steps &&
         meta["fingerprint"] ==
             RunFingerprint(o, config, o.reschedule_from_steps);
     if (rescheduled) {

@@ -107,6 +107,40 @@ TEST_F(TargetInitTest, RefusesAnotherShape) {
   EXPECT_THAT(status.status().message(), HasSubstr("does not have the shape"));
 }
 
+// --reschedule_from_steps: a saved run continues on another number of
+// steps only when asked, naming the run it came from; without the flag a
+// different --steps is another run and is refused.
+TEST_F(TargetInitTest, ResumesOnAnotherScheduleOnlyWhenAsked) {
+  ASSERT_TRUE(RunTargetTraining(Options("r", 2e-3)).ok());  // saved at step 2
+  TargetTrainingOptions longer = Options("r", 2e-3);
+  longer.steps = 4;
+  auto refused = RunTargetTraining(longer);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.status().message(), HasSubstr("different run"));
+
+  TargetTrainingOptions shorter = Options("r", 2e-3);
+  shorter.steps = 1;  // the state is already at step 2
+  shorter.reschedule_from_steps = 2;
+  auto too_short = RunTargetTraining(shorter);
+  ASSERT_FALSE(too_short.ok());
+  EXPECT_EQ(too_short.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(too_short.status().message(), HasSubstr("not past"));
+
+  longer.reschedule_from_steps = 2;
+  const ParameterList before = Weights(root_ + "/r");
+  auto resumed = RunTargetTraining(longer);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_FALSE(Same(Weights(root_ + "/r"), before));  // trained on
+  auto log = ReadFileToString(root_ + "/r-work/log.jsonl");
+  ASSERT_TRUE(log.ok());
+  EXPECT_THAT(*log, HasSubstr("\"step\":4"));
+  EXPECT_THAT(*log, ::testing::Not(HasSubstr("\"step\":5")));
+  // The state now belongs to the 4-step run: resuming it as such is fine.
+  longer.reschedule_from_steps = 0;
+  EXPECT_TRUE(RunTargetTraining(longer).ok());
+}
+
 // Depth up-scaling: a 2-layer target grown to 5 layers computes the same
 // logits (its new layers add nothing until trained), keeps its layers'
 // weights in order, and trains from there.
