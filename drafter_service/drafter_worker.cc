@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "base/spin_wait.h"
 #include "base/status.h"
 #include "model/cpu_threads.h"
 #include "model/torch_status.h"
@@ -142,10 +143,13 @@ bool DrafterWorker::TakeWork(Inbox& inbox) {
   // Ready items left over from a full forward run next, after a look at
   // the queues.
   if (!ready_.empty()) next_deadline = std::chrono::steady_clock::now();
-  absl::MutexLock lock(&mu_);
   auto has_work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return stopping_ || HasQueuedWork();
   };
+  if (ready_.empty()) {
+    SpinUntilReady(mu_, absl::Microseconds(options_.idle_spin_us), has_work);
+  }
+  absl::MutexLock lock(&mu_);
   if (next_deadline) {
     mu_.AwaitWithTimeout(
         absl::Condition(&has_work),

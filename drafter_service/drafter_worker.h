@@ -53,6 +53,9 @@ namespace dedit {
 struct DrafterWorkerOptions {
   int64_t max_batch_wait_us = 0;  // gather more Draft RPCs (see main.cc)
   int64_t context_wait_ms = 500;  // bounded wait for missing context
+  // After a forward, how long the model thread polls for the next call
+  // before it sleeps (base/spin_wait.h). 0: it sleeps at once.
+  int64_t idle_spin_us = 0;
   int max_passes = 8;             // largest K served
   // Draft items per batched forward (0 = all that are ready). Items beyond
   // it wait for the next forward, chosen round-robin across callers, so a

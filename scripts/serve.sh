@@ -12,7 +12,9 @@
 # --tokenizer PATH (default <target-dir>/tokenizer.json if present),
 # --router-port/--target-port/--drafter-port (50050/50051/50052),
 # --metrics-ports R,T,D (9100,9101,9102), --threads N (libtorch CPU threads
-# per model service; 0 = default), --no-drafter, --detach (start,
+# per model service; 0 = default), --idle-spin-us N (the model services
+# poll N µs for the next call before sleeping; base/spin_wait.h; default
+# 0), --no-drafter, --detach (start,
 # wait for health, exit leaving the services running; stop them with
 # `kill $(cat RUN_DIR/*.pid)`).
 set -euo pipefail
@@ -34,6 +36,7 @@ WITH_DRAFTER=1
 DETACH=0
 HOST=127.0.0.1
 THREADS=0
+IDLE_SPIN_US=0
 
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -51,6 +54,7 @@ while [ $# -gt 0 ]; do
     --metrics-ports) METRICS_PORTS=$2; shift 2 ;;
     --host) HOST=$2; shift 2 ;;
     --threads) THREADS=$2; shift 2 ;;
+    --idle-spin-us) IDLE_SPIN_US=$2; shift 2 ;;
     --no-drafter) WITH_DRAFTER=0; shift ;;
     --detach) DETACH=1; shift ;;
     -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
@@ -115,14 +119,16 @@ start() {  # name, args...
 }
 
 TARGET_ARGS=(--target_dir "$TARGET_DIR" --device "$TARGET_DEVICE" --dtype "$DTYPE" --threads "$THREADS"
-             --host "$HOST" --port "$TARGET_PORT" --metrics_port "$TARGET_METRICS")
+             --host "$HOST" --port "$TARGET_PORT" --metrics_port "$TARGET_METRICS"
+             --idle_spin_us "$IDLE_SPIN_US")
 ROUTER_ARGS=(--target "$HOST:$TARGET_PORT" --host "$HOST" --port "$ROUTER_PORT"
              --metrics_port "$ROUTER_METRICS")
 [ -n "$TOKENIZER" ] && ROUTER_ARGS+=(--tokenizer "$TOKENIZER")
 if [ "$WITH_DRAFTER" = 1 ]; then
   start drafter --drafter_dir "$DRAFTER_DIR" --target_dir "$TARGET_DIR" \
       --device "$DRAFTER_DEVICE" --dtype "$DTYPE" --threads "$THREADS" --host "$HOST" \
-      --port "$DRAFTER_PORT" --metrics_port "$DRAFTER_METRICS"
+      --port "$DRAFTER_PORT" --metrics_port "$DRAFTER_METRICS" \
+      --idle_spin_us "$IDLE_SPIN_US"
   TARGET_ARGS+=(--drafter "$HOST:$DRAFTER_PORT" --drafter_dir "$DRAFTER_DIR")
   ROUTER_ARGS+=(--drafter "$HOST:$DRAFTER_PORT")
 fi

@@ -38,6 +38,10 @@ ABSL_FLAG(int, max_batch_tokens, 2048, "tokens per batched forward");
 ABSL_FLAG(int64_t, max_batch_wait_us, 2000,
           "how long a forward waits for the other half of a round "
           "(Prefill + Verify sent together)");
+ABSL_FLAG(int64_t, idle_spin_us, 0,
+          "after each step, poll this long for the next call before "
+          "sleeping: saves a thread wake-up per round, costs a core while "
+          "idle (base/spin_wait.h)");
 ABSL_FLAG(int64_t, kv_capacity_tokens, 262144,
           "KV capacity in tokens (admission control)");
 ABSL_FLAG(double, sequence_lease_seconds, 60,
@@ -106,6 +110,7 @@ int main(int argc, char** argv) {
   o.worker.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
   o.worker.max_batch_wait_us = absl::GetFlag(FLAGS_max_batch_wait_us);
   o.worker.kv_capacity_tokens = absl::GetFlag(FLAGS_kv_capacity_tokens);
+  o.worker.idle_spin_us = absl::GetFlag(FLAGS_idle_spin_us);
   o.serve.max_receive_message_bytes = absl::GetFlag(FLAGS_max_receive_bytes);
   if (o.serve.max_receive_message_bytes < (1 << 20)) {
     std::fprintf(stderr,

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "base/spin_wait.h"
 #include "base/status.h"
 #include "model/cpu_threads.h"
 #include "model/torch_status.h"
@@ -691,10 +692,13 @@ bool TargetWorker::TakeWork(Inbox& inbox) {
   // Read before locking: only this thread changes it, and the conditions
   // below may be evaluated on whichever thread unlocks mu_.
   const bool prefilling = batcher_.has_prefills();
-  absl::MutexLock lock(&mu_);
   auto ready = [this, prefilling]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return stopping_ || prefilling || HasQueuedWork();
   };
+  if (!prefilling) {
+    SpinUntilReady(mu_, absl::Microseconds(options_.idle_spin_us), ready);
+  }
+  absl::MutexLock lock(&mu_);
   if (options_.sequence_lease > absl::ZeroDuration()) {
     // Wake up now and then to expire leases even when no call comes: at
     // most a quarter of the lease late, and at most 1 s.

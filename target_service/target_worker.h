@@ -89,6 +89,9 @@ struct TargetWorkerOptions {
   // call (a round's Prefill and Verify travel as two RPCs). Everything that
   // queues while a forward runs joins the next one anyway.
   int64_t max_batch_wait_us = 2000;
+  // After a step, how long the model thread polls for the next call before
+  // it sleeps (base/spin_wait.h). 0: it sleeps at once.
+  int64_t idle_spin_us = 0;
   int64_t kv_capacity_tokens = 1 << 20;
   // A sequence that no call names for this long is released as if its
   // router had asked (KV freed, the drafter told): a router that crashed

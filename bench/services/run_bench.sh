@@ -7,6 +7,7 @@
 #       [--threads 1] [--max-tokens 64] [--requests 4] [--model-args "..."]
 #       [--model-dir checkpoints/tiny] [--window 16] [--passes 3]
 #       [--ngram-window 8] [--prompts FILE] [--client cpp|python]
+#       [--idle-spin-us N]
 #
 # --prompts takes JSON lines of prompt ids (e.g. real text encoded with
 # dedit-cli tokenize); without it the prompts are random ids. Every run
@@ -33,6 +34,7 @@ MODEL_DIR=""
 NGRAM_W=8
 PROMPTS_FILE=""
 CLIENT=cpp
+IDLE_SPIN_US=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --build-dir) BUILD=$2; shift 2 ;;
@@ -48,6 +50,7 @@ while [ $# -gt 0 ]; do
     --passes) K=$2; shift 2 ;;
     --ngram-window) NGRAM_W=$2; shift 2 ;;
     --client) CLIENT=$2; shift 2 ;;
+    --idle-spin-us) IDLE_SPIN_US=$2; shift 2 ;;
     --prompts) PROMPTS_FILE=$(cd "$(dirname "$2")" && pwd)/$(basename "$2"); shift 2 ;;
     *) echo "run_bench.sh: unknown flag $1" >&2; exit 2 ;;
   esac
@@ -100,7 +103,8 @@ echo "# (c) through the services on loopback (device $DEVICE)"
     --target-dir "$MODELS/target" --drafter-dir "$MODELS/drafter" \
     --target-device "$DEVICE" --drafter-device "$DEVICE" --dtype "$DTYPE" \
     --threads "$THREADS" --router-port 50150 --target-port 50151 \
-    --drafter-port 50152 --metrics-ports 9150,9151,9152 --detach >&2
+    --drafter-port 50152 --metrics-ports 9150,9151,9152 \
+    --idle-spin-us "$IDLE_SPIN_US" --detach >&2
 trap 'kill -TERM $(cat "$OUT"/serve/*.pid) 2>/dev/null || true' EXIT
 # The C++ client (its own cost per streamed message is a few µs; the
 # Python one's ~100 µs would count as services overhead); --client python

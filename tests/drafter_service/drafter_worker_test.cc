@@ -164,9 +164,18 @@ TEST_F(DrafterWorkerTest, DraftsMatchTheInProcessDrafter) {
   EXPECT_EQ(worker->snapshot().context_tokens, 26);
 }
 
-TEST_F(DrafterWorkerTest, DraftWaitsForContextThatArrivesLater) {
+// Also with an idle spin longer than the test (base/spin_wait.h): the
+// worker then polls while the draft waits for its context, and stopping
+// still ends the poll (the worker is destroyed at the end).
+class DrafterWorkerSpinTest : public DrafterWorkerTest,
+                              public ::testing::WithParamInterface<int64_t> {};
+INSTANTIATE_TEST_SUITE_P(IdleSpin, DrafterWorkerSpinTest,
+                         ::testing::Values(0, 60'000'000));
+
+TEST_P(DrafterWorkerSpinTest, DraftWaitsForContextThatArrivesLater) {
   DrafterWorkerOptions options;
   options.context_wait_ms = 60'000;
+  options.idle_spin_us = GetParam();
   auto worker = MakeWorker(options);
   ASSERT_NE(worker, nullptr);
   const at::Tensor a = Features(RandomPrompt(12, 128, 3));

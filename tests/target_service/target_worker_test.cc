@@ -792,8 +792,18 @@ class TargetWorkerTest : public TargetBatcherTest {
   std::vector<absl::Status> poison_events_ ABSL_GUARDED_BY(stats_mu_);
 };
 
-TEST_F(TargetWorkerTest, DecodesLikeGreedyTargetOnly) {
-  auto worker = MakeWorker(TargetWorkerOptions());
+// Also with an idle spin longer than the test (base/spin_wait.h): then
+// every call is picked up by polling instead of a wake-up, and stopping
+// still ends the poll (the worker is destroyed at the end).
+class TargetWorkerSpinTest : public TargetWorkerTest,
+                             public ::testing::WithParamInterface<int64_t> {};
+INSTANTIATE_TEST_SUITE_P(IdleSpin, TargetWorkerSpinTest,
+                         ::testing::Values(0, 60'000'000));
+
+TEST_P(TargetWorkerSpinTest, DecodesLikeGreedyTargetOnly) {
+  TargetWorkerOptions options;
+  options.idle_spin_us = GetParam();
+  auto worker = MakeWorker(options);
   worker->Start();
   const std::vector<int32_t> prompt = RandomPrompt(10, 128, 4);
   const std::vector<int32_t> greedy =
