@@ -49,7 +49,7 @@ std::string Fingerprint(const DrafterTrainingOptions& o,
       " NB=", o.blocks_per_sequence, " steps=", o.steps, " seed=", o.seed,
       " lr=", o.schedule.peak, " windows=", absl::StrJoin(o.train_windows, ","),
       " gt_ratio=", o.gt_selection_ratio, " p1_only=", o.p1_only_steps,
-      " plateau=", o.plateau_delta);
+      " plateau=", o.plateau_delta, " patience=", o.plateau_patience);
 }
 
 }  // namespace
@@ -102,6 +102,9 @@ BlockBatch MakeBlockBatch(
 
 absl::StatusOr<StageOutcome> RunDrafterTraining(
     const DrafterTrainingOptions& o) {
+  if (o.plateau_patience < 1) {
+    return absl::InvalidArgumentError("--plateau_patience must be >= 1");
+  }
   ASSIGN_OR_RETURN(TrainableTarget target, TrainableTarget::Load(o.target_dir));
   target.Freeze();
   ASSIGN_OR_RETURN(auto tokenizer,
@@ -194,7 +197,7 @@ absl::StatusOr<StageOutcome> RunDrafterTraining(
   int64_t step = 0;
   // The first joint (P1 + P2) step; o.steps + 1 while still warming up.
   int64_t joint_from = o.p1_only_steps;
-  double last_slot1 = -1;  // held-out slot-1 accuracy at the last evaluation
+  PlateauRule plateau{o.plateau_delta, o.plateau_patience};
   if (PathExists(state_path)) {
     std::map<std::string, std::string> meta;
     ASSIGN_OR_RETURN(step, LoadTrainingState(state_path, &drafter.parameters(),
@@ -205,7 +208,10 @@ absl::StatusOr<StageOutcome> RunDrafterTraining(
     }
     if (!meta["joint_from"].empty())
       joint_from = std::stoll(meta["joint_from"]);
-    if (!meta["last_slot1"].empty()) last_slot1 = std::stod(meta["last_slot1"]);
+    if (!meta["last_slot1"].empty())
+      plateau.last = std::stod(meta["last_slot1"]);
+    if (!meta["flat_evals"].empty())
+      plateau.flat = std::stoll(meta["flat_evals"]);
     std::cerr << "[drafter] resumed at step " << step << "\n";
   }
 
@@ -305,7 +311,8 @@ absl::StatusOr<StageOutcome> RunDrafterTraining(
     return SaveTrainingState(state_path, drafter.parameters(), optimizer, step,
                              {{"fingerprint", fingerprint},
                               {"joint_from", absl::StrCat(joint_from)},
-                              {"last_slot1", absl::StrCat(last_slot1)}});
+                              {"last_slot1", absl::StrCat(plateau.last)},
+                              {"flat_evals", absl::StrCat(plateau.flat)}});
   };
 
   Deadline deadline(o.max_minutes);
@@ -391,16 +398,15 @@ absl::StatusOr<StageOutcome> RunDrafterTraining(
             100 * ev["oracle_edit_accuracy"].get<double>(),
             100 * ev["oracle_p1_accuracy"].get<double>());
         // The warm-up ends when slot-1 accuracy stops rising.
-        if (step < joint_from && last_slot1 >= 0 &&
-            slot1 - last_slot1 < o.plateau_delta) {
+        const double before = plateau.last;
+        if (plateau.Update(slot1) && step < joint_from) {
           joint_from = step;
           rec["joint_from"] = step;
           std::cerr << absl::StrFormat(
-              "[drafter] slot-1 P1 accuracy plateaued (%.1f%% -> %.1f%%): "
-              "joint P1+P2 from step %d\n",
-              100 * last_slot1, 100 * slot1, step);
+              "[drafter] slot-1 P1 accuracy plateaued (%.1f%% -> %.1f%%, "
+              "%d evaluations in a row): joint P1+P2 from step %d\n",
+              100 * before, 100 * slot1, o.plateau_patience, step);
         }
-        last_slot1 = slot1;
       }
       RETURN_IF_ERROR(AppendToFile(log_path, rec.dump() + "\n"));
       const int64_t block_tokens =

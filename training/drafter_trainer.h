@@ -12,8 +12,8 @@
 //
 // Schedule (docs/RESULTS.md, "A DEdit drafter that pays"):
 //  * P1 alone first (`p1_only_steps` at most), until held-out slot-1
-//    accuracy plateaus (gains under `plateau_delta` between evaluations);
-//    then P1 + P2 jointly. The switch step is kept in the checkpoint.
+//    accuracy plateaus (gains under `plateau_delta` at `plateau_patience`
+//    evaluations in a row); then P1 + P2 jointly. The switch step is kept in the checkpoint.
 //  * ProposalMix's eta adapts per batch (`gt_selection_ratio` > 0) so that
 //    ground-truth selection stays at ratio x P1 accuracy (AdaptiveEta).
 //  * The causal editor masks the edit pass only; P1 stays bidirectional.
@@ -66,6 +66,10 @@ struct DrafterTrainingOptions {
   double gt_selection_ratio = 0;  // > 0: adaptive eta (AdaptiveEta)
   int64_t p1_only_steps = 0;      // longest P1-only warm-up
   double plateau_delta = 0.01;    // slot-1 accuracy gain that still counts
+  // Evaluations in a row under plateau_delta that end the warm-up. One
+  // noisy evaluation ended the first recipe's warm-up at 17% slot-1
+  // accuracy, still rising (docs/RESULTS.md).
+  int plateau_patience = 2;
   bool proposal_mix = true;
   bool causal_editor = false;
   double edit_loss_weight = 1.0;
@@ -105,6 +109,22 @@ BlockBatch MakeBlockBatch(
     const std::vector<const DistillRecord*>& sequences, int blocks_per_sequence,
     int window, int32_t mask_id, int32_t pad_id, std::mt19937_64* rng,
     const std::vector<std::vector<int64_t>>& fixed_anchors = {});
+
+// The end of the P1-only warm-up: `patience` evaluations in a row whose
+// held-out slot-1 accuracy gained less than `delta` over the one before.
+struct PlateauRule {
+  double delta = 0.01;
+  int patience = 2;
+  int64_t flat = 0;  // evaluations in a row under delta so far
+  double last = -1;  // the previous evaluation's accuracy (-1: none yet)
+
+  // Records an evaluation; true once the accuracy has plateaued.
+  bool Update(double accuracy) {
+    if (last >= 0) flat = accuracy - last < delta ? flat + 1 : 0;
+    last = accuracy;
+    return flat >= patience;
+  }
+};
 
 }  // namespace dedit::training
 

@@ -119,6 +119,9 @@ ABSL_FLAG(int64_t, p1_only_steps, 0,
           "slot-1 accuracy gains less than --plateau_delta per evaluation)");
 ABSL_FLAG(double, plateau_delta, 0.01,
           "drafter: slot-1 accuracy gain per evaluation that ends the warm-up");
+ABSL_FLAG(int, plateau_patience, 2,
+          "drafter: evaluations in a row under --plateau_delta that end the "
+          "warm-up");
 ABSL_FLAG(std::string, heldout_data, "",
           "drafter: held-out distilled data (held-out files and values); "
           "empty = the last records of --data");
@@ -297,6 +300,7 @@ int RunDrafter() {
   o.gt_selection_ratio = absl::GetFlag(FLAGS_gt_selection_ratio);
   o.p1_only_steps = absl::GetFlag(FLAGS_p1_only_steps);
   o.plateau_delta = absl::GetFlag(FLAGS_plateau_delta);
+  o.plateau_patience = absl::GetFlag(FLAGS_plateau_patience);
   o.heldout_path = absl::GetFlag(FLAGS_heldout_data);
   o.heldout_blocks_per_sequence = absl::GetFlag(FLAGS_heldout_blocks);
   FillTrainingLoop(o);

@@ -162,5 +162,20 @@ TEST(MakeBlockBatchTest, AnchorsLieInTheContinuationAndSlotsFollowThem) {
   }
 }
 
+// The warm-up ends after `patience` flat evaluations in a row, not at the
+// first noisy one; a rise in between starts the count again.
+TEST(PlateauRuleTest, NeedsPatienceFlatEvaluationsInARow) {
+  PlateauRule rule{/*delta=*/0.005, /*patience=*/2};
+  EXPECT_FALSE(rule.Update(0.12));  // the first evaluation has no "before"
+  EXPECT_FALSE(rule.Update(0.17));
+  EXPECT_FALSE(rule.Update(0.172));  // flat once
+  EXPECT_FALSE(rule.Update(0.20));   // rising again: the count restarts
+  EXPECT_FALSE(rule.Update(0.201));  // flat once
+  EXPECT_TRUE(rule.Update(0.199));   // flat twice in a row
+  PlateauRule impatient{/*delta=*/0.005, /*patience=*/1};
+  EXPECT_FALSE(impatient.Update(0.12));
+  EXPECT_TRUE(impatient.Update(0.121));
+}
+
 }  // namespace
 }  // namespace dedit::training
