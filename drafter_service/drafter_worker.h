@@ -56,7 +56,7 @@ struct DrafterWorkerOptions {
   // After a forward, how long the model thread polls for the next call
   // before it sleeps (base/spin_wait.h). 0: it sleeps at once.
   int64_t idle_spin_us = 0;
-  int max_passes = 8;             // largest K served
+  int max_passes = 8;  // largest K served
   // Draft items per batched forward (0 = all that are ready). Items beyond
   // it wait for the next forward, chosen round-robin across callers, so a
   // caller flooding the drafter with items gets an equal share of each

@@ -13,7 +13,8 @@
 // Schedule (docs/RESULTS.md, "A DEdit drafter that pays"):
 //  * P1 alone first (`p1_only_steps` at most), until held-out slot-1
 //    accuracy plateaus (gains under `plateau_delta` at `plateau_patience`
-//    evaluations in a row); then P1 + P2 jointly. The switch step is kept in the checkpoint.
+//    evaluations in a row); then P1 + P2 jointly. The switch step is kept in
+//    the checkpoint.
 //  * ProposalMix's eta adapts per batch (`gt_selection_ratio` > 0) so that
 //    ground-truth selection stays at ratio x P1 accuracy (AdaptiveEta).
 //  * The causal editor masks the edit pass only; P1 stays bidirectional.

@@ -75,8 +75,8 @@ at::Tensor NextTokenLoss(const TrainableTarget& model, const Windows& windows,
   return (per_token * w).sum() / total.clamp_min(1.0);
 }
 
-std::string RunFingerprint(const TargetTrainingOptions& o,
-                           const Qwen3Config& c, int64_t steps) {
+std::string RunFingerprint(const TargetTrainingOptions& o, const Qwen3Config& c,
+                           int64_t steps) {
   std::string fingerprint = absl::StrCat(
       Qwen3ConfigToJson(c), "seq_len=", o.seq_len, " batch=", o.batch_size,
       " steps=", steps, " seed=", o.seed, " lr=", o.schedule.peak);
