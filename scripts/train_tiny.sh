@@ -225,19 +225,22 @@ if [ "$profile" = chat ] && [ ! -f "$WORK/chat-eval.json" ]; then
     --threads="$EVAL_THREADS" > "$WORK/chat-eval.json.tmp"
   mv "$WORK/chat-eval.json.tmp" "$WORK/chat-eval.json"
 fi
-# Distillation does not resume: a finished file is kept (delete it to
-# distill again).
-if [ ! -f "$WORK/distill.bin" ]; then
+# Distillation resumes after the last complete record of a paused or
+# killed run and returns at once when the file is complete (delete it to
+# distill again), so it always runs: a partial file is not a finished one.
+if [ ! -f "$WORK/distill.done" ]; then
   stage distill "$train" distill "${common[@]}" --max_minutes="$MAX_MINUTES" \
     --target="$WORK/target" --work_dir="$WORK/target-state" \
     --out="$WORK/distill.bin" --seed=2 "${distill_args[@]}"
+  touch "$WORK/distill.done"
 fi
 
-if [ "$profile" = chat ] && [ ! -f "$WORK/distill-heldout.bin" ]; then
+if [ "$profile" = chat ] && [ ! -f "$WORK/distill-heldout.done" ]; then
   stage distill-heldout "$train" distill "${common[@]}" \
     --max_minutes="$MAX_MINUTES" --target="$WORK/target" \
     --work_dir="$WORK/target-state" --out="$WORK/distill-heldout.bin" --seed=4 \
     "${heldout_distill_args[@]}"
+  touch "$WORK/distill-heldout.done"
 fi
 
 # drafter: the shipped one. drafter-1l / drafter-1l-nomix: the ProposalMix
