@@ -5,11 +5,14 @@
 #
 #   scripts/train_tiny.sh [full|smoke|chat]
 #
-# Profiles: full is the shipped 4-layer code pair; smoke a quick check;
-# chat the production-shaped target of issue 11 (8 layers, 1024 context,
+# Profiles: full is the first 4-layer code pair; smoke a quick check;
+# chat the production-shaped target of issue 11 (8 layers from scratch,
+# TARGET_LAYERS=12 to grow one with TARGET_INIT_FROM, 1024 context,
 # trained on the corpus plus the chat task suite, training/chat_tasks.py)
-# with a 1-layer drafter (today's recipe, as the baseline), plus answer
+# with the 2-layer DEdit drafter of the issue-13 recipe, plus answer
 # accuracy per family (scripts/eval_chat_tasks.py -> $WORK/chat-eval.json).
+# docs/RESULTS.md "How to reproduce" lists the runs behind the shipped
+# pair (a 12-layer target).
 # The chat target needs about 3 hours on 2 CPU cores: run it with
 # MAX_MINUTES (resumable) and keep $WORK; OUT is only written when every
 # stage has finished.
