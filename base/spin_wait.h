@@ -8,11 +8,9 @@
 // microseconds after each step keeps the core awake while the next round
 // is on its way, at the price of that core while the service is idle.
 //
-//   if (!SpinUntilReady(mu_, absl::Microseconds(spin_us), [this] {
-//         return stopping_ || HasQueuedWork();   // called with mu_ held
-//       })) {
-//     ... sleep on mu_ as before ...
-//   }
+//   SpinUntilReady(mu_, absl::Microseconds(spin_us), ready);  // mu_ free
+//   absl::MutexLock lock(&mu_);
+//   mu_.Await(absl::Condition(&ready));  // at once if the spin saw work
 #ifndef DEDIT_BASE_SPIN_WAIT_H_
 #define DEDIT_BASE_SPIN_WAIT_H_
 
@@ -27,24 +25,24 @@ namespace dedit {
 
 // Calls `ready` with `mu` held (taken with TryLock, so the producers that
 // queue work under `mu` are never made to wait behind the poller) until
-// it returns true or `spin` has passed, yielding the CPU between tries.
-// Returns whether it saw `ready` true. `spin` <= 0 returns false at once.
-// Call it without `mu` held.
+// it returns true or `spin` has passed, yielding the CPU between tries;
+// the caller then waits on `mu` as it would have, which returns at once
+// when the spin saw work. `spin` <= 0 returns at once. Call it without `mu`
+// held.
 template <typename Ready>
-bool SpinUntilReady(absl::Mutex& mu, absl::Duration spin, Ready ready)
+void SpinUntilReady(absl::Mutex& mu, absl::Duration spin, Ready ready)
     ABSL_NO_THREAD_SAFETY_ANALYSIS {  // `ready` reads state `mu` guards
-  if (spin <= absl::ZeroDuration()) return false;
+  if (spin <= absl::ZeroDuration()) return;
   const auto until =
       std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(spin);
   while (std::chrono::steady_clock::now() < until) {
     if (mu.TryLock()) {
       const bool is_ready = ready();
       mu.Unlock();
-      if (is_ready) return true;
+      if (is_ready) return;
     }
     std::this_thread::yield();
   }
-  return false;
 }
 
 }  // namespace dedit
