@@ -59,6 +59,12 @@
 #   DRAFTER_STEPS / ABLATION_STEPS  steps of the chat profile's drafter and
 #                of its ProposalMix twins (defaults 1200 and 300)
 #   DRAFTER_LAYERS  the chat profile drafter's layers (default 2)
+#   DRAFTER_INIT_FROM an exported drafter of the same shape that the chat
+#                drafter starts from (its weights, a fresh schedule): to
+#                train a shipped drafter further, with a new WORK
+#   DRAFTER_EVAL_EVERY steps between the chat drafter's held-out
+#                evaluations (default 100; each costs ~30 s, so a long run
+#                evaluates less often)
 #   EVAL_THREADS libtorch threads of the eval stages (default 1: the tiny
 #                models decode fastest on one core, and the speedups are
 #                measured like that)
@@ -154,7 +160,8 @@ case "$profile" in
                   --sequences_per_step=4
                   --blocks_per_sequence=32 --steps="$drafter_steps"
                   --p1_only_steps=$((drafter_steps / 2)) --plateau_delta=0.005
-                  --gt_selection_ratio=0.875 --lr=2e-3 --eval_every=100
+                  --gt_selection_ratio=0.875 --lr=2e-3
+                  --eval_every="${DRAFTER_EVAL_EVERY:-100}"
                   --heldout_data="$WORK/distill-heldout.bin" --heldout_blocks=8)
     # The ProposalMix ablation twin (ABLATION=1): same data, seed and
     # schedule shape, fewer steps, with and without ProposalMix.
@@ -269,6 +276,8 @@ for d in "${drafters[@]}"; do
              --steps="$ablation_steps" --p1_only_steps=$((ablation_steps / 2))) ;;
     drafter-w32) extra=(--proposal_mix=true --block_size=32); window=32 ;;
   esac
+  [ "$d" = drafter ] && [ -n "${DRAFTER_INIT_FROM:-}" ] &&
+    extra+=(--init_from="$(cd "$DRAFTER_INIT_FROM" && pwd)")
   if [ ! -f "$WORK/$d/model.safetensors" ]; then
     stage "$d" "$train" drafter "${common[@]}" --max_minutes="$MAX_MINUTES" \
       --target="$WORK/target" --data="$WORK/distill.bin" \

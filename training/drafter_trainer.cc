@@ -49,7 +49,8 @@ std::string Fingerprint(const DrafterTrainingOptions& o,
       " NB=", o.blocks_per_sequence, " steps=", o.steps, " seed=", o.seed,
       " lr=", o.schedule.peak, " windows=", absl::StrJoin(o.train_windows, ","),
       " gt_ratio=", o.gt_selection_ratio, " p1_only=", o.p1_only_steps,
-      " plateau=", o.plateau_delta, " patience=", o.plateau_patience);
+      " plateau=", o.plateau_delta, " patience=", o.plateau_patience,
+      o.init_from.empty() ? "" : " init_from=", o.init_from);
 }
 
 }  // namespace
@@ -189,6 +190,35 @@ absl::StatusOr<StageOutcome> RunDrafterTraining(
 
   ASSIGN_OR_RETURN(TrainableDrafter drafter,
                    TrainableDrafter::Init(dc, o.seed));
+  if (!o.init_from.empty()) {
+    ASSIGN_OR_RETURN(TrainableDrafter from,
+                     TrainableDrafter::Load(o.init_from));
+    const DrafterConfig& fc = from.config();
+    if (fc.layers.num_hidden_layers != dc.layers.num_hidden_layers ||
+        fc.layers.hidden_size != dc.layers.hidden_size ||
+        fc.layers.intermediate_size != dc.layers.intermediate_size ||
+        fc.block_size != dc.block_size ||
+        fc.target_layer_ids != dc.target_layer_ids ||
+        fc.num_target_layers != dc.num_target_layers) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--init_from=%s is a %d-layer drafter (MLP %d, block %d, feature "
+          "layers [%s] of a %d-layer target); this run asks for %d layers "
+          "(MLP %d, block %d, feature layers [%s] of %d)",
+          o.init_from, fc.layers.num_hidden_layers,
+          fc.layers.intermediate_size, fc.block_size,
+          absl::StrJoin(fc.target_layer_ids, ","), fc.num_target_layers,
+          dc.layers.num_hidden_layers, dc.layers.intermediate_size,
+          dc.block_size, absl::StrJoin(dc.target_layer_ids, ","),
+          dc.num_target_layers));
+    }
+    // Same layout, so the parameter lists match one to one.
+    at::NoGradGuard no_grad;
+    for (size_t i = 0; i < drafter.parameters().size(); ++i) {
+      drafter.parameters()[i].value.copy_(from.parameters()[i].value);
+    }
+    std::cerr << "[drafter] starting from the weights of " << o.init_from
+              << "\n";
+  }
   AdamW optimizer(&drafter.parameters(), o.adamw);
   const std::string state_path = o.work_dir + "/state.safetensors";
   const std::string log_path = o.work_dir + "/log.jsonl";

@@ -84,6 +84,10 @@ struct DrafterTrainingOptions {
   double checkpoint_every_s = 300;
   double max_minutes = 0;
   int eval_every = 250;
+  // An exported drafter whose weights the run starts from (fresh optimizer
+  // and schedule), e.g. to train a shipped drafter further; its shape
+  // (layers, block size, feature layers, MLP) must be the one asked for.
+  std::string init_from;
   int heldout_sequences = 64;  // last records of the distill data, or
   std::string heldout_path;    // a held-out distill file (all of it)
   int heldout_blocks_per_sequence = 16;

@@ -67,10 +67,11 @@ ABSL_FLAG(int, head_dim, 32, "target: head dimension");
 ABSL_FLAG(double, rope_theta, 10000.0, "target: RoPE theta");
 ABSL_FLAG(int, seq_len, 256, "target: training window");
 ABSL_FLAG(std::string, init_from, "",
-          "target: start from this exported target's weights (fresh "
-          "optimizer and schedule), e.g. to train a shipped model further; "
-          "a target with fewer layers than --num_layers is grown, its "
-          "new layers adding nothing until trained");
+          "target / drafter: start from this exported model's weights "
+          "(fresh optimizer and schedule), e.g. to train a shipped model "
+          "further; a target with fewer layers than --num_layers is grown, "
+          "its new layers adding nothing until trained; a drafter must have "
+          "the shape asked for");
 ABSL_FLAG(int64_t, reschedule_from_steps, 0,
           "target: resume a state saved by the same run with --steps=N "
           "(this N) on a schedule of --steps instead, e.g. to finish sooner");
@@ -303,6 +304,7 @@ int RunDrafter() {
   o.plateau_patience = absl::GetFlag(FLAGS_plateau_patience);
   o.heldout_path = absl::GetFlag(FLAGS_heldout_data);
   o.heldout_blocks_per_sequence = absl::GetFlag(FLAGS_heldout_blocks);
+  o.init_from = absl::GetFlag(FLAGS_init_from);
   FillTrainingLoop(o);
   return OutcomeCode(RunDrafterTraining(o));
 }

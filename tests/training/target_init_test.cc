@@ -1,6 +1,6 @@
-// `dedit-train target --init_from`: training a shipped target further starts
-// from its weights (not a fresh initialisation), and refuses a folder of
-// another shape.
+// `dedit-train target --init_from` and `dedit-train drafter --init_from`:
+// training a shipped model further starts from its weights (not a fresh
+// initialisation), and refuses a folder of another shape.
 #include <ATen/Functions.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -10,6 +10,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/file_util.h"
+#include "training/distill.h"
+#include "training/drafter_trainer.h"
 #include "training/target_trainer.h"
 #include "training/trainable_models.h"
 
@@ -63,6 +65,51 @@ class TargetInitTest : public ::testing::Test {
     o.checkpoint_every_s = 1e9;
     o.schedule.peak = lr;
     return o;
+  }
+
+  // A 1-layer drafter with block 4 for the target in root_/target, trained
+  // on its distilled answers in root_/distill.bin (both made by
+  // MakeTargetAndDistill).
+  DrafterTrainingOptions DrafterOptions(const std::string& name, double lr) {
+    DrafterTrainingOptions o;
+    o.target_dir = root_ + "/target";
+    o.distill_path = root_ + "/distill.bin";
+    o.work_dir = root_ + "/" + name + "-work";
+    o.out_dir = root_ + "/" + name;
+    o.num_layers = 1;
+    o.block_size = 4;
+    o.target_layer_ids = {0, 1};
+    o.sequences_per_step = 2;
+    o.blocks_per_sequence = 2;
+    o.steps = 2;
+    o.eval_every = 1000;
+    o.checkpoint_every_s = 1e9;
+    o.schedule.peak = lr;
+    return o;
+  }
+
+  void MakeTargetAndDistill() {
+    auto target = RunTargetTraining(Options("target", 2e-3));
+    ASSERT_TRUE(target.ok()) << target.status();
+    DistillOptions d;
+    d.target_dir = root_ + "/target";
+    d.corpus.roots = {root_ + "/corpus"};
+    d.corpus.heldout_every = 2;
+    d.work_dir = root_ + "/target-work";
+    d.out_path = root_ + "/distill.bin";
+    d.num_sequences = 8;
+    d.prompt_min_tokens = 8;
+    d.prompt_max_tokens = 16;
+    d.continuation_tokens = 16;
+    d.batch = 8;
+    auto distilled = RunDistill(d);
+    ASSERT_TRUE(distilled.ok()) << distilled.status();
+  }
+
+  static ParameterList DrafterWeights(const std::string& dir) {
+    auto model = TrainableDrafter::Load(dir);
+    EXPECT_TRUE(model.ok()) << model.status();
+    return model.ok() ? model->parameters() : ParameterList();
   }
 
   static ParameterList Weights(const std::string& dir) {
@@ -188,6 +235,35 @@ TEST_F(TargetInitTest, GrowsDeeperComputingTheSameFunction) {
   at::NoGradGuard no_grad;
   const at::Tensor out = exported->Logits(exported->Forward(ids, {}, nullptr));
   EXPECT_LT((out - want).abs().max().item<double>(), 1e-4);
+}
+
+TEST_F(TargetInitTest, DrafterStartsFromTheGivenWeights) {
+  ASSERT_NO_FATAL_FAILURE(MakeTargetAndDistill());
+  auto trained = RunDrafterTraining(DrafterOptions("da", 2e-3));
+  ASSERT_TRUE(trained.ok()) << trained.status();
+  // At lr 0 a drafter from --init_from exports the weights it started
+  // from; a fresh one exports its initialisation.
+  DrafterTrainingOptions from_a = DrafterOptions("db", 0.0);
+  from_a.init_from = root_ + "/da";
+  auto continued = RunDrafterTraining(from_a);
+  ASSERT_TRUE(continued.ok()) << continued.status();
+  auto fresh = RunDrafterTraining(DrafterOptions("dc", 0.0));
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  const ParameterList a = DrafterWeights(root_ + "/da");
+  EXPECT_TRUE(Same(DrafterWeights(root_ + "/db"), a));
+  EXPECT_FALSE(Same(DrafterWeights(root_ + "/dc"), a));
+
+  // Another shape is refused before anything is trained, naming both.
+  DrafterTrainingOptions deeper = DrafterOptions("dd", 2e-3);
+  deeper.num_layers = 2;
+  deeper.init_from = root_ + "/da";
+  auto refused = RunDrafterTraining(deeper);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("is a 1-layer drafter"));
+  EXPECT_THAT(refused.status().message(), HasSubstr("asks for 2 layers"));
+  EXPECT_FALSE(std::filesystem::exists(root_ + "/dd/model.safetensors"));
 }
 
 }  // namespace
