@@ -51,7 +51,7 @@ absl::StatusOr<std::unique_ptr<DEditDrafter>> DEditDrafter::FromArchive(
   const c10::Device dev = options.device;
   RETURN_IF_ERROR(GuardTorch([&] {
     d->embed_tokens_ = embed_tokens.to(dev, dt);
-    d->lm_head_ = lm_head.to(dev, dt);
+    d->head_ = OutputHead::Pack(lm_head.to(dev, dt));
     d->rotary_ = Rotary(c.head_dim, c.rope_theta, dev, dt);
   }));
   ASSIGN_OR_RETURN(
@@ -332,7 +332,7 @@ std::pair<at::Tensor, at::Tensor> DEditDrafter::RunPass(
   }
   at::Tensor rows = x.index_select(0, at::tensor(head_rows, long_opts).to(dev));
   at::Tensor logits =
-      at::linear(RmsNorm(rows, final_norm_, c.rms_norm_eps), lm_head_)
+      head_.Logits(RmsNorm(rows, final_norm_, c.rms_norm_eps))
           .to(at::kFloat);
   // Confidence = max softmax probability = 1 / sum(exp(l - max)).
   auto [max_logit, argmax] = logits.max(-1);

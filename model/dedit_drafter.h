@@ -113,7 +113,8 @@ class DEditDrafter {
   DrafterConfig config_;
   Options options_;
   bool causal_editor_;
-  at::Tensor embed_tokens_, lm_head_;
+  at::Tensor embed_tokens_;
+  OutputHead head_;  // the target's lm_head, packed for the logits
   at::Tensor fc_, hidden_norm_, final_norm_;
   std::vector<DecoderLayerWeights> layers_;
   Rotary rotary_;

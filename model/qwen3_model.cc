@@ -80,6 +80,7 @@ absl::StatusOr<std::unique_ptr<Qwen3Model>> Qwen3Model::FromArchive(
   const c10::Device dev = options.device;
   RETURN_IF_ERROR(GuardTorch([&] {
     for (DecoderLayerWeights& w : m->layers_) PackDecoderLayer(config, &w);
+    m->head_ = OutputHead::Pack(m->lm_head_);
     m->rotary_ = Rotary(config.head_dim, config.rope_theta, dev, options.dtype);
     KvPool::Shape shape;
     shape.num_layers = config.num_hidden_layers;
@@ -236,7 +237,7 @@ TargetForwardResult Qwen3Model::RunForward(
     at::Tensor rows =
         x.index_select(0, at::tensor(logit_index, long_opts).to(dev));
     result.logits =
-        at::linear(RmsNorm(rows, final_norm_, c.rms_norm_eps), lm_head_)
+        head_.Logits(RmsNorm(rows, final_norm_, c.rms_norm_eps))
             .to(at::kFloat);
     at::Tensor greedy =
         result.logits.argmax(-1).to(at::kCPU, at::kInt).contiguous();

@@ -112,6 +112,7 @@ class Qwen3Model {
   Qwen3Config config_;
   Options options_;
   at::Tensor embed_tokens_, lm_head_, final_norm_;
+  OutputHead head_;  // lm_head_ packed for the logits
   std::vector<DecoderLayerWeights> layers_;
   Rotary rotary_;
   std::unique_ptr<KvPool> pool_;

@@ -125,6 +125,17 @@ at::Tensor NormAndRotateHeads(const at::Tensor& projected, int heads,
   return Rotary::Apply(RmsNorm(x, norm_weight, eps), cos, sin);
 }
 
+OutputHead OutputHead::Pack(const at::Tensor& weight) {
+  OutputHead h;
+  h.weight = weight;
+  if (weight.device().is_cpu()) h.weight_t = weight.t().contiguous();
+  return h;
+}
+
+at::Tensor OutputHead::Logits(const at::Tensor& x) const {
+  return weight_t.defined() ? at::mm(x, weight_t) : at::linear(x, weight);
+}
+
 void PackDecoderLayer(const Qwen3Config& c, DecoderLayerWeights* w) {
   const at::ScalarType dt = w->q_proj.scalar_type();
   // Folding is done in fp32, then cast once.
