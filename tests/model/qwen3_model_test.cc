@@ -275,5 +275,25 @@ TEST(Qwen3ModelTest, Bfloat16ComputeTracksFloat32) {
   EXPECT_GE(agree, 0.8);
 }
 
+// The output head: the CPU's transposed copy gives the logits of
+// x @ weight^T (the golden test above checks the whole model against an
+// independent reference); on other devices no copy is made.
+TEST(OutputHeadTest, LogitsAreTheProjectionOntoTheVocabulary) {
+  at::manual_seed(3);
+  for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
+    const at::Tensor weight = at::randn({300, 24}).to(TestDevice(), dt);
+    const OutputHead head = OutputHead::Pack(weight);
+    EXPECT_EQ(head.weight_t.defined(), weight.device().is_cpu());
+    for (int64_t rows : {1, 16}) {
+      const at::Tensor x = at::randn({rows, 24}).to(TestDevice(), dt);
+      const at::Tensor got = head.Logits(x);
+      ASSERT_EQ(got.sizes(), (std::vector<int64_t>{rows, 300}));
+      EXPECT_EQ(got.scalar_type(), dt);
+      const double tol = dt == at::kFloat ? 1e-5 : 0.1;
+      EXPECT_LT(MaxAbsDiff(got, at::linear(x, weight)), tol) << rows;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dedit
