@@ -332,8 +332,7 @@ std::pair<at::Tensor, at::Tensor> DEditDrafter::RunPass(
   }
   at::Tensor rows = x.index_select(0, at::tensor(head_rows, long_opts).to(dev));
   at::Tensor logits =
-      head_.Logits(RmsNorm(rows, final_norm_, c.rms_norm_eps))
-          .to(at::kFloat);
+      head_.Logits(RmsNorm(rows, final_norm_, c.rms_norm_eps)).to(at::kFloat);
   // Confidence = max softmax probability = 1 / sum(exp(l - max)).
   auto [max_logit, argmax] = logits.max(-1);
   at::Tensor conf =

@@ -237,8 +237,7 @@ TargetForwardResult Qwen3Model::RunForward(
     at::Tensor rows =
         x.index_select(0, at::tensor(logit_index, long_opts).to(dev));
     result.logits =
-        head_.Logits(RmsNorm(rows, final_norm_, c.rms_norm_eps))
-            .to(at::kFloat);
+        head_.Logits(RmsNorm(rows, final_norm_, c.rms_norm_eps)).to(at::kFloat);
     at::Tensor greedy =
         result.logits.argmax(-1).to(at::kCPU, at::kInt).contiguous();
     result.greedy.assign(greedy.data_ptr<int32_t>(),

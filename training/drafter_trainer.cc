@@ -204,12 +204,11 @@ absl::StatusOr<StageOutcome> RunDrafterTraining(
           "--init_from=%s is a %d-layer drafter (MLP %d, block %d, feature "
           "layers [%s] of a %d-layer target); this run asks for %d layers "
           "(MLP %d, block %d, feature layers [%s] of %d)",
-          o.init_from, fc.layers.num_hidden_layers,
-          fc.layers.intermediate_size, fc.block_size,
-          absl::StrJoin(fc.target_layer_ids, ","), fc.num_target_layers,
-          dc.layers.num_hidden_layers, dc.layers.intermediate_size,
-          dc.block_size, absl::StrJoin(dc.target_layer_ids, ","),
-          dc.num_target_layers));
+          o.init_from, fc.layers.num_hidden_layers, fc.layers.intermediate_size,
+          fc.block_size, absl::StrJoin(fc.target_layer_ids, ","),
+          fc.num_target_layers, dc.layers.num_hidden_layers,
+          dc.layers.intermediate_size, dc.block_size,
+          absl::StrJoin(dc.target_layer_ids, ","), dc.num_target_layers));
     }
     // Same layout, so the parameter lists match one to one.
     at::NoGradGuard no_grad;

@@ -260,8 +260,7 @@ TEST_F(TargetInitTest, DrafterStartsFromTheGivenWeights) {
   auto refused = RunDrafterTraining(deeper);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(refused.status().message(),
-              HasSubstr("is a 1-layer drafter"));
+  EXPECT_THAT(refused.status().message(), HasSubstr("is a 1-layer drafter"));
   EXPECT_THAT(refused.status().message(), HasSubstr("asks for 2 layers"));
   EXPECT_FALSE(std::filesystem::exists(root_ + "/dd/model.safetensors"));
 }
