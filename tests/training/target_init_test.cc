@@ -59,12 +59,19 @@ class TargetInitTest : public ::testing::Test {
     o.model.head_dim = 16;
     o.seq_len = 32;
     o.batch_size = 2;
-    o.steps = 2;
     o.eval_every = 1;
     o.eval_windows = 2;
-    o.checkpoint_every_s = 1e9;
-    o.schedule.peak = lr;
+    ShortRun(lr, &o);
     return o;
+  }
+
+  // Two steps at peak learning rate `lr`, no timed checkpoint (the target
+  // and drafter option structs name these fields alike).
+  template <typename TrainingOptions>
+  static void ShortRun(double lr, TrainingOptions* o) {
+    o->steps = 2;
+    o->checkpoint_every_s = 1e9;
+    o->schedule.peak = lr;
   }
 
   // A 1-layer drafter with block 4 for the target in root_/target, trained
@@ -81,10 +88,8 @@ class TargetInitTest : public ::testing::Test {
     o.target_layer_ids = {0, 1};
     o.sequences_per_step = 2;
     o.blocks_per_sequence = 2;
-    o.steps = 2;
     o.eval_every = 1000;
-    o.checkpoint_every_s = 1e9;
-    o.schedule.peak = lr;
+    ShortRun(lr, &o);
     return o;
   }
 
@@ -106,14 +111,11 @@ class TargetInitTest : public ::testing::Test {
     ASSERT_TRUE(distilled.ok()) << distilled.status();
   }
 
-  static ParameterList DrafterWeights(const std::string& dir) {
-    auto model = TrainableDrafter::Load(dir);
-    EXPECT_TRUE(model.ok()) << model.status();
-    return model.ok() ? model->parameters() : ParameterList();
-  }
-
+  // The exported weights in `dir` (Model: TrainableTarget or
+  // TrainableDrafter).
+  template <typename Model = TrainableTarget>
   static ParameterList Weights(const std::string& dir) {
-    auto model = TrainableTarget::Load(dir);
+    auto model = Model::Load(dir);
     EXPECT_TRUE(model.ok()) << model.status();
     return model.ok() ? model->parameters() : ParameterList();
   }
@@ -249,9 +251,9 @@ TEST_F(TargetInitTest, DrafterStartsFromTheGivenWeights) {
   ASSERT_TRUE(continued.ok()) << continued.status();
   auto fresh = RunDrafterTraining(DrafterOptions("dc", 0.0));
   ASSERT_TRUE(fresh.ok()) << fresh.status();
-  const ParameterList a = DrafterWeights(root_ + "/da");
-  EXPECT_TRUE(Same(DrafterWeights(root_ + "/db"), a));
-  EXPECT_FALSE(Same(DrafterWeights(root_ + "/dc"), a));
+  const ParameterList a = Weights<TrainableDrafter>(root_ + "/da");
+  EXPECT_TRUE(Same(Weights<TrainableDrafter>(root_ + "/db"), a));
+  EXPECT_FALSE(Same(Weights<TrainableDrafter>(root_ + "/dc"), a));
 
   // Another shape is refused before anything is trained, naming both.
   DrafterTrainingOptions deeper = DrafterOptions("dd", 2e-3);
