@@ -188,33 +188,35 @@ absl::StatusOr<StageOutcome> RunDrafterTraining(
           : absl::StrFormat("eta %.2f", o.eta),
       o.causal_editor ? "causal" : "bidirectional", o.p1_only_steps);
 
-  ASSIGN_OR_RETURN(TrainableDrafter drafter,
-                   TrainableDrafter::Init(dc, o.seed));
-  if (!o.init_from.empty()) {
-    ASSIGN_OR_RETURN(TrainableDrafter from,
-                     TrainableDrafter::Load(o.init_from));
-    const DrafterConfig& fc = from.config();
-    if (fc.layers.num_hidden_layers != dc.layers.num_hidden_layers ||
-        fc.layers.hidden_size != dc.layers.hidden_size ||
-        fc.layers.intermediate_size != dc.layers.intermediate_size ||
-        fc.block_size != dc.block_size ||
-        fc.target_layer_ids != dc.target_layer_ids ||
-        fc.num_target_layers != dc.num_target_layers) {
+  TrainableDrafter drafter;
+  if (o.init_from.empty()) {
+    ASSIGN_OR_RETURN(drafter, TrainableDrafter::Init(dc, o.seed));
+  } else {
+    ASSIGN_OR_RETURN(drafter, TrainableDrafter::Load(o.init_from));
+    const DrafterConfig& f = drafter.config();
+    if (f.layers.num_hidden_layers != dc.layers.num_hidden_layers ||
+        f.layers.hidden_size != dc.layers.hidden_size ||
+        f.layers.intermediate_size != dc.layers.intermediate_size ||
+        f.layers.num_attention_heads != dc.layers.num_attention_heads ||
+        f.layers.num_key_value_heads != dc.layers.num_key_value_heads ||
+        f.layers.head_dim != dc.layers.head_dim ||
+        f.block_size != dc.block_size ||
+        f.target_layer_ids != dc.target_layer_ids ||
+        f.num_target_layers != dc.num_target_layers) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "--init_from=%s is a %d-layer drafter (MLP %d, block %d, feature "
           "layers [%s] of a %d-layer target); this run asks for %d layers "
-          "(MLP %d, block %d, feature layers [%s] of %d)",
-          o.init_from, fc.layers.num_hidden_layers, fc.layers.intermediate_size,
-          fc.block_size, absl::StrJoin(fc.target_layer_ids, ","),
-          fc.num_target_layers, dc.layers.num_hidden_layers,
+          "(MLP %d, block %d, feature layers [%s] of %d); see %s vs %s",
+          o.init_from, f.layers.num_hidden_layers, f.layers.intermediate_size,
+          f.block_size, absl::StrJoin(f.target_layer_ids, ","),
+          f.num_target_layers, dc.layers.num_hidden_layers,
           dc.layers.intermediate_size, dc.block_size,
-          absl::StrJoin(dc.target_layer_ids, ","), dc.num_target_layers));
+          absl::StrJoin(dc.target_layer_ids, ","), dc.num_target_layers,
+          DrafterConfigToJson(f), DrafterConfigToJson(dc)));
     }
-    // Same layout, so the parameter lists match one to one.
-    at::NoGradGuard no_grad;
-    for (size_t i = 0; i < drafter.parameters().size(); ++i) {
-      drafter.parameters()[i].value.copy_(from.parameters()[i].value);
-    }
+    // Its weights, this run's config (passes, editor, mask id) for the
+    // export.
+    drafter.mutable_config() = dc;
     std::cerr << "[drafter] starting from the weights of " << o.init_from
               << "\n";
   }
