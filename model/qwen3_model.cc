@@ -69,8 +69,8 @@ absl::StatusOr<std::unique_ptr<Qwen3Model>> Qwen3Model::FromArchive(
   ASSIGN_OR_RETURN(
       const NamedTensors weights,
       LoadCheckpointTensors(archive, layout, options.dtype, options.device));
-  RETURN_IF_ERROR(
-      TakeEmbeddingAndHead(weights, &m->embed_tokens_, &m->lm_head_));
+  at::Tensor lm_head;
+  RETURN_IF_ERROR(TakeEmbeddingAndHead(weights, &m->embed_tokens_, &lm_head));
   ASSIGN_OR_RETURN(m->final_norm_, FindTensor(weights, kTargetNormWeight));
   for (int l = 0; l < config.num_hidden_layers; ++l) {
     ASSIGN_OR_RETURN(DecoderLayerWeights w,
@@ -80,7 +80,7 @@ absl::StatusOr<std::unique_ptr<Qwen3Model>> Qwen3Model::FromArchive(
   const c10::Device dev = options.device;
   RETURN_IF_ERROR(GuardTorch([&] {
     for (DecoderLayerWeights& w : m->layers_) PackDecoderLayer(config, &w);
-    m->head_ = OutputHead::Pack(m->lm_head_);
+    m->head_ = OutputHead::Pack(lm_head);
     m->rotary_ = Rotary(config.head_dim, config.rope_theta, dev, options.dtype);
     KvPool::Shape shape;
     shape.num_layers = config.num_hidden_layers;

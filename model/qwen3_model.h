@@ -100,7 +100,7 @@ class Qwen3Model {
 
   // Shared with the drafter (frozen in DFlash/DEdit): [vocab, hidden].
   const at::Tensor& embed_tokens() const { return embed_tokens_; }
-  const at::Tensor& lm_head() const { return lm_head_; }
+  const at::Tensor& lm_head() const { return head_.weight; }
 
  private:
   Qwen3Model(const Qwen3Config& config, const Options& options)
@@ -111,8 +111,8 @@ class Qwen3Model {
 
   Qwen3Config config_;
   Options options_;
-  at::Tensor embed_tokens_, lm_head_, final_norm_;
-  OutputHead head_;  // lm_head_ packed for the logits
+  at::Tensor embed_tokens_, final_norm_;
+  OutputHead head_;  // lm_head (or the tied embedding), packed
   std::vector<DecoderLayerWeights> layers_;
   Rotary rotary_;
   std::unique_ptr<KvPool> pool_;
