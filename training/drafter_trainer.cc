@@ -245,6 +245,7 @@ absl::StatusOr<StageOutcome> RunDrafterTraining(
       plateau.flat = std::stoll(meta["flat_evals"]);
     std::cerr << "[drafter] resumed at step " << step << "\n";
   }
+  RETURN_IF_ERROR(DropLogRecordsAfter(log_path, step));
 
   const at::Tensor& embed = target.embed_tokens();
   const at::Tensor& head = target.lm_head();

@@ -3,9 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <iostream>
+#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "base/file_util.h"
+#include "base/status.h"
 
 namespace dedit::training {
 namespace {
@@ -78,6 +82,30 @@ std::string FormatDuration(double seconds) {
   if (s >= 3600) return absl::StrFormat("%dh%02dm", s / 3600, (s % 3600) / 60);
   if (s >= 60) return absl::StrFormat("%dm%02ds", s / 60, s % 60);
   return absl::StrFormat("%ds", s);
+}
+
+absl::Status DropLogRecordsAfter(const std::string& path, int64_t step) {
+  if (!PathExists(path)) return absl::OkStatus();
+  ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  std::string kept;
+  size_t dropped = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    const nlohmann::json rec =
+        nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    const bool keep = rec.is_object() && rec.contains("step") &&
+                      rec["step"].is_number_integer() &&
+                      rec["step"].get<int64_t>() <= step;
+    if (keep) {
+      absl::StrAppend(&kept, line, "\n");
+    } else {
+      ++dropped;
+    }
+  }
+  if (dropped == 0) return absl::OkStatus();
+  std::cerr << "[log] " << path << ": dropped " << dropped
+            << " records past step " << step << " (logged after the last "
+            << "checkpoint)\n";
+  return WriteFileAtomically(path, kept);
 }
 
 }  // namespace dedit::training

@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/status/status.h"
+
 namespace dedit::training {
 
 // How a stage ended: all steps done, or stopped by its time budget (the
@@ -62,6 +64,12 @@ class Every {
   double seconds_;
   std::chrono::steady_clock::time_point last_;
 };
+
+// A resumed run's JSON-lines log: keeps the records of steps up to `step`
+// (the loaded checkpoint's; 0 for a run starting afresh) and drops those a
+// killed run wrote after its last checkpoint, and a torn last line, so
+// that the run's steps are each logged once. A missing file is fine.
+absl::Status DropLogRecordsAfter(const std::string& path, int64_t step);
 
 // "1h02m", "3m12s", "45s".
 std::string FormatDuration(double seconds);

@@ -220,6 +220,7 @@ absl::StatusOr<StageOutcome> RunTargetTraining(const TargetTrainingOptions& o) {
     }
     std::cerr << "[target] resumed at step " << step << "\n";
   }
+  RETURN_IF_ERROR(DropLogRecordsAfter(log_path, step));
 
   // Fixed held-out windows, the same at every evaluation.
   std::mt19937_64 eval_rng(o.seed ^ 0x5eed5eedull);

@@ -1,17 +1,22 @@
 // `dedit-train target --init_from` and `dedit-train drafter --init_from`:
 // training a shipped model further starts from its weights (not a fresh
-// initialisation), and refuses a folder of another shape.
+// initialisation), and refuses a folder of another shape; a resumed run
+// logs each step once.
 #include <ATen/Functions.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "base/file_util.h"
 #include "training/distill.h"
 #include "training/drafter_trainer.h"
+#include "training/progress.h"
 #include "training/target_trainer.h"
 #include "training/trainable_models.h"
 
@@ -188,6 +193,47 @@ TEST_F(TargetInitTest, ResumesOnAnotherScheduleOnlyWhenAsked) {
   // The state now belongs to the 4-step run: resuming it as such is fine.
   longer.reschedule_from_steps = 0;
   EXPECT_TRUE(RunTargetTraining(longer).ok());
+}
+
+// A run killed after its last checkpoint logged steps the resumed run
+// trains again: resuming drops those records (and a torn last line), so
+// log.jsonl has each step once, in order.
+TEST_F(TargetInitTest, AResumedRunLogsEachStepOnce) {
+  ASSERT_TRUE(RunTargetTraining(Options("k", 2e-3)).ok());  // saved at step 2
+  const std::string log_path = root_ + "/k-work/log.jsonl";
+  ASSERT_TRUE(AppendToFile(log_path, "{\"step\":3,\"loss\":9.0}\n"
+                                     "{\"step\":4,\"loss\":9.0}\n"
+                                     "{\"step\":5,\"lo")
+                  .ok());
+  TargetTrainingOptions longer = Options("k", 2e-3);
+  longer.steps = 4;
+  longer.reschedule_from_steps = 2;
+  auto resumed = RunTargetTraining(longer);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  auto log = ReadFileToString(log_path);
+  ASSERT_TRUE(log.ok());
+  std::vector<int64_t> steps;
+  for (absl::string_view line : absl::StrSplit(*log, '\n', absl::SkipEmpty())) {
+    const auto rec = nlohmann::json::parse(line);
+    steps.push_back(rec["step"].get<int64_t>());
+    EXPECT_NE(rec["loss"].get<double>(), 9.0) << line;  // not the dead run's
+  }
+  EXPECT_THAT(steps, ::testing::ElementsAre(1, 2, 3, 4));
+}
+
+TEST(DropLogRecordsAfterTest, KeepsStepsUpToTheCheckpointOnly) {
+  const std::string path = ::testing::TempDir() + "/drop_log_records.jsonl";
+  ASSERT_TRUE(WriteFileAtomically(path,
+                                  "{\"step\":1}\n{\"step\":2,\"x\":1}\n"
+                                  "{\"step\":3}\nnot json\n{\"step\":2")
+                  .ok());
+  ASSERT_TRUE(DropLogRecordsAfter(path, 2).ok());
+  auto text = ReadFileToString(path);
+  ASSERT_TRUE(text.ok());
+  EXPECT_EQ(*text, "{\"step\":1}\n{\"step\":2,\"x\":1}\n");
+  ASSERT_TRUE(DropLogRecordsAfter(path, 0).ok());  // a run starting afresh
+  EXPECT_EQ(*ReadFileToString(path), "");
+  EXPECT_TRUE(DropLogRecordsAfter(path + ".absent", 3).ok());
 }
 
 // Depth up-scaling: a 2-layer target grown to 5 layers computes the same
