@@ -201,9 +201,10 @@ TEST_F(TargetInitTest, ResumesOnAnotherScheduleOnlyWhenAsked) {
 TEST_F(TargetInitTest, AResumedRunLogsEachStepOnce) {
   ASSERT_TRUE(RunTargetTraining(Options("k", 2e-3)).ok());  // saved at step 2
   const std::string log_path = root_ + "/k-work/log.jsonl";
-  ASSERT_TRUE(AppendToFile(log_path, "{\"step\":3,\"loss\":9.0}\n"
-                                     "{\"step\":4,\"loss\":9.0}\n"
-                                     "{\"step\":5,\"lo")
+  ASSERT_TRUE(AppendToFile(log_path,
+                           "{\"step\":3,\"loss\":9.0}\n"
+                           "{\"step\":4,\"loss\":9.0}\n"
+                           "{\"step\":5,\"lo")
                   .ok());
   TargetTrainingOptions longer = Options("k", 2e-3);
   longer.steps = 4;
