@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "base/status.h"
 #include "dedit/v1/services.grpc.pb.h"
 #include "proto/grpc_status.h"
 
@@ -44,14 +45,8 @@ absl::StatusOr<v1::SessionOpen> OpenRequest(const GenerateCommandOptions& o) {
   open.set_window(o.window);
   open.set_passes(o.passes);
   open.set_disable_speculation(o.no_speculation);
-  if (o.method == "ngram") {
-    open.set_speculative_method(v1::SPECULATIVE_METHOD_NGRAM);
-  } else if (o.method == "model") {
-    open.set_speculative_method(v1::SPECULATIVE_METHOD_MODEL);
-  } else if (!o.method.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--method must be model or ngram, got '", o.method, "'"));
-  }
+  ASSIGN_OR_RETURN(const int method, SpeculativeMethodFromName(o.method));
+  open.set_speculative_method(static_cast<v1::SpeculativeMethod>(method));
   open.set_ignore_eos(o.ignore_eos);
   open.set_enable_thinking(o.enable_thinking);
   return open;

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/status.h"
 #include "dedit/v1/services.grpc.pb.h"
 #include "proto/grpc_status.h"
 
@@ -58,14 +59,8 @@ absl::Status RunGenerate(const GenerateCommandOptions& o,
   request.set_window(o.window);
   request.set_passes(o.passes);
   request.set_disable_speculation(o.no_speculation);
-  if (o.method == "ngram") {
-    request.set_speculative_method(v1::SPECULATIVE_METHOD_NGRAM);
-  } else if (o.method == "model") {
-    request.set_speculative_method(v1::SPECULATIVE_METHOD_MODEL);
-  } else if (!o.method.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--method must be model or ngram, got '", o.method, "'"));
-  }
+  ASSIGN_OR_RETURN(const int method, SpeculativeMethodFromName(o.method));
+  request.set_speculative_method(static_cast<v1::SpeculativeMethod>(method));
   request.set_ignore_eos(o.ignore_eos);
   for (const std::string& stop : o.stop) request.add_stop(stop);
 
@@ -103,6 +98,15 @@ absl::Status RunGenerate(const GenerateCommandOptions& o,
       a.rounds(), a.drafted_rounds(), a.fallback_rounds(),
       FinishName(last.finish_reason()));
   return absl::OkStatus();
+}
+
+absl::StatusOr<int> SpeculativeMethodFromName(const std::string& name) {
+  if (name.empty()) return v1::SPECULATIVE_METHOD_UNSPECIFIED;
+  if (name == "model") return v1::SPECULATIVE_METHOD_MODEL;
+  if (name == "ngram") return v1::SPECULATIVE_METHOD_NGRAM;
+  if (name == "hybrid") return v1::SPECULATIVE_METHOD_HYBRID;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--method must be model, ngram or hybrid, got '", name, "'"));
 }
 
 }  // namespace dedit

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace dedit {
 
@@ -34,7 +35,8 @@ struct GenerateCommandOptions {
   int window = 0;     // 0 → the router's default
   int passes = 0;
   bool no_speculation = false;
-  std::string method;  // "model", "ngram"; empty → the router's default
+  // "model", "ngram", "hybrid"; empty → the router's default
+  std::string method;
   std::vector<std::string> stop;
   bool ignore_eos = false;
   int timeout_s = 600;
@@ -46,6 +48,10 @@ struct GenerateCommandOptions {
 // DEADLINE_EXCEEDED after timeout_s).
 absl::Status RunGenerate(const GenerateCommandOptions& options,
                          std::ostream& text_out, std::ostream& stats_out);
+
+// --method's value on the wire (v1::SpeculativeMethod): "model", "ngram",
+// "hybrid", or "" for the router's default; INVALID_ARGUMENT otherwise.
+absl::StatusOr<int> SpeculativeMethodFromName(const std::string& name);
 
 }  // namespace dedit
 

@@ -46,8 +46,13 @@ ABSL_FLAG(int, window, 16, "W: block size (1 → target-only)");
 ABSL_FLAG(int, passes, 0,
           "K: drafter passes (0 → the checkpoint's num_passes)");
 ABSL_FLAG(std::string, method, "model",
-          "who drafts: model (--drafter) or ngram (prompt lookup, no model; "
-          "--drafter may be omitted)");
+          "who drafts: model (--drafter), ngram (prompt lookup, no model; "
+          "--drafter may be omitted) or hybrid (per round: prompt lookup "
+          "when the last --hybrid_min_ngram tokens occurred before, else "
+          "the model)");
+ABSL_FLAG(int, hybrid_min_ngram, 2,
+          "hybrid method: shortest suffix whose earlier occurrence makes a "
+          "round a lookup");
 ABSL_FLAG(int, max_tokens, 64, "new tokens per prompt");
 ABSL_FLAG(double, temperature, 0.0, "sampling temperature (0 = greedy)");
 ABSL_FLAG(int, top_k, 0, "top-k (0 = off)");
@@ -177,6 +182,8 @@ GenerationRequest MakeRequest(std::vector<int32_t> ids, int default_passes) {
   if (absl::GetFlag(FLAGS_method) == "ngram") {
     r.method = DraftMethod::kNgram;
     r.passes = 1;
+  } else if (absl::GetFlag(FLAGS_method) == "hybrid") {
+    r.method = DraftMethod::kHybrid;
   }
   if (absl::GetFlag(FLAGS_ar)) r.passes = 0;
   r.ignore_eos = absl::GetFlag(FLAGS_ignore_eos);
@@ -201,6 +208,7 @@ Json ResultJson(const GenerationResult& r) {
   j["rounds"] = s.rounds;
   j["drafted_rounds"] = s.drafted_rounds;
   j["fallback_rounds"] = s.fallback_rounds;
+  j["lookup_rounds"] = s.lookup_rounds;
   j["mean_acceptance_length"] = s.mean_acceptance_length();
   j["accepted_per_position"] = s.accepted_per_position;
   Json edits = Json::array();
@@ -266,13 +274,14 @@ int Run() {
   o.device = absl::GetFlag(FLAGS_device);
   o.dtype = absl::GetFlag(FLAGS_dtype);
   if (absl::GetFlag(FLAGS_causal_editor)) o.causal_editor = true;
+  o.hybrid_min_ngram = absl::GetFlag(FLAGS_hybrid_min_ngram);
   if (o.target_dir.empty()) {
     std::fprintf(stderr, "--target is required\n");
     return 2;
   }
   const std::string method = absl::GetFlag(FLAGS_method);
-  if (method != "model" && method != "ngram") {
-    std::fprintf(stderr, "--method must be model or ngram, got '%s'\n",
+  if (method != "model" && method != "ngram" && method != "hybrid") {
+    std::fprintf(stderr, "--method must be model, ngram or hybrid, got '%s'\n",
                  method.c_str());
     return 2;
   }
@@ -382,14 +391,22 @@ int main(int argc, char** argv) {
       "dedit-generate",
       "--target DIR [--drafter DIR] (--prompt TEXT | --prompt_ids 1,2,3 |\n"
       "                      --json < prompts) [--window W] [--passes K]\n"
-      "                      [--method model|ngram] [--ar] ...",
+      "                      [--method model|ngram|hybrid] [--ar] ...",
       "Generates with the in-process stack (target, drafter and engine in\n"
       "one process): human-readable output, or with --json one JSON object\n"
       "per prompt line read from stdin.\n",
-      {"target", "drafter", "tokenizer", "prompt_ids", "prompt",        "chat",
-       "window", "passes",  "method",    "max_tokens", "temperature",   "top_k",
-       "top_p",  "seed",    "ar",        "ignore_eos", "causal_editor", "json",
-       "batch",  "device",  "dtype",     "threads"}};
+      {"target",     "drafter",
+       "tokenizer",  "prompt_ids",
+       "prompt",     "chat",
+       "window",     "passes",
+       "method",     "hybrid_min_ngram",
+       "max_tokens", "temperature",
+       "top_k",      "top_p",
+       "seed",       "ar",
+       "ignore_eos", "causal_editor",
+       "json",       "batch",
+       "device",     "dtype",
+       "threads"}};
   if (std::optional<int> exit = dedit::ParseCommandFlags(
           command, argv[0], std::vector<std::string>(argv + 1, argv + argc))) {
     return *exit;

@@ -61,7 +61,7 @@ ABSL_FLAG(int, passes, dedit::GenerateCommandOptions().passes,
           "K, drafter passes (0 = the router's default)");
 ABSL_FLAG(bool, no_speculation, false, "target-only decoding");
 ABSL_FLAG(std::string, method, "",
-          "who drafts: model or ngram (empty = the router's default)");
+          "who drafts: model, ngram or hybrid (empty = the router's default)");
 ABSL_FLAG(std::vector<std::string>, stop, {}, "stop strings, comma-separated");
 ABSL_FLAG(bool, ignore_eos, false, "keep generating past EOS");
 ABSL_FLAG(int, timeout_s, dedit::GenerateCommandOptions().timeout_s,
@@ -124,7 +124,7 @@ int GenerateMain(const char* argv0, const std::vector<std::string>& args) {
       "dedit-cli generate",
       "--router HOST:PORT (--prompt TEXT | --prompt_ids 1,2,3)\n"
       "                          [--chat] [--max_tokens N] [--window W]\n"
-      "                          [--passes K] [--method model|ngram]\n"
+      "                          [--passes K] [--method model|ngram|hybrid]\n"
       "                          [--no_speculation] ...",
       "Streams a generation from dedit-router: the text to stdout as it\n"
       "arrives (token ids when the router has no tokenizer), then one line\n"
@@ -178,7 +178,7 @@ int ChatMain(const char* argv0, const std::vector<std::string>& args) {
   const CommandFlags command = {
       "dedit-cli chat",
       "--router HOST:PORT [--max_tokens N] [--system TEXT] [--window W]\n"
-      "                          [--passes K] [--method model|ngram]\n"
+      "                          [--passes K] [--method model|ngram|hybrid]\n"
       "                          [--no_speculation] ...",
       "An interactive multi-turn chat over one Generation.Session stream:\n"
       "each line is a user message; the answer streams, then a line of\n"

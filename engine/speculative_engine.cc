@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
@@ -65,6 +66,8 @@ const char* DraftMethodName(DraftMethod method) {
       return "model";
     case DraftMethod::kNgram:
       return "ngram";
+    case DraftMethod::kHybrid:
+      return "hybrid";
   }
   return "unknown";
 }
@@ -89,6 +92,7 @@ double AcceptanceSummary::mean_acceptance_length() const {
 void AcceptanceSummary::Add(const RoundRecord& r) {
   ++rounds;
   if (r.fallback) ++fallback_rounds;
+  if (r.looked_up) ++lookup_rounds;
   draft_seconds += r.draft_seconds;
   verify_seconds += r.verify_seconds;
   if (r.window < 2) return;
@@ -118,7 +122,16 @@ SpeculativeEngine::SpeculativeEngine(Verifier* verifier, Drafter* drafter,
     : verifier_(verifier),
       drafter_(drafter),
       options_(std::move(options)),
-      ngram_(options_.ngram) {}
+      ngram_(options_.ngram),
+      hybrid_lookup_(
+          {options_.hybrid_min_ngram,
+           std::max(options_.ngram.max_ngram, options_.hybrid_min_ngram),
+           options_.ngram.max_window}) {}
+
+bool SpeculativeEngine::LooksUp(const Sequence& seq) {
+  return seq.request.method == DraftMethod::kNgram ||
+         seq.request.method == DraftMethod::kHybrid;
+}
 
 Drafter* SpeculativeEngine::DrafterFor(const Sequence& seq) {
   return seq.request.method == DraftMethod::kNgram
@@ -131,7 +144,7 @@ bool SpeculativeEngine::FeedsContext(const Sequence& seq) const {
   // A session's turns share one sequence, and a later turn may draft with
   // the model whatever this one does.
   if (seq.request.keep || seq.request.continue_sequence != 0) return true;
-  return seq.request.method == DraftMethod::kModel && seq.request.passes > 0 &&
+  return seq.request.method != DraftMethod::kNgram && seq.request.passes > 0 &&
          seq.request.window >= 2;
 }
 
@@ -188,6 +201,17 @@ absl::StatusOr<SequenceId> SpeculativeEngine::Submit(GenerationRequest request,
         "window ", request.window, " exceeds the drafter's block size ",
         drafter_->block_size()));
   }
+  if (request.method == DraftMethod::kHybrid) {
+    RETURN_IF_ERROR(NgramDrafter::Validate({options_.hybrid_min_ngram,
+                                            options_.hybrid_min_ngram,
+                                            options_.ngram.max_window}));
+    if (request.window > options_.ngram.max_window) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("window ", request.window,
+                       " exceeds the n-gram method's largest window ",
+                       options_.ngram.max_window));
+    }
+  }
   RETURN_IF_ERROR(ValidateSamplingParams(request.sampling));
   // A continuation takes over its kept sequence: it prefills only the
   // prompt after the longest common prefix with the kept tokens (at least
@@ -226,9 +250,7 @@ absl::StatusOr<SequenceId> SpeculativeEngine::Submit(GenerationRequest request,
   seq.kept_tokens = std::move(kept_tokens);
   seq.request = std::move(request);
   seq.on_tokens = std::move(on_tokens);
-  if (seq.request.method == DraftMethod::kNgram) {
-    seq.known = seq.request.prompt;
-  }
+  if (LooksUp(seq)) seq.known = seq.request.prompt;
   pending_.push_back(id);
   return id;
 }
@@ -243,11 +265,12 @@ absl::Status SpeculativeEngine::Cancel(SequenceId id) {
 }
 
 int SpeculativeEngine::WindowFor(const Sequence& seq) const {
-  const bool has_drafter =
-      seq.request.method == DraftMethod::kNgram || drafter_ != nullptr;
-  if (!has_drafter || seq.drafter_failed || seq.request.passes == 0) {
-    return 1;
-  }
+  // A hybrid sequence whose model drafter failed (or that has none) still
+  // has its lookups; Step makes its other rounds target-only.
+  const bool has_drafter = LooksUp(seq) || drafter_ != nullptr;
+  const bool failed =
+      seq.drafter_failed && seq.request.method != DraftMethod::kHybrid;
+  if (!has_drafter || failed || seq.request.passes == 0) return 1;
   const int64_t remaining = seq.request.max_new_tokens -
                             static_cast<int64_t>(seq.result.tokens.size());
   const int64_t room = options_.max_context - seq.start;
@@ -268,7 +291,7 @@ bool SpeculativeEngine::Emit(Sequence& seq,
     }
     emitted.push_back(t);
     seq.result.tokens.push_back(t);
-    if (seq.request.method == DraftMethod::kNgram) seq.known.push_back(t);
+    if (LooksUp(seq)) seq.known.push_back(t);
     if (static_cast<int>(seq.result.tokens.size()) >=
         seq.request.max_new_tokens) {
       finish = FinishReason::kLength;
@@ -338,18 +361,32 @@ absl::Status SpeculativeEngine::Step() {
   std::vector<SequenceId> round_ids = running_;
   std::map<SequenceId, int> window;
   std::map<Drafter*, std::vector<DraftRequest>> draft_requests;
+  std::map<SequenceId, DraftResult> drafts;
+  std::set<SequenceId> looked_up;
   for (SequenceId id : round_ids) {
     Sequence& seq = sequences_.at(id);
-    const int w = WindowFor(seq);
+    int w = WindowFor(seq);
+    if (w >= 2 && seq.request.method == DraftMethod::kHybrid) {
+      // The lookup first: a match is this round's block, with no drafter
+      // call. Otherwise the model drafts, unless it failed earlier.
+      std::vector<int32_t> proposal = hybrid_lookup_.Propose(seq.known, w - 1);
+      if (!proposal.empty()) {
+        DraftPass pass{std::move(proposal), {}};
+        pass.confidences.assign(pass.tokens.size(), 1.0f);
+        drafts[id].passes.push_back(std::move(pass));
+        looked_up.insert(id);
+      } else if (drafter_ == nullptr || seq.drafter_failed) {
+        w = 1;
+      }
+    }
     window[id] = w;
-    if (w >= 2) {
+    if (w >= 2 && looked_up.count(id) == 0) {
       const std::vector<int32_t>* known =
           seq.request.method == DraftMethod::kNgram ? &seq.known : nullptr;
       draft_requests[DrafterFor(seq)].push_back(
           {id, seq.start, seq.bonus, w, seq.request.passes, known});
     }
   }
-  std::map<SequenceId, DraftResult> drafts;
   std::map<SequenceId, bool> fallback;
   std::map<SequenceId, double> draft_seconds;
   for (auto& [drafter, requests] : draft_requests) {
@@ -459,6 +496,7 @@ absl::Status SpeculativeEngine::Step() {
     record.window = static_cast<int>(verifies[i].block.size());
     record.accepted = out.accepted;
     record.fallback = fallback.count(id) > 0;
+    record.looked_up = looked_up.count(id) > 0;
     record.verify_seconds = verify_seconds;
     std::vector<int32_t> committed(
         verifies[i].block.begin() + 1,

@@ -39,6 +39,13 @@ namespace dedit {
 enum class DraftMethod {
   kModel,  // the engine's Drafter (DEdit/DFlash, in process or a service)
   kNgram,  // prompt lookup over the request's own tokens (no model)
+  // Per round: prompt lookup when the sequence's last `hybrid_min_ngram`
+  // tokens occurred before (the answer is copying), else the model
+  // drafter (the answer is computed). A lookup round costs no drafter
+  // pass. The two kinds of text favour opposite drafters
+  // (docs/RESULTS.md "A hybrid drafter"); this takes each round's better
+  // guess at the price of a lookup.
+  kHybrid,
 };
 const char* DraftMethodName(DraftMethod method);
 
@@ -49,7 +56,8 @@ struct GenerationRequest {
   // W (block size incl. the bonus slot); 1 → target-only. Submit rejects a W
   // above the drafter's block size.
   int window = 16;
-  int passes = 1;  // K; 0 → target-only. The n-gram method has one pass.
+  int passes = 1;  // K; 0 → target-only. The n-gram method has one pass;
+                   // with kHybrid, K applies to the model's rounds.
   DraftMethod method = DraftMethod::kModel;
   std::vector<int32_t> stop_token_ids;  // in addition to the model's EOS
   bool ignore_eos = false;
@@ -86,6 +94,7 @@ struct RoundRecord {
   int accepted = 0;                // acc; tau = acc + 1
   bool fallback = false;           // drafting was wanted but the drafter failed
   std::vector<EditOutcome> edits;  // one per pass k < K
+  bool looked_up = false;          // kHybrid: the block came from prompt lookup
   double draft_seconds = 0;   // this round's share of the batched draft call
   double verify_seconds = 0;  // ... and of the target step
 };
@@ -113,6 +122,7 @@ struct AcceptanceSummary {
   int64_t rounds = 0;          // all rounds
   int64_t drafted_rounds = 0;  // rounds with a draft
   int64_t fallback_rounds = 0;
+  int64_t lookup_rounds = 0;    // kHybrid rounds drafted by prompt lookup
   int64_t draft_tokens = 0;     // sum of W-1
   int64_t accepted_tokens = 0;  // sum of acc
   std::vector<int64_t>
@@ -141,6 +151,10 @@ class SpeculativeEngine {
     int max_passes = 8;
     // The n-gram method (always available; its max_window bounds W).
     NgramDrafter::Options ngram;
+    // kHybrid looks up suffixes of hybrid_min_ngram .. max(ngram.max_ngram,
+    // hybrid_min_ngram) tokens: a shorter match (one digit of a sum) is
+    // too often a coincidence, and the model drafter does better there.
+    int hybrid_min_ngram = 2;
     // Called on the stepping thread for every finished round (after its
     // record is complete, before its tokens are emitted), e.g. to update
     // per-round metrics while requests are still running. May be empty.
@@ -192,7 +206,7 @@ class SpeculativeEngine {
     int64_t start = 0;   // committed tokens (prompt + generated - bonus)
     int32_t bonus = -1;  // next block slot 0
     // prompt + every token produced so far (start + 1 once running): what
-    // the n-gram method looks its proposals up in.
+    // the n-gram and hybrid methods look their proposals up in.
     std::vector<int32_t> known;
     bool drafter_failed = false;
     double first_token_time = 0;
@@ -211,6 +225,8 @@ class SpeculativeEngine {
   bool Emit(Sequence& seq, const std::vector<int32_t>& tokens);
   void Finish(SequenceId id, FinishReason reason, absl::Status status = {});
   int WindowFor(const Sequence& seq) const;
+  // The n-gram and hybrid methods keep `Sequence::known`.
+  static bool LooksUp(const Sequence& seq);
   Drafter* DrafterFor(const Sequence& seq);
   // Whether the model drafter may ever draft `seq`, so the verifier side
   // feeds it the sequence's context (PrefillWork::context).
@@ -224,6 +240,7 @@ class SpeculativeEngine {
   Drafter* drafter_;
   Options options_;
   NgramDrafter ngram_;
+  NgramDrafter hybrid_lookup_;  // Options::hybrid_min_ngram and up
   SequenceId next_id_ = 1;
   std::deque<SequenceId> pending_;
   std::map<SequenceId, Sequence> sequences_;  // pending and running

@@ -384,7 +384,7 @@ std::optional<ApiError> ParseStops(Fields& f, v1::GenerateRequest* out) {
 }
 
 // dedit's extensions: window (W), passes (K), disable_speculation,
-// speculative_method ("model" or "ngram").
+// speculative_method ("model", "ngram" or "hybrid").
 std::optional<ApiError> ParseSpeculation(Fields& f, v1::GenerateRequest* out) {
   std::optional<int64_t> window, passes;
   std::optional<bool> disable;
@@ -415,10 +415,13 @@ std::optional<ApiError> ParseSpeculation(Fields& f, v1::GenerateRequest* out) {
       out->set_speculative_method(v1::SPECULATIVE_METHOD_MODEL);
     } else if (*method == "ngram") {
       out->set_speculative_method(v1::SPECULATIVE_METHOD_NGRAM);
+    } else if (*method == "hybrid") {
+      out->set_speculative_method(v1::SPECULATIVE_METHOD_HYBRID);
     } else {
       return ApiError::Invalid(
-          absl::StrCat("speculative_method must be model or ngram, got '",
-                       *method, "'"),
+          absl::StrCat(
+              "speculative_method must be model, ngram or hybrid, got '",
+              *method, "'"),
           "speculative_method");
     }
   }

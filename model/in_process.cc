@@ -41,6 +41,7 @@ absl::StatusOr<std::unique_ptr<InProcessStack>> InProcessStack::Load(
   eopts.eos_token_ids = c.eos_token_ids;
   eopts.vocab_size = c.vocab_size;
   eopts.max_context = c.max_position_embeddings;
+  eopts.hybrid_min_ngram = options.hybrid_min_ngram;
   s->engine_ = std::make_unique<SpeculativeEngine>(
       s->verifier_.get(), s->local_drafter_.get(), eopts);
   return s;

@@ -33,6 +33,7 @@ void FillAcceptance(const AcceptanceSummary& s, v1::AcceptanceStats* out) {
   out->set_rounds(s.rounds);
   out->set_drafted_rounds(s.drafted_rounds);
   out->set_fallback_rounds(s.fallback_rounds);
+  out->set_lookup_rounds(s.lookup_rounds);
   out->set_draft_tokens(s.draft_tokens);
   out->set_accepted_tokens(s.accepted_tokens);
   out->set_mean_acceptance_length(s.mean_acceptance_length());
@@ -227,6 +228,7 @@ bool GenerationLoop::ConnectTarget() {
   o.max_new_tokens_limit = options_.max_tokens_limit;
   o.max_passes = options_.max_passes;
   o.ngram = options_.ngram;
+  o.hybrid_min_ngram = options_.hybrid_min_ngram;
   o.on_round = [this](SequenceId, const RoundRecord& round) {
     const int block = backends_.drafter_health != nullptr
                           ? backends_.drafter_health->block_size()
@@ -403,11 +405,15 @@ void GenerationLoop::Admit(RouterRequest request) {
     cache_lost = true;
   }
   const DrafterHealth* drafter = backends_.drafter_health;
-  const int block_size =
-      engine_request.method == DraftMethod::kNgram
-          ? options_.ngram.max_window
-          : (drafter != nullptr && drafter->healthy() ? drafter->block_size()
-                                                      : 0);
+  const bool drafter_up = drafter != nullptr && drafter->healthy();
+  if (engine_request.method == DraftMethod::kHybrid && !drafter_up) {
+    // The lookup half needs no drafter: it goes on alone.
+    engine_request.method = DraftMethod::kNgram;
+    engine_request.passes = std::min(engine_request.passes, 1);
+  }
+  const int block_size = engine_request.method == DraftMethod::kNgram
+                             ? options_.ngram.max_window
+                             : (drafter_up ? drafter->block_size() : 0);
   if (!request.speculate || block_size < 2) {
     engine_request.passes = 0;  // target-only (W is then ignored)
     engine_request.window = 1;

@@ -133,6 +133,9 @@ class GenerationLoop {
     // service: requests that ask for it speculate whatever the drafter's
     // health.
     NgramDrafter::Options ngram;
+    // The hybrid method's shortest looked-up suffix
+    // (SpeculativeEngine::Options::hybrid_min_ngram).
+    int hybrid_min_ngram = 2;
     // Names this loop's stack in the per-stack metrics (`stack` label);
     // empty → no per-stack metrics.
     std::string stack_name;

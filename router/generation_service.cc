@@ -219,9 +219,17 @@ void GenerationServiceImpl::FillCard(v1::ModelCard* card) const {
   card->set_default_window(limits.default_window);
   card->set_default_passes(limits.default_passes);
   card->set_has_tokenizer(tokenizer_ != nullptr);
-  card->set_default_method(limits.default_method == DraftMethod::kNgram
-                               ? v1::SPECULATIVE_METHOD_NGRAM
-                               : v1::SPECULATIVE_METHOD_MODEL);
+  switch (limits.default_method) {
+    case DraftMethod::kModel:
+      card->set_default_method(v1::SPECULATIVE_METHOD_MODEL);
+      break;
+    case DraftMethod::kNgram:
+      card->set_default_method(v1::SPECULATIVE_METHOD_NGRAM);
+      break;
+    case DraftMethod::kHybrid:
+      card->set_default_method(v1::SPECULATIVE_METHOD_HYBRID);
+      break;
+  }
   card->set_ngram_max_window(limits.ngram_max_window);
 }
 

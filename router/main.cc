@@ -74,12 +74,16 @@ ABSL_FLAG(int, default_passes, 0,
           "K when a request gives none (0 = checkpoint's K)");
 ABSL_FLAG(std::string, speculative_method, "model",
           "who drafts when a request does not say: model (the drafter "
-          "service) or ngram (prompt lookup, no model)");
+          "service), ngram (prompt lookup, no model) or hybrid (per round, "
+          "lookup when the recent tokens recur, else the drafter)");
 ABSL_FLAG(int, ngram_window, 8, "n-gram method: W when a request gives none");
 ABSL_FLAG(int, ngram_max_window, 64,
           "n-gram method: largest W a request may ask");
 ABSL_FLAG(int, ngram_min, 1, "n-gram method: shortest suffix looked up");
 ABSL_FLAG(int, ngram_max, 4, "n-gram method: longest suffix looked up");
+ABSL_FLAG(int, hybrid_min_ngram, 2,
+          "hybrid method: shortest suffix whose earlier occurrence makes a "
+          "round a prompt lookup (else the drafter drafts it)");
 ABSL_FLAG(int64_t, target_timeout_ms, 60000,
           "deadline of Prefill/Verify calls");
 ABSL_FLAG(int64_t, draft_timeout_ms, 2000,
@@ -162,15 +166,24 @@ int main(int argc, char** argv) {
   o.defaults.default_window = absl::GetFlag(FLAGS_default_window);
   o.defaults.default_passes = absl::GetFlag(FLAGS_default_passes);
   const std::string method = absl::GetFlag(FLAGS_speculative_method);
-  if (method != "model" && method != "ngram") {
+  if (method == "model") {
+    o.defaults.default_method = dedit::DraftMethod::kModel;
+  } else if (method == "ngram") {
+    o.defaults.default_method = dedit::DraftMethod::kNgram;
+  } else if (method == "hybrid") {
+    o.defaults.default_method = dedit::DraftMethod::kHybrid;
+  } else {
     std::fprintf(stderr,
-                 "dedit-router: --speculative_method must be model or ngram, "
-                 "got '%s'\n",
+                 "dedit-router: --speculative_method must be model, ngram or "
+                 "hybrid, got '%s'\n",
                  method.c_str());
     return 2;
   }
-  o.defaults.default_method = method == "ngram" ? dedit::DraftMethod::kNgram
-                                                : dedit::DraftMethod::kModel;
+  o.loop.hybrid_min_ngram = absl::GetFlag(FLAGS_hybrid_min_ngram);
+  if (o.loop.hybrid_min_ngram < 1) {
+    std::fprintf(stderr, "dedit-router: --hybrid_min_ngram must be >= 1\n");
+    return 2;
+  }
   o.loop.ngram.min_ngram = absl::GetFlag(FLAGS_ngram_min);
   o.loop.ngram.max_ngram = absl::GetFlag(FLAGS_ngram_max);
   o.loop.ngram.max_window = absl::GetFlag(FLAGS_ngram_max_window);

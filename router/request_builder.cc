@@ -179,6 +179,9 @@ absl::StatusOr<RouterRequest> BuildRouterRequest(const v1::GenerateRequest& r,
     case v1::SPECULATIVE_METHOD_NGRAM:
       out.engine.method = DraftMethod::kNgram;
       break;
+    case v1::SPECULATIVE_METHOD_HYBRID:
+      out.engine.method = DraftMethod::kHybrid;
+      break;
     default:
       return Invalid(absl::StrCat("speculative_method ", r.speculative_method(),
                                   " is unknown"));
@@ -214,6 +217,13 @@ absl::StatusOr<RouterRequest> BuildRouterRequest(const v1::GenerateRequest& r,
     return Invalid(absl::StrCat("window ", r.window(),
                                 " exceeds the drafter's block size ",
                                 limits.drafter_block_size));
+  }
+  if (out.engine.method == DraftMethod::kHybrid &&
+      r.window() > limits.ngram_max_window) {
+    return Invalid(absl::StrCat("window ", r.window(),
+                                " exceeds the n-gram method's largest "
+                                "window ",
+                                limits.ngram_max_window));
   }
   int window = r.window() > 0 ? r.window() : limits.default_window;
   if (limits.drafter_block_size > 0) {

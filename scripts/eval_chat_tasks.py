@@ -18,8 +18,11 @@ target-only one token for token, scores the answers
       [--router HOST:PORT --stubs build/proto/python]
 
 --configs replaces --methods with named configurations, each
-NAME=METHOD[:w=W][:k=K][:causal][:drafter=DIR], e.g.
+NAME=METHOD[:w=W][:k=K][:causal][:drafter=DIR][:min=N], e.g.
   --configs ar=ar,ngram=ngram:w=16,k1=model:w=16:k=1,causal3=model:k=3:causal
+METHOD is ar, ngram, model or hybrid (per round, prompt lookup when the
+last N tokens, default 2, occurred before, else the model; `min=N` is
+in-process only, the router's is its --hybrid_min_ngram flag).
 so that one run holds a whole table (the baseline is the config named ar,
 else the first). Each configuration's report also has the acceptance per
 draft position and the edit outcomes (extended / unchanged / shortened)
@@ -105,6 +108,9 @@ def main():
             cmd += ["--method", "ngram", "--window", str(c["w"])]
         else:
             cmd += ["--drafter", c["drafter"], "--window", str(c["w"])]
+            if c["method"] == "hybrid":
+                cmd += ["--method", "hybrid",
+                        "--hybrid_min_ngram", str(c["min"])]
             if c["k"] > 0:
                 cmd += ["--passes", str(c["k"])]
             if c["causal"]:
@@ -162,6 +168,13 @@ def main():
                 per[family] = {"tau": round(tau, 3),
                                "speedup": round(m_rate / b_rate, 3) if b_rate else 0,
                                "tokens": tokens}
+                # Tokens per round over all rounds: tau counts drafted
+                # rounds only, and the n-gram method skips the draft when
+                # its lookup misses, so tau flatters it against a drafter
+                # that always proposes.
+                rounds = sum(r.get("rounds", 0) for r in m_rows)
+                if rounds:
+                    per[family]["tokens_per_round"] = round(tokens / rounds, 3)
             per["overall"].update(acceptance_details(rows))
             speculation[method] = per
         return speculation
@@ -184,10 +197,10 @@ def parse_configs(a):
             name, _, spec = item.partition("=")
             parts = spec.split(":")
             c = {"method": parts[0], "w": a.window, "k": a.passes,
-                 "causal": False, "drafter": a.drafter}
+                 "causal": False, "drafter": a.drafter, "min": 2}
             for opt in parts[1:]:
                 key, _, value = opt.partition("=")
-                if key in ("w", "k"):
+                if key in ("w", "k", "min"):
                     c[key] = int(value)
                 elif key == "causal":
                     c["causal"] = True
@@ -200,14 +213,15 @@ def parse_configs(a):
     else:
         for method in a.methods.split(","):
             configs[method] = {"method": method, "w": a.window, "k": a.passes,
-                               "causal": False, "drafter": a.drafter}
+                               "causal": False, "drafter": a.drafter,
+                               "min": 2}
     for name, c in configs.items():
-        if c["method"] not in ("ar", "ngram", "model"):
+        if c["method"] not in ("ar", "ngram", "model", "hybrid"):
             sys.exit(f"eval_chat_tasks.py: {name}: unknown method "
                      f"{c['method']}")
-        if c["method"] == "model" and not c["drafter"]:
-            sys.exit(f"eval_chat_tasks.py: {name}: method model needs "
-                     f"--drafter or drafter=DIR")
+        if c["method"] in ("model", "hybrid") and not c["drafter"]:
+            sys.exit(f"eval_chat_tasks.py: {name}: method {c['method']} "
+                     f"needs --drafter or drafter=DIR")
     return configs
 
 
@@ -225,7 +239,8 @@ def acceptance_details(rows):
                                                "shortened": 0})
             for key in acc:
                 acc[key] += e[key]
-    out = {"drafted_rounds": sum(r.get("drafted_rounds", 0) for r in rows)}
+    out = {"drafted_rounds": sum(r.get("drafted_rounds", 0) for r in rows),
+           "lookup_rounds": sum(r.get("lookup_rounds", 0) for r in rows)}
     if positions:
         out["accepted_per_position"] = positions
     if edits:
@@ -257,7 +272,10 @@ def router_rows(a, c, prompt_ids):
             req.speculative_method = generation_pb2.SPECULATIVE_METHOD_NGRAM
             req.window = c["w"]
         else:
-            req.speculative_method = generation_pb2.SPECULATIVE_METHOD_MODEL
+            req.speculative_method = (
+                generation_pb2.SPECULATIVE_METHOD_HYBRID
+                if c["method"] == "hybrid"
+                else generation_pb2.SPECULATIVE_METHOD_MODEL)
             req.window = c["w"]
             req.passes = c["k"]
         tokens, first, last, final = [], None, None, None

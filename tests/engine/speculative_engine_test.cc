@@ -282,6 +282,129 @@ TEST_F(EngineTest, NgramMethodIsLosslessInAMixedBatch) {
   EXPECT_GT(short_blocks, 0);
 }
 
+// Prompts that repeat themselves, so that lookups find matches.
+std::vector<std::vector<int32_t>> RepeatingPrompts(int n, uint64_t seed) {
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < n; ++i) {
+    std::vector<int32_t> p = RandomPrompt(6 + i, 128, seed + i);
+    std::vector<int32_t> twice = p;
+    twice.insert(twice.end(), p.begin(), p.end());
+    twice.push_back(p[0]);
+    prompts.push_back(twice);
+  }
+  return prompts;
+}
+
+// The hybrid method: each round takes the prompt lookup's block when the
+// recent tokens recur and the model drafter's otherwise, in a batch that
+// mixes it with the other methods; lossless for every W and K.
+TEST_F(EngineTest, HybridMethodIsLosslessAndDraftsBothWays) {
+  const std::vector<std::vector<int32_t>> prompts = RepeatingPrompts(4, 80);
+  const int kNew = 40;
+  std::vector<std::vector<int32_t>> reference;
+  for (const auto& p : prompts) {
+    reference.push_back(GreedyReference(*pair_->target, p, kNew));
+  }
+  LocalDrafter drafter(pair_->drafter.get());
+  LocalVerifier verifier(pair_->target.get(), &drafter);
+  SpeculativeEngine engine(&verifier, &drafter, EngineOptions(spec_));
+  int64_t lookup_rounds = 0, model_rounds = 0;
+  for (int w : {2, 8, 16}) {
+    for (int k : {1, 3}) {
+      std::vector<GenerationRequest> reqs;
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        GenerationRequest r;
+        r.prompt = prompts[i];
+        r.max_new_tokens = kNew;
+        r.window = w;
+        r.passes = k;
+        r.method = i == 3 ? DraftMethod::kModel : DraftMethod::kHybrid;
+        if (i == 2) {
+          r.method = DraftMethod::kNgram;
+          r.passes = 1;
+        }
+        reqs.push_back(r);
+      }
+      auto results = engine.Generate(reqs);
+      ASSERT_TRUE(results.ok()) << results.status();
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        const GenerationResult& r = (*results)[i];
+        ASSERT_TRUE(r.status.ok()) << r.status;
+        EXPECT_EQ(r.tokens, reference[i])
+            << "W=" << w << " K=" << k << " seq " << i;
+        if (reqs[i].method != DraftMethod::kHybrid) {
+          EXPECT_EQ(Summarize(r.rounds).lookup_rounds, 0);
+          continue;
+        }
+        for (const RoundRecord& round : r.rounds) {
+          EXPECT_LE(round.window, w);
+          EXPECT_FALSE(round.fallback);
+          if (round.window < 2) continue;
+          // A lookup block has one pass; the model's has K.
+          EXPECT_EQ(round.edits.size(),
+                    round.looked_up ? 0u : static_cast<size_t>(k - 1));
+          ++(round.looked_up ? lookup_rounds : model_rounds);
+        }
+      }
+      EXPECT_EQ(pair_->target->num_sequences(), 0u);
+      EXPECT_EQ(pair_->drafter->num_sequences(), 0u);
+    }
+  }
+  EXPECT_GT(lookup_rounds, 0);
+  EXPECT_GT(model_rounds, 0);
+}
+
+// A lookup hit costs no drafter call, and a broken model drafter does not
+// stop the lookups: after its failure the sequence's rounds are lookups or
+// target-only, and the output is still the target's.
+TEST_F(EngineTest, HybridKeepsLookingUpAfterTheModelDrafterFails) {
+  ScriptedDrafter broken(16, [](const DraftRequest&) {
+    return absl::StatusOr<DraftResult>(absl::InternalError("drafter down"));
+  });
+  LocalVerifier verifier(pair_->target.get(), &broken);
+  SpeculativeEngine engine(&verifier, &broken, EngineOptions(spec_));
+  // A prompt without repeats: the first round's lookup misses and the
+  // model is asked. The random target's greedy output soon cycles, which
+  // later lookups find.
+  GenerationRequest req;
+  req.prompt = RandomPrompt(12, 128, 91);
+  req.max_new_tokens = 48;
+  req.window = 8;
+  req.method = DraftMethod::kHybrid;
+  auto results = engine.Generate({req});
+  ASSERT_TRUE(results.ok()) << results.status();
+  const GenerationResult& r = (*results)[0];
+  EXPECT_EQ(r.tokens, GreedyReference(*pair_->target, req.prompt, 48));
+  // The model was asked once, on the first round the lookup missed, and
+  // never again; lookups went on after that round.
+  EXPECT_EQ(broken.calls, 1);
+  EXPECT_EQ(Summarize(r.rounds).fallback_rounds, 1);
+  size_t failed_at = r.rounds.size();
+  int lookups_after = 0;
+  for (size_t i = 0; i < r.rounds.size(); ++i) {
+    if (r.rounds[i].fallback) failed_at = i;
+    if (i > failed_at && r.rounds[i].looked_up) ++lookups_after;
+  }
+  EXPECT_GT(lookups_after, 0);
+  EXPECT_EQ(pair_->target->num_sequences(), 0u);
+}
+
+TEST_F(EngineTest, HybridMethodRejectsWindowsTheLookupCannotServe) {
+  LocalDrafter drafter(pair_->drafter.get());
+  LocalVerifier verifier(pair_->target.get(), &drafter);
+  SpeculativeEngine::Options o = EngineOptions(spec_);
+  o.ngram.max_window = 8;
+  SpeculativeEngine engine(&verifier, &drafter, o);
+  GenerationRequest req;
+  req.prompt = {1, 2, 3};
+  req.method = DraftMethod::kHybrid;
+  req.window = 12;
+  EXPECT_THAT(engine.Submit(req).status().message(),
+              HasSubstr("largest window 8"));
+  req.window = drafter.block_size() + 1;
+  EXPECT_THAT(engine.Submit(req).status().message(), HasSubstr("block size"));
+}
+
 // The model drafter is fed context only for the sequences it may draft:
 // target-only and n-gram requests cost it no features and no memory, and
 // are not released on it. Output stays lossless for all of them.

@@ -5,6 +5,9 @@
 #include <grpcpp/support/status.h>
 
 #include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "gateway/openai_response.h"
 #include "gtest/gtest.h"
@@ -60,6 +63,27 @@ TEST(OpenAiRequestTest, CompletionFieldsReachTheGenerateRequest) {
   EXPECT_TRUE(g.disable_speculation());
   EXPECT_TRUE(r.stream);
   EXPECT_TRUE(r.include_usage);
+}
+
+TEST(OpenAiRequestTest, SpeculativeMethodByName) {
+  const std::vector<std::pair<std::string, v1::SpeculativeMethod>> names = {
+      {"model", v1::SPECULATIVE_METHOD_MODEL},
+      {"ngram", v1::SPECULATIVE_METHOD_NGRAM},
+      {"hybrid", v1::SPECULATIVE_METHOD_HYBRID}};
+  for (const auto& [name, method] : names) {
+    OpenAiRequest r;
+    ASSERT_FALSE(Parse(Endpoint::kCompletions,
+                       {{"prompt", "x"}, {"speculative_method", name}}, &r))
+        << name;
+    EXPECT_EQ(r.generate.speculative_method(), method) << name;
+  }
+  OpenAiRequest r;
+  auto error = Parse(Endpoint::kCompletions,
+                     {{"prompt", "x"}, {"speculative_method", "eagle"}}, &r);
+  ASSERT_TRUE(error.has_value());
+  EXPECT_NE(error->message.find("model, ngram or hybrid"), std::string::npos)
+      << error->message;
+  EXPECT_EQ(error->param, "speculative_method");
 }
 
 TEST(OpenAiRequestTest, OpenAiDefaults) {

@@ -984,6 +984,30 @@ TEST_F(GenerationLoopTest, NgramMethodIgnoresAnUnhealthyDrafter) {
   EXPECT_EQ(sink->last().acceptance().fallback_rounds(), 0);
 }
 
+// The hybrid method while the drafter is down: its lookups go on alone
+// (never a drafter call), and the output is the target's.
+TEST_F(GenerationLoopTest, HybridMethodLooksUpAloneWhileTheDrafterIsDown) {
+  ScriptedDrafter inner(block_size(), Oracle(0));
+  StartLoop(&inner, nullptr);
+  drafter_->set_healthy(false);
+  std::vector<int32_t> repeated = prompt(1);
+  const std::vector<int32_t> answer = Reference(1, 24);
+  repeated.insert(repeated.end(), answer.begin(), answer.end());
+  repeated.insert(repeated.end(), prompt(1).begin(), prompt(1).end());
+  RouterRequest request = MakeRequest(repeated, 24, 8, 3, {});
+  request.engine.method = DraftMethod::kHybrid;
+  auto sink = Submit(std::move(request));
+  ASSERT_TRUE(sink->WaitFinished());
+  ASSERT_TRUE(sink->status().ok()) << sink->status();
+  EXPECT_THAT(sink->tokens(), ElementsAreArray(GreedyReference(repeated, 24)));
+  EXPECT_EQ(drafter_->calls(), 0);
+  const v1::AcceptanceStats& a = sink->last().acceptance();
+  EXPECT_EQ(a.fallback_rounds(), 0);
+  // Served as the n-gram method: drafted by lookup, every block.
+  EXPECT_GT(a.drafted_rounds(), 0);
+  EXPECT_EQ(a.edit_outcomes_size(), 0);
+}
+
 TEST(RequestBuilderTest, SpeculativeMethodPicksTheDrafterAndItsLimits) {
   RequestLimits limits;
   limits.model.ready = true;
@@ -1028,6 +1052,23 @@ TEST(RequestBuilderTest, SpeculativeMethodPicksTheDrafterAndItsLimits) {
   EXPECT_THAT(BuildRouterRequest(proto, limits, nullptr).status().message(),
               HasSubstr("must be 1 with the n-gram method"));
   proto.set_passes(0);
+
+  // Hybrid: the model's K, within both the drafter's and the lookup's W.
+  proto.set_speculative_method(v1::SPECULATIVE_METHOD_HYBRID);
+  proto.set_window(0);
+  auto hybrid = BuildRouterRequest(proto, limits, nullptr);
+  ASSERT_TRUE(hybrid.ok()) << hybrid.status();
+  EXPECT_EQ(hybrid->engine.method, DraftMethod::kHybrid);
+  EXPECT_EQ(hybrid->engine.window, 16);
+  EXPECT_EQ(hybrid->engine.passes, 3);
+  proto.set_window(24);
+  EXPECT_THAT(BuildRouterRequest(proto, limits, nullptr).status().message(),
+              HasSubstr("drafter's block size 16"));
+  limits.ngram_max_window = 8;
+  proto.set_window(12);
+  EXPECT_THAT(BuildRouterRequest(proto, limits, nullptr).status().message(),
+              HasSubstr("n-gram method's largest window 8"));
+  proto.set_window(0);
   proto.set_speculative_method(static_cast<v1::SpeculativeMethod>(7));
   auto unknown = BuildRouterRequest(proto, limits, nullptr);
   EXPECT_EQ(unknown.status().code(), absl::StatusCode::kInvalidArgument);

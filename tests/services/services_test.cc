@@ -198,6 +198,36 @@ TEST_F(ServicesTest, NgramMethodThroughTheRouterIsLossless) {
   EXPECT_THAT(g.status.error_message(), HasSubstr("n-gram"));
 }
 
+// The hybrid method across the services: lookup rounds in the router and
+// drafter-service rounds in one request, lossless for every W and K.
+TEST_F(ServicesTest, HybridMethodThroughTheRouterIsLossless) {
+  ASSERT_TRUE(WaitFor([&] { return RouterSeesDrafter(); }, 10000));
+  Reference ref(cluster_);
+  const int kNew = 24;
+  int64_t lookups = 0, model_rounds = 0;
+  for (int w : {4, 16}) {
+    for (int k : {1, 2}) {
+      std::vector<int32_t> prompt = RandomPrompt(8, 300, 400 + w + k);
+      const std::vector<int32_t> answer = ref.Greedy(prompt, kNew / 2);
+      // The first half of the answer can be looked up, the rest not.
+      std::vector<int32_t> repeated = prompt;
+      repeated.insert(repeated.end(), answer.begin(), answer.end());
+      repeated.insert(repeated.end(), prompt.begin(), prompt.end());
+      v1::GenerateRequest request = IdsRequest(repeated, kNew, w, k);
+      request.set_speculative_method(v1::SPECULATIVE_METHOD_HYBRID);
+      Generated g = Generate(stub_.get(), request);
+      ASSERT_TRUE(g.status.ok()) << g.status.error_message();
+      EXPECT_EQ(g.tokens, ref.Greedy(repeated, kNew)) << "W=" << w;
+      const v1::AcceptanceStats& a = g.last.acceptance();
+      EXPECT_EQ(a.fallback_rounds(), 0);
+      lookups += a.lookup_rounds();
+      model_rounds += a.drafted_rounds() - a.lookup_rounds();
+    }
+  }
+  EXPECT_GT(lookups, 0);
+  EXPECT_GT(model_rounds, 0);
+}
+
 TEST_F(ServicesTest, SixteenConcurrentStreams) {
   ASSERT_TRUE(WaitFor([&] { return RouterSeesDrafter(); }, 10000));
   Reference ref(cluster_);
