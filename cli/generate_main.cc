@@ -50,7 +50,7 @@ ABSL_FLAG(std::string, method, "model",
           "--drafter may be omitted) or hybrid (per round: prompt lookup "
           "when the last --hybrid_min_ngram tokens occurred before, else "
           "the model)");
-ABSL_FLAG(int, hybrid_min_ngram, 2,
+ABSL_FLAG(int, hybrid_min_ngram, 3,
           "hybrid method: shortest suffix whose earlier occurrence makes a "
           "round a lookup");
 ABSL_FLAG(int, max_tokens, 64, "new tokens per prompt");

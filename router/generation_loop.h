@@ -135,7 +135,7 @@ class GenerationLoop {
     NgramDrafter::Options ngram;
     // The hybrid method's shortest looked-up suffix
     // (SpeculativeEngine::Options::hybrid_min_ngram).
-    int hybrid_min_ngram = 2;
+    int hybrid_min_ngram = 3;
     // Names this loop's stack in the per-stack metrics (`stack` label);
     // empty → no per-stack metrics.
     std::string stack_name;

@@ -81,7 +81,7 @@ ABSL_FLAG(int, ngram_max_window, 64,
           "n-gram method: largest W a request may ask");
 ABSL_FLAG(int, ngram_min, 1, "n-gram method: shortest suffix looked up");
 ABSL_FLAG(int, ngram_max, 4, "n-gram method: longest suffix looked up");
-ABSL_FLAG(int, hybrid_min_ngram, 2,
+ABSL_FLAG(int, hybrid_min_ngram, 3,
           "hybrid method: shortest suffix whose earlier occurrence makes a "
           "round a prompt lookup (else the drafter drafts it)");
 ABSL_FLAG(int64_t, target_timeout_ms, 60000,

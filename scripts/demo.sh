@@ -4,8 +4,9 @@
 # through the router with speculation and once without, the acceptance
 # statistics, and a check that both texts are identical (greedy decoding is
 # lossless); then the same request with the n-gram method (prompt lookup in
-# the router, no drafter model), also checked against target-only, and the
-# three speeds side by side. With the chat pair (checkpoints/tiny/target has
+# the router, no drafter model) and the hybrid method (per round the lookup
+# when the recent tokens occurred before, else the DEdit drafter), each
+# checked against target-only, and the four speeds side by side. With the chat pair (checkpoints/tiny/target has
 # chat_eval.json: trained on the chat task suite, training/chat_tasks.py)
 # the request is one chat task, sent as a user message, and its answer is
 # checked against the reference computed from the message. Falls back to a
@@ -115,6 +116,9 @@ echo
 echo "== n-gram method (W=$NGRAM_WINDOW, prompt lookup in the router), same router =="
 generate "$RUN_DIR/ngram.txt" --method ngram --window "$NGRAM_WINDOW"
 echo
+echo "== hybrid method (W=$WINDOW, K=$PASSES: lookup when the recent tokens recur, else the DEdit drafter), same router =="
+generate "$RUN_DIR/hybrid.txt" --method hybrid --window "$WINDOW" --passes "$PASSES"
+echo
 if [ -n "$CHAT_FAMILY" ]; then
   echo "== the answer, checked against the reference computed from the message =="
   if python3 "$ROOT/training/chat_tasks.py" check "$CHAT_FAMILY" "$CHAT" \
@@ -125,7 +129,7 @@ if [ -n "$CHAT_FAMILY" ]; then
   fi
   echo
 fi
-for method in speculative ngram; do
+for method in speculative ngram hybrid; do
   if cmp -s "$RUN_DIR/$method.txt" "$RUN_DIR/target_only.txt"; then
     echo "lossless: the $method text is identical to the target-only text"
   else
@@ -145,7 +149,8 @@ base, _ = rate("target_only")
 print("through the router (one stream, wall time incl. prefill):")
 for name, label in (("target_only", "target-only"),
                     ("speculative", "DEdit drafter"),
-                    ("ngram", "n-gram")):
+                    ("ngram", "n-gram"),
+                    ("hybrid", "hybrid")):
     r, tau = rate(name)
     ratio = r / base if base else 0.0
     print(f"  {label:<14} {r:8.1f} tokens/s  {ratio:5.2f}x"

@@ -21,7 +21,7 @@ target-only one token for token, scores the answers
 NAME=METHOD[:w=W][:k=K][:causal][:drafter=DIR][:min=N], e.g.
   --configs ar=ar,ngram=ngram:w=16,k1=model:w=16:k=1,causal3=model:k=3:causal
 METHOD is ar, ngram, model or hybrid (per round, prompt lookup when the
-last N tokens, default 2, occurred before, else the model; `min=N` is
+last N tokens, default 3, occurred before, else the model; `min=N` is
 in-process only, the router's is its --hybrid_min_ngram flag).
 so that one run holds a whole table (the baseline is the config named ar,
 else the first). Each configuration's report also has the acceptance per
@@ -197,7 +197,7 @@ def parse_configs(a):
             name, _, spec = item.partition("=")
             parts = spec.split(":")
             c = {"method": parts[0], "w": a.window, "k": a.passes,
-                 "causal": False, "drafter": a.drafter, "min": 2}
+                 "causal": False, "drafter": a.drafter, "min": 3}
             for opt in parts[1:]:
                 key, _, value = opt.partition("=")
                 if key in ("w", "k", "min"):
@@ -214,7 +214,7 @@ def parse_configs(a):
         for method in a.methods.split(","):
             configs[method] = {"method": method, "w": a.window, "k": a.passes,
                                "causal": False, "drafter": a.drafter,
-                               "min": 2}
+                               "min": 3}
     for name, c in configs.items():
         if c["method"] not in ("ar", "ngram", "model", "hybrid"):
             sys.exit(f"eval_chat_tasks.py: {name}: unknown method "
