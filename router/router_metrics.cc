@@ -104,6 +104,12 @@ RouterMetrics::RouterMetrics(prometheus::Registry& r, const std::string& model,
               .Help("Rounds where drafting was wanted but the drafter failed")
               .Register(r)
               .Add({{"model", model}})),
+      lookup_rounds_(prometheus::BuildCounter()
+                         .Name("dedit_lookup_rounds_total")
+                         .Help("Hybrid-method rounds drafted by prompt lookup "
+                               "(no Draft call)")
+                         .Register(r)
+                         .Add({{"model", model}})),
       session_turns_(prometheus::BuildCounter()
                          .Name("dedit_session_turns_total")
                          .Help("Session turns completed")
@@ -208,6 +214,7 @@ prometheus::Counter& RouterMetrics::StackRequests(const std::string& status) {
 
 void RouterMetrics::OnRound(const RoundRecord& round, int block_size) {
   if (round.fallback) fallback_rounds_.Increment();
+  if (round.looked_up) lookup_rounds_.Increment();
   if (round.window < 2) return;
   if (stack_series_.drafts != nullptr) {
     stack_series_.drafts->Increment();

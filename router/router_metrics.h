@@ -78,6 +78,7 @@ class RouterMetrics {
   prometheus::Counter& prompt_tokens_;
   prometheus::Counter& generation_tokens_;
   prometheus::Counter& fallback_rounds_;
+  prometheus::Counter& lookup_rounds_;
   prometheus::Counter& session_turns_;
   prometheus::Counter& session_tokens_saved_;
   prometheus::Counter& session_reprefills_;

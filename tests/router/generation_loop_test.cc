@@ -866,7 +866,7 @@ TEST_F(GenerationLoopTest, UnhealthyDrafterAtAdmissionDecodesTargetOnly) {
   ASSERT_TRUE(sink->status().ok()) << sink->status();
   EXPECT_THAT(sink->tokens(), ElementsAreArray(Reference(0)));
   EXPECT_EQ(drafter_->calls(), 0);
-  const v1::AcceptanceStats& a = sink->last().acceptance();
+  const v1::AcceptanceStats a = sink->last().acceptance();
   EXPECT_EQ(a.drafted_rounds(), 0);
   EXPECT_EQ(a.fallback_rounds(), 0);  // never wanted to draft
   EXPECT_EQ(a.rounds(), kMaxTokens - 1);
@@ -960,7 +960,7 @@ TEST_F(GenerationLoopTest, NgramMethodSpeculatesWithoutADrafter) {
   ASSERT_TRUE(sink->WaitFinished());
   ASSERT_TRUE(sink->status().ok()) << sink->status();
   EXPECT_THAT(sink->tokens(), ElementsAreArray(expected));
-  const v1::AcceptanceStats& a = sink->last().acceptance();
+  const v1::AcceptanceStats a = sink->last().acceptance();
   EXPECT_EQ(a.fallback_rounds(), 0);
   EXPECT_GT(a.drafted_rounds(), 0);
   // Reserved for the n-gram window.
@@ -1001,11 +1001,42 @@ TEST_F(GenerationLoopTest, HybridMethodLooksUpAloneWhileTheDrafterIsDown) {
   ASSERT_TRUE(sink->status().ok()) << sink->status();
   EXPECT_THAT(sink->tokens(), ElementsAreArray(GreedyReference(repeated, 24)));
   EXPECT_EQ(drafter_->calls(), 0);
-  const v1::AcceptanceStats& a = sink->last().acceptance();
+  const v1::AcceptanceStats a = sink->last().acceptance();
   EXPECT_EQ(a.fallback_rounds(), 0);
   // Served as the n-gram method: drafted by lookup, every block.
   EXPECT_GT(a.drafted_rounds(), 0);
   EXPECT_EQ(a.edit_outcomes_size(), 0);
+}
+
+// The hybrid method with the drafter up: some rounds by lookup, the others
+// by the drafter, lossless; the lookup rounds are counted in the response
+// and in dedit_lookup_rounds_total.
+TEST_F(GenerationLoopTest, HybridMethodCountsItsLookupRounds) {
+  ScriptedDrafter inner(
+      block_size(),
+      [](const DraftRequest& r, int) -> absl::StatusOr<DraftResult> {
+        return Proposal(std::vector<int32_t>(r.window - 1, 1), r.passes);
+      });
+  StartLoop(&inner, nullptr);
+  // The prompt followed by its answer's first half, twice: the second
+  // time, the lookup proposes what followed the first.
+  std::vector<int32_t> repeated = prompt(1);
+  const std::vector<int32_t> answer = Reference(1, 12);
+  repeated.insert(repeated.end(), answer.begin(), answer.end());
+  const std::vector<int32_t> once = repeated;
+  repeated.insert(repeated.end(), once.begin(), once.end());
+  RouterRequest request = MakeRequest(repeated, 24, 8, 2, {});
+  request.engine.method = DraftMethod::kHybrid;
+  auto sink = Submit(std::move(request));
+  ASSERT_TRUE(sink->WaitFinished());
+  ASSERT_TRUE(sink->status().ok()) << sink->status();
+  EXPECT_THAT(sink->tokens(), ElementsAreArray(GreedyReference(repeated, 24)));
+  const v1::AcceptanceStats a = sink->last().acceptance();
+  EXPECT_GT(a.lookup_rounds(), 0);
+  EXPECT_GT(drafter_->calls(), 0);
+  EXPECT_EQ(a.drafted_rounds(), a.lookup_rounds() + drafter_->calls());
+  EXPECT_EQ(CounterValue(*registry_, "dedit_lookup_rounds_total"),
+            a.lookup_rounds());
 }
 
 TEST(RequestBuilderTest, SpeculativeMethodPicksTheDrafterAndItsLimits) {
