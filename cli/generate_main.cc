@@ -53,6 +53,9 @@ ABSL_FLAG(std::string, method, "model",
 ABSL_FLAG(int, hybrid_min_ngram, 3,
           "hybrid method: shortest suffix whose earlier occurrence makes a "
           "round a lookup");
+ABSL_FLAG(double, hybrid_short_match_below, 0.5,
+          "hybrid method: shorter suffixes too once the model's rounds of a "
+          "sequence accept fewer tokens than this (a moving mean)");
 ABSL_FLAG(int, max_tokens, 64, "new tokens per prompt");
 ABSL_FLAG(double, temperature, 0.0, "sampling temperature (0 = greedy)");
 ABSL_FLAG(int, top_k, 0, "top-k (0 = off)");
@@ -275,6 +278,7 @@ int Run() {
   o.dtype = absl::GetFlag(FLAGS_dtype);
   if (absl::GetFlag(FLAGS_causal_editor)) o.causal_editor = true;
   o.hybrid_min_ngram = absl::GetFlag(FLAGS_hybrid_min_ngram);
+  o.hybrid_short_match_below = absl::GetFlag(FLAGS_hybrid_short_match_below);
   if (o.target_dir.empty()) {
     std::fprintf(stderr, "--target is required\n");
     return 2;
@@ -395,17 +399,29 @@ int main(int argc, char** argv) {
       "Generates with the in-process stack (target, drafter and engine in\n"
       "one process): human-readable output, or with --json one JSON object\n"
       "per prompt line read from stdin.\n",
-      {"target",     "drafter",
-       "tokenizer",  "prompt_ids",
-       "prompt",     "chat",
-       "window",     "passes",
-       "method",     "hybrid_min_ngram",
-       "max_tokens", "temperature",
-       "top_k",      "top_p",
-       "seed",       "ar",
-       "ignore_eos", "causal_editor",
-       "json",       "batch",
-       "device",     "dtype",
+      {"target",
+       "drafter",
+       "tokenizer",
+       "prompt_ids",
+       "prompt",
+       "chat",
+       "window",
+       "passes",
+       "method",
+       "hybrid_min_ngram",
+       "hybrid_short_match_below",
+       "max_tokens",
+       "temperature",
+       "top_k",
+       "top_p",
+       "seed",
+       "ar",
+       "ignore_eos",
+       "causal_editor",
+       "json",
+       "batch",
+       "device",
+       "dtype",
        "threads"}};
   if (std::optional<int> exit = dedit::ParseCommandFlags(
           command, argv[0], std::vector<std::string>(argv + 1, argv + argc))) {

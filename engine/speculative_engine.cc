@@ -367,9 +367,15 @@ absl::Status SpeculativeEngine::Step() {
     Sequence& seq = sequences_.at(id);
     int w = WindowFor(seq);
     if (w >= 2 && seq.request.method == DraftMethod::kHybrid) {
-      // The lookup first: a match is this round's block, with no drafter
-      // call. Otherwise the model drafts, unless it failed earlier.
+      // The lookup first: a match of hybrid_min_ngram tokens or more is
+      // this round's block, with no drafter call; a shorter one only once
+      // the model's drafts of this sequence have stopped paying. Otherwise
+      // the model drafts, unless it failed earlier.
       std::vector<int32_t> proposal = hybrid_lookup_.Propose(seq.known, w - 1);
+      if (proposal.empty() && seq.model_accepted_mean >= 0 &&
+          seq.model_accepted_mean < options_.hybrid_short_match_below) {
+        proposal = ngram_.Propose(seq.known, w - 1);
+      }
       if (!proposal.empty()) {
         DraftPass pass{std::move(proposal), {}};
         pass.confidences.assign(pass.tokens.size(), 1.0f);
@@ -497,6 +503,14 @@ absl::Status SpeculativeEngine::Step() {
     record.accepted = out.accepted;
     record.fallback = fallback.count(id) > 0;
     record.looked_up = looked_up.count(id) > 0;
+    if (seq.request.method == DraftMethod::kHybrid && !record.looked_up &&
+        record.window >= 2) {
+      // A moving mean over about the last ten model rounds.
+      seq.model_accepted_mean =
+          seq.model_accepted_mean < 0
+              ? out.accepted
+              : 0.9 * seq.model_accepted_mean + 0.1 * out.accepted;
+    }
     record.verify_seconds = verify_seconds;
     std::vector<int32_t> committed(
         verifies[i].block.begin() + 1,

@@ -42,6 +42,7 @@ absl::StatusOr<std::unique_ptr<InProcessStack>> InProcessStack::Load(
   eopts.vocab_size = c.vocab_size;
   eopts.max_context = c.max_position_embeddings;
   eopts.hybrid_min_ngram = options.hybrid_min_ngram;
+  eopts.hybrid_short_match_below = options.hybrid_short_match_below;
   s->engine_ = std::make_unique<SpeculativeEngine>(
       s->verifier_.get(), s->local_drafter_.get(), eopts);
   return s;

@@ -29,7 +29,9 @@ class InProcessStack {
     std::string device = "cpu";
     std::string dtype = "float32";
     std::optional<bool> causal_editor;  // overrides the checkpoint's choice
-    int hybrid_min_ngram = 3;           // SpeculativeEngine::Options (kHybrid)
+    // SpeculativeEngine::Options (kHybrid)
+    int hybrid_min_ngram = 3;
+    double hybrid_short_match_below = 0.5;
   };
 
   static absl::StatusOr<std::unique_ptr<InProcessStack>> Load(

@@ -229,6 +229,7 @@ bool GenerationLoop::ConnectTarget() {
   o.max_passes = options_.max_passes;
   o.ngram = options_.ngram;
   o.hybrid_min_ngram = options_.hybrid_min_ngram;
+  o.hybrid_short_match_below = options_.hybrid_short_match_below;
   o.on_round = [this](SequenceId, const RoundRecord& round) {
     const int block = backends_.drafter_health != nullptr
                           ? backends_.drafter_health->block_size()

@@ -136,6 +136,7 @@ class GenerationLoop {
     // The hybrid method's shortest looked-up suffix
     // (SpeculativeEngine::Options::hybrid_min_ngram).
     int hybrid_min_ngram = 3;
+    double hybrid_short_match_below = 0.5;
     // Names this loop's stack in the per-stack metrics (`stack` label);
     // empty → no per-stack metrics.
     std::string stack_name;

@@ -84,6 +84,10 @@ ABSL_FLAG(int, ngram_max, 4, "n-gram method: longest suffix looked up");
 ABSL_FLAG(int, hybrid_min_ngram, 3,
           "hybrid method: shortest suffix whose earlier occurrence makes a "
           "round a prompt lookup (else the drafter drafts it)");
+ABSL_FLAG(double, hybrid_short_match_below, 0.5,
+          "hybrid method: shorter suffixes (--ngram_min and up) too, once "
+          "the drafter's rounds of a request accept fewer tokens than this "
+          "(a moving mean over ~10 rounds)");
 ABSL_FLAG(int64_t, target_timeout_ms, 60000,
           "deadline of Prefill/Verify calls");
 ABSL_FLAG(int64_t, draft_timeout_ms, 2000,
@@ -180,6 +184,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   o.loop.hybrid_min_ngram = absl::GetFlag(FLAGS_hybrid_min_ngram);
+  o.loop.hybrid_short_match_below =
+      absl::GetFlag(FLAGS_hybrid_short_match_below);
   if (o.loop.hybrid_min_ngram < 1) {
     std::fprintf(stderr, "dedit-router: --hybrid_min_ngram must be >= 1\n");
     return 2;

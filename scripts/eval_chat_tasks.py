@@ -18,11 +18,12 @@ target-only one token for token, scores the answers
       [--router HOST:PORT --stubs build/proto/python]
 
 --configs replaces --methods with named configurations, each
-NAME=METHOD[:w=W][:k=K][:causal][:drafter=DIR][:min=N], e.g.
+NAME=METHOD[:w=W][:k=K][:causal][:drafter=DIR][:min=N][:short=X], e.g.
   --configs ar=ar,ngram=ngram:w=16,k1=model:w=16:k=1,causal3=model:k=3:causal
 METHOD is ar, ngram, model or hybrid (per round, prompt lookup when the
-last N tokens, default 3, occurred before, else the model; `min=N` is
-in-process only, the router's is its --hybrid_min_ngram flag).
+last N tokens, default 3, occurred before, shorter matches too once the
+model's rounds accept under X tokens, default 0.5, else the model; `min`
+and `short` are in-process only, the router has flags for them).
 so that one run holds a whole table (the baseline is the config named ar,
 else the first). Each configuration's report also has the acceptance per
 draft position and the edit outcomes (extended / unchanged / shortened)
@@ -110,7 +111,8 @@ def main():
             cmd += ["--drafter", c["drafter"], "--window", str(c["w"])]
             if c["method"] == "hybrid":
                 cmd += ["--method", "hybrid",
-                        "--hybrid_min_ngram", str(c["min"])]
+                        "--hybrid_min_ngram", str(c["min"]),
+                        "--hybrid_short_match_below", str(c["short"])]
             if c["k"] > 0:
                 cmd += ["--passes", str(c["k"])]
             if c["causal"]:
@@ -197,11 +199,14 @@ def parse_configs(a):
             name, _, spec = item.partition("=")
             parts = spec.split(":")
             c = {"method": parts[0], "w": a.window, "k": a.passes,
-                 "causal": False, "drafter": a.drafter, "min": 3}
+                 "causal": False, "drafter": a.drafter, "min": 3,
+                 "short": 0.5}
             for opt in parts[1:]:
                 key, _, value = opt.partition("=")
                 if key in ("w", "k", "min"):
                     c[key] = int(value)
+                elif key == "short":
+                    c[key] = float(value)
                 elif key == "causal":
                     c["causal"] = True
                 elif key == "drafter":
@@ -214,7 +219,7 @@ def parse_configs(a):
         for method in a.methods.split(","):
             configs[method] = {"method": method, "w": a.window, "k": a.passes,
                                "causal": False, "drafter": a.drafter,
-                               "min": 3}
+                               "min": 3, "short": 0.5}
     for name, c in configs.items():
         if c["method"] not in ("ar", "ngram", "model", "hybrid"):
             sys.exit(f"eval_chat_tasks.py: {name}: unknown method "
