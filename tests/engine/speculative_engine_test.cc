@@ -223,20 +223,25 @@ TEST_F(EngineTest, BrokenDraftersFallBackAndStayLossless) {
   }
 }
 
-// The n-gram method (prompt lookup, no model) is a drafter like any other:
-// lossless for every W, in a batch mixed with model-drafted and target-only
-// requests, and its short blocks (fewer than W-1 proposals, or none) are
-// verified as they are.
-TEST_F(EngineTest, NgramMethodIsLosslessInAMixedBatch) {
-  // Prompts with repeats, so that lookups find matches.
+// Prompts that repeat themselves, so that lookups find matches.
+std::vector<std::vector<int32_t>> RepeatingPrompts(int n, uint64_t seed) {
   std::vector<std::vector<int32_t>> prompts;
-  for (int i = 0; i < 4; ++i) {
-    std::vector<int32_t> p = RandomPrompt(6 + i, 128, 40 + i);
+  for (int i = 0; i < n; ++i) {
+    std::vector<int32_t> p = RandomPrompt(6 + i, 128, seed + i);
     std::vector<int32_t> twice = p;
     twice.insert(twice.end(), p.begin(), p.end());
     twice.push_back(p[0]);
     prompts.push_back(twice);
   }
+  return prompts;
+}
+
+// The n-gram method (prompt lookup, no model) is a drafter like any other:
+// lossless for every W, in a batch mixed with model-drafted and target-only
+// requests, and its short blocks (fewer than W-1 proposals, or none) are
+// verified as they are.
+TEST_F(EngineTest, NgramMethodIsLosslessInAMixedBatch) {
+  const std::vector<std::vector<int32_t>> prompts = RepeatingPrompts(4, 40);
   const int kNew = 48;
   std::vector<std::vector<int32_t>> reference;
   for (const auto& p : prompts) {
@@ -280,19 +285,6 @@ TEST_F(EngineTest, NgramMethodIsLosslessInAMixedBatch) {
   // target's output gives it misses: both kinds of round were exercised.
   EXPECT_GT(drafted, 0);
   EXPECT_GT(short_blocks, 0);
-}
-
-// Prompts that repeat themselves, so that lookups find matches.
-std::vector<std::vector<int32_t>> RepeatingPrompts(int n, uint64_t seed) {
-  std::vector<std::vector<int32_t>> prompts;
-  for (int i = 0; i < n; ++i) {
-    std::vector<int32_t> p = RandomPrompt(6 + i, 128, seed + i);
-    std::vector<int32_t> twice = p;
-    twice.insert(twice.end(), p.begin(), p.end());
-    twice.push_back(p[0]);
-    prompts.push_back(twice);
-  }
-  return prompts;
 }
 
 // The hybrid method: each round takes the prompt lookup's block when the
