@@ -296,6 +296,8 @@ def router_rows(a, c, prompt_ids):
         rows.append({"tokens": tokens,
                      "timings": {"decode_s": (last - first) if first else 0.0},
                      "drafted_rounds": acc.drafted_rounds,
+                     "lookup_rounds": acc.lookup_rounds,
+                     "rounds": acc.rounds,
                      "mean_acceptance_length": acc.mean_acceptance_length})
     return rows
 
