@@ -45,7 +45,7 @@ enum class DraftMethod {
   // model's drafts of the sequence stop paying
   // (Options::hybrid_short_match_below). A lookup round costs no drafter
   // pass. The two kinds of text favour opposite drafters
-  // (docs/RESULTS.md "A hybrid drafter"); this takes each round's better
+  // (docs/RESULTS.md, "The hybrid method"); this takes each round's better
   // guess at the price of a lookup.
   kHybrid,
 };
