@@ -182,12 +182,9 @@ GenerationRequest MakeRequest(std::vector<int32_t> ids, int default_passes) {
   r.window = absl::GetFlag(FLAGS_ar) ? 1 : absl::GetFlag(FLAGS_window);
   r.passes = absl::GetFlag(FLAGS_passes) > 0 ? absl::GetFlag(FLAGS_passes)
                                              : default_passes;
-  if (absl::GetFlag(FLAGS_method) == "ngram") {
-    r.method = DraftMethod::kNgram;
-    r.passes = 1;
-  } else if (absl::GetFlag(FLAGS_method) == "hybrid") {
-    r.method = DraftMethod::kHybrid;
-  }
+  // Run() has checked the name.
+  (void)DraftMethodFromName(absl::GetFlag(FLAGS_method), &r.method);
+  if (r.method == DraftMethod::kNgram) r.passes = 1;
   if (absl::GetFlag(FLAGS_ar)) r.passes = 0;
   r.ignore_eos = absl::GetFlag(FLAGS_ignore_eos);
   r.sampling.temperature = static_cast<float>(absl::GetFlag(FLAGS_temperature));
@@ -284,7 +281,8 @@ int Run() {
     return 2;
   }
   const std::string method = absl::GetFlag(FLAGS_method);
-  if (method != "model" && method != "ngram" && method != "hybrid") {
+  DraftMethod parsed;
+  if (!DraftMethodFromName(method, &parsed)) {
     std::fprintf(stderr, "--method must be model, ngram or hybrid, got '%s'\n",
                  method.c_str());
     return 2;

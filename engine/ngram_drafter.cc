@@ -44,6 +44,14 @@ std::vector<int32_t> NgramDrafter::Propose(const std::vector<int32_t>& known,
   return proposal;
 }
 
+DraftResult NgramDrafter::AsDraft(std::vector<int32_t> proposal) {
+  DraftResult result;
+  result.passes.push_back({std::move(proposal), {}});
+  result.passes.back().confidences.assign(result.passes.back().tokens.size(),
+                                          1.0f);
+  return result;
+}
+
 absl::StatusOr<std::vector<DraftResult>> NgramDrafter::Draft(
     const std::vector<DraftRequest>& requests) {
   std::vector<DraftResult> results;
@@ -62,11 +70,7 @@ absl::StatusOr<std::vector<DraftResult>> NgramDrafter::Draft(
                        r.window, " must be in [2, ", options_.max_window,
                        "] and passes ", r.passes, " must be 1"));
     }
-    DraftResult result;
-    result.passes.push_back({Propose(*r.tokens, r.window - 1), {}});
-    result.passes.back().confidences.assign(result.passes.back().tokens.size(),
-                                            1.0f);
-    results.push_back(std::move(result));
+    results.push_back(AsDraft(Propose(*r.tokens, r.window - 1)));
   }
   return results;
 }

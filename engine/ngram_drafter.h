@@ -59,6 +59,9 @@ class NgramDrafter : public Drafter {
   // The proposal for `known` (at most max_tokens tokens).
   std::vector<int32_t> Propose(const std::vector<int32_t>& known,
                                int max_tokens) const;
+  // A proposal as a one-pass draft (a lookup is certain of what it copies:
+  // confidence 1 per token).
+  static DraftResult AsDraft(std::vector<int32_t> proposal);
 
  private:
   Options options_;

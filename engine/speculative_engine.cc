@@ -72,6 +72,17 @@ const char* DraftMethodName(DraftMethod method) {
   return "unknown";
 }
 
+bool DraftMethodFromName(absl::string_view name, DraftMethod* method) {
+  for (DraftMethod m :
+       {DraftMethod::kModel, DraftMethod::kNgram, DraftMethod::kHybrid}) {
+    if (name == DraftMethodName(m)) {
+      *method = m;
+      return true;
+    }
+  }
+  return false;
+}
+
 const char* EditOutcomeName(EditOutcome outcome) {
   switch (outcome) {
     case EditOutcome::kExtended:
@@ -128,9 +139,8 @@ SpeculativeEngine::SpeculativeEngine(Verifier* verifier, Drafter* drafter,
            std::max(options_.ngram.max_ngram, options_.hybrid_min_ngram),
            options_.ngram.max_window}) {}
 
-bool SpeculativeEngine::LooksUp(const Sequence& seq) {
-  return seq.request.method == DraftMethod::kNgram ||
-         seq.request.method == DraftMethod::kHybrid;
+bool SpeculativeEngine::LooksUp(DraftMethod method) {
+  return method == DraftMethod::kNgram || method == DraftMethod::kHybrid;
 }
 
 Drafter* SpeculativeEngine::DrafterFor(const Sequence& seq) {
@@ -189,12 +199,6 @@ absl::StatusOr<SequenceId> SpeculativeEngine::Submit(GenerationRequest request,
       return absl::InvalidArgumentError(absl::StrCat(
           "the n-gram method has one pass, got passes ", request.passes));
     }
-    if (request.window > options_.ngram.max_window) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("window ", request.window,
-                       " exceeds the n-gram method's largest window ",
-                       options_.ngram.max_window));
-    }
   } else if (drafter_ != nullptr && request.passes > 0 &&
              request.window > drafter_->block_size()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -205,12 +209,12 @@ absl::StatusOr<SequenceId> SpeculativeEngine::Submit(GenerationRequest request,
     RETURN_IF_ERROR(NgramDrafter::Validate({options_.hybrid_min_ngram,
                                             options_.hybrid_min_ngram,
                                             options_.ngram.max_window}));
-    if (request.window > options_.ngram.max_window) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("window ", request.window,
-                       " exceeds the n-gram method's largest window ",
-                       options_.ngram.max_window));
-    }
+  }
+  if (LooksUp(request.method) && request.window > options_.ngram.max_window) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("window ", request.window,
+                     " exceeds the n-gram method's largest window ",
+                     options_.ngram.max_window));
   }
   RETURN_IF_ERROR(ValidateSamplingParams(request.sampling));
   // A continuation takes over its kept sequence: it prefills only the
@@ -250,7 +254,7 @@ absl::StatusOr<SequenceId> SpeculativeEngine::Submit(GenerationRequest request,
   seq.kept_tokens = std::move(kept_tokens);
   seq.request = std::move(request);
   seq.on_tokens = std::move(on_tokens);
-  if (LooksUp(seq)) seq.known = seq.request.prompt;
+  if (LooksUp(seq.request.method)) seq.known = seq.request.prompt;
   pending_.push_back(id);
   return id;
 }
@@ -267,7 +271,7 @@ absl::Status SpeculativeEngine::Cancel(SequenceId id) {
 int SpeculativeEngine::WindowFor(const Sequence& seq) const {
   // A hybrid sequence whose model drafter failed (or that has none) still
   // has its lookups; Step makes its other rounds target-only.
-  const bool has_drafter = LooksUp(seq) || drafter_ != nullptr;
+  const bool has_drafter = LooksUp(seq.request.method) || drafter_ != nullptr;
   const bool failed =
       seq.drafter_failed && seq.request.method != DraftMethod::kHybrid;
   if (!has_drafter || failed || seq.request.passes == 0) return 1;
@@ -291,7 +295,7 @@ bool SpeculativeEngine::Emit(Sequence& seq,
     }
     emitted.push_back(t);
     seq.result.tokens.push_back(t);
-    if (LooksUp(seq)) seq.known.push_back(t);
+    if (LooksUp(seq.request.method)) seq.known.push_back(t);
     if (static_cast<int>(seq.result.tokens.size()) >=
         seq.request.max_new_tokens) {
       finish = FinishReason::kLength;
@@ -377,9 +381,7 @@ absl::Status SpeculativeEngine::Step() {
         proposal = ngram_.Propose(seq.known, w - 1);
       }
       if (!proposal.empty()) {
-        DraftPass pass{std::move(proposal), {}};
-        pass.confidences.assign(pass.tokens.size(), 1.0f);
-        drafts[id].passes.push_back(std::move(pass));
+        drafts[id] = NgramDrafter::AsDraft(std::move(proposal));
         looked_up.insert(id);
       } else if (drafter_ == nullptr || seq.drafter_failed) {
         w = 1;

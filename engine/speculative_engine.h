@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "engine/ngram_drafter.h"
 #include "engine/round_interfaces.h"
 
@@ -50,6 +51,9 @@ enum class DraftMethod {
   kHybrid,
 };
 const char* DraftMethodName(DraftMethod method);
+// The inverse of DraftMethodName ("model", "ngram", "hybrid"); false for
+// any other name.
+bool DraftMethodFromName(absl::string_view name, DraftMethod* method);
 
 struct GenerationRequest {
   std::vector<int32_t> prompt;
@@ -239,8 +243,8 @@ class SpeculativeEngine {
   bool Emit(Sequence& seq, const std::vector<int32_t>& tokens);
   void Finish(SequenceId id, FinishReason reason, absl::Status status = {});
   int WindowFor(const Sequence& seq) const;
-  // The n-gram and hybrid methods keep `Sequence::known`.
-  static bool LooksUp(const Sequence& seq);
+  // The n-gram and hybrid methods look proposals up in `Sequence::known`.
+  static bool LooksUp(DraftMethod method);
   Drafter* DrafterFor(const Sequence& seq);
   // Whether the model drafter may ever draft `seq`, so the verifier side
   // feeds it the sequence's context (PrefillWork::context).

@@ -170,13 +170,7 @@ int main(int argc, char** argv) {
   o.defaults.default_window = absl::GetFlag(FLAGS_default_window);
   o.defaults.default_passes = absl::GetFlag(FLAGS_default_passes);
   const std::string method = absl::GetFlag(FLAGS_speculative_method);
-  if (method == "model") {
-    o.defaults.default_method = dedit::DraftMethod::kModel;
-  } else if (method == "ngram") {
-    o.defaults.default_method = dedit::DraftMethod::kNgram;
-  } else if (method == "hybrid") {
-    o.defaults.default_method = dedit::DraftMethod::kHybrid;
-  } else {
+  if (!dedit::DraftMethodFromName(method, &o.defaults.default_method)) {
     std::fprintf(stderr,
                  "dedit-router: --speculative_method must be model, ngram or "
                  "hybrid, got '%s'\n",
