@@ -67,6 +67,16 @@ class EngineTest : public ::testing::Test {
     spec_ = DefaultTinySpec();
     pair_ = MakeTinyPair(spec_, 31);
   }
+  // The target's greedy output for each prompt.
+  std::vector<std::vector<int32_t>> References(
+      const std::vector<std::vector<int32_t>>& prompts, int n) const {
+    std::vector<std::vector<int32_t>> out;
+    for (const auto& p : prompts) {
+      out.push_back(GreedyReference(*pair_->target, p, n));
+    }
+    return out;
+  }
+
   TinyModelSpec spec_;
   std::unique_ptr<testing::TinyPair> pair_;
 };
@@ -79,10 +89,7 @@ TEST_F(EngineTest, LosslessForEveryWindowAndPassCount) {
       RandomPrompt(3, 128, 1), RandomPrompt(11, 128, 2),
       RandomPrompt(29, 128, 3), RandomPrompt(64, 128, 4)};
   const int kNew = 40;
-  std::vector<std::vector<int32_t>> reference;
-  for (const auto& p : prompts) {
-    reference.push_back(GreedyReference(*pair_->target, p, kNew));
-  }
+  const std::vector<std::vector<int32_t>> reference = References(prompts, kNew);
   LocalDrafter drafter(pair_->drafter.get());
   LocalVerifier verifier(pair_->target.get(), &drafter);
   SpeculativeEngine engine(&verifier, &drafter, EngineOptions(spec_));
@@ -243,10 +250,7 @@ std::vector<std::vector<int32_t>> RepeatingPrompts(int n, uint64_t seed) {
 TEST_F(EngineTest, NgramMethodIsLosslessInAMixedBatch) {
   const std::vector<std::vector<int32_t>> prompts = RepeatingPrompts(4, 40);
   const int kNew = 48;
-  std::vector<std::vector<int32_t>> reference;
-  for (const auto& p : prompts) {
-    reference.push_back(GreedyReference(*pair_->target, p, kNew));
-  }
+  const std::vector<std::vector<int32_t>> reference = References(prompts, kNew);
   LocalDrafter drafter(pair_->drafter.get());
   LocalVerifier verifier(pair_->target.get(), &drafter);
   SpeculativeEngine engine(&verifier, &drafter, EngineOptions(spec_));
@@ -293,10 +297,7 @@ TEST_F(EngineTest, NgramMethodIsLosslessInAMixedBatch) {
 TEST_F(EngineTest, HybridMethodIsLosslessAndDraftsBothWays) {
   const std::vector<std::vector<int32_t>> prompts = RepeatingPrompts(4, 80);
   const int kNew = 40;
-  std::vector<std::vector<int32_t>> reference;
-  for (const auto& p : prompts) {
-    reference.push_back(GreedyReference(*pair_->target, p, kNew));
-  }
+  const std::vector<std::vector<int32_t>> reference = References(prompts, kNew);
   LocalDrafter drafter(pair_->drafter.get());
   LocalVerifier verifier(pair_->target.get(), &drafter);
   SpeculativeEngine engine(&verifier, &drafter, EngineOptions(spec_));
