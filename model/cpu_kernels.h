@@ -43,6 +43,27 @@ at::Tensor CpuSiluMul(const at::Tensor& gu);
 // decode step of a few sequences), where the two extra ops cost more.
 bool CpuSiluMulPays(const at::Tensor& gu);
 
+// x @ w and bias + x @ w for x [m, k] and w [k, n] (a packed, transposed
+// weight). Debian's OpenBLAS (0.3.21, SkylakeX kernels) runs a product
+// whose m * k * n is at most 100^3 on its small-matrix kernel, which reads
+// the operands in place, and a larger one on the general kernel, which
+// first copies (packs) the weight, on every call. For the few rows of a
+// verify block, a drafter block or a small decode batch the copy costs
+// more than the multiply: one thread, 16 x 128 by 128 x 768 took 43 us as
+// one product and 28 us as two column blocks; by the 128 x 2048 output
+// head, 123 vs 80 us, and for 8 rows 104 vs 40 us (bench/README.md). So
+// these split w into column blocks that each stay on the small kernel,
+// writing into column slices of one output, when x has few rows (for many
+// rows the general kernel is the faster one). Anything else, and operands
+// the kernels above do not take, is one at::mm / at::addmm: the results
+// are the same products, equal up to float rounding.
+at::Tensor CpuMm(const at::Tensor& x, const at::Tensor& w);
+at::Tensor CpuAddmm(const at::Tensor& bias, const at::Tensor& x,
+                    const at::Tensor& w);
+// The column block CpuMm uses for an [m, k] x [k, n] product, or n when it
+// runs as one product.
+int64_t CpuMmColumnBlock(int64_t m, int64_t k, int64_t n);
+
 }  // namespace dedit
 
 #endif  // DEDIT_MODEL_CPU_KERNELS_H_

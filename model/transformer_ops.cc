@@ -133,7 +133,7 @@ OutputHead OutputHead::Pack(const at::Tensor& weight) {
 }
 
 at::Tensor OutputHead::Logits(const at::Tensor& x) const {
-  return weight_t.defined() ? at::mm(x, weight_t) : at::linear(x, weight);
+  return weight_t.defined() ? CpuMm(x, weight_t) : at::linear(x, weight);
 }
 
 void PackDecoderLayer(const Qwen3Config& c, DecoderLayerWeights* w) {
@@ -169,7 +169,7 @@ QkvProjection ProjectQkv(const at::Tensor& x, const DecoderLayerWeights& w,
   const int64_t n = x.size(0);
   const int64_t heads = c.num_attention_heads, kv = c.num_key_value_heads;
   const int64_t hd = c.head_dim;
-  at::Tensor qkv = at::mm(RmsNormalize(x, c.rms_norm_eps), w.qkv_t);
+  at::Tensor qkv = CpuMm(RmsNormalize(x, c.rms_norm_eps), w.qkv_t);
   at::Tensor qk;
   if (CpuKernelsApply(qkv) && CpuKernelsApply(w.qk_norm) &&
       CpuKernelsApply(cos) && CpuKernelsApply(sin)) {
@@ -189,13 +189,13 @@ QkvProjection ProjectQkv(const at::Tensor& x, const DecoderLayerWeights& w,
 at::Tensor FinishDecoderLayer(const at::Tensor& x, const at::Tensor& attn,
                               const DecoderLayerWeights& w,
                               const Qwen3Config& c) {
-  at::Tensor y = at::addmm(x, attn, w.o_t);
+  at::Tensor y = CpuAddmm(x, attn, w.o_t);
   const int64_t inter = w.gate_up_t.size(1) / 2;
-  at::Tensor gu = at::mm(RmsNormalize(y, c.rms_norm_eps), w.gate_up_t);
+  at::Tensor gu = CpuMm(RmsNormalize(y, c.rms_norm_eps), w.gate_up_t);
   at::Tensor act = CpuSiluMulPays(gu) ? CpuSiluMul(gu)
                                       : at::silu(gu.narrow(1, 0, inter)) *
                                             gu.narrow(1, inter, inter);
-  return at::addmm(y, act, w.down_t);
+  return CpuAddmm(y, act, w.down_t);
 }
 
 }  // namespace dedit

@@ -99,6 +99,50 @@ TEST(CpuKernels, SiluMulMatchesTheComposition) {
   }
 }
 
+TEST(CpuKernels, ColumnBlocksOnlyForFewRowsOfALargeProduct) {
+  // Small products, and many rows, run as one product.
+  EXPECT_EQ(CpuMmColumnBlock(1, 128, 2048), 2048);
+  EXPECT_EQ(CpuMmColumnBlock(10, 128, 768), 768);
+  EXPECT_EQ(CpuMmColumnBlock(64, 128, 768), 768);
+  // Few rows of a large one: blocks of whole 16-column groups, each within
+  // the small-kernel limit.
+  for (int64_t m : {4, 12, 16, 32}) {
+    const int64_t b = CpuMmColumnBlock(m, 128, 2048);
+    EXPECT_LT(b, 2048) << m;
+    EXPECT_EQ(b % 16, 0) << m;
+    EXPECT_LE(m * 128 * b, 1000000) << m;
+  }
+  EXPECT_EQ(CpuMmColumnBlock(16, 128, 768), 480);
+}
+
+TEST(CpuKernels, SplitProductsMatchOneProduct) {
+  c10::InferenceMode inference;
+  // Row counts on both sides of the split, a width that is not a multiple
+  // of the block, and a narrow one that is never split.
+  for (int64_t m : {1, 7, 16, 31, 40}) {
+    for (int64_t n : {2048, 1000, 96}) {
+      const at::Tensor x = at::randn({m, 128});
+      const at::Tensor w = at::randn({128, n}) * 0.1;
+      const at::Tensor bias = at::randn({m, n});
+      EXPECT_LT(RelativeError(CpuMm(x, w), at::mm(x, w)), 1e-6)
+          << m << "x" << n;
+      EXPECT_LT(RelativeError(CpuAddmm(bias, x, w), at::addmm(bias, x, w)),
+                1e-6)
+          << m << "x" << n;
+    }
+  }
+  // Operands the kernels do not take (a transposed view, bf16) and a
+  // broadcast bias fall back to one product.
+  const at::Tensor x = at::randn({16, 128});
+  const at::Tensor w = at::randn({2048, 128}).t();
+  EXPECT_LT(RelativeError(CpuMm(x, w), at::mm(x, w)), 1e-6);
+  const at::Tensor wc = w.contiguous();
+  const at::Tensor row = at::randn({2048});
+  EXPECT_LT(RelativeError(CpuAddmm(row, x, wc), at::addmm(row, x, wc)), 1e-6);
+  EXPECT_EQ(CpuMm(x.to(at::kBFloat16), wc.to(at::kBFloat16)).scalar_type(),
+            at::kBFloat16);
+}
+
 TEST(CpuKernels, DecoderLayerAtInferenceMatchesTheTrainersComposition) {
   const Qwen3Config c = DefaultTinySpec().target;  // the engine tests' shape
   const DecoderLayerWeights w = RandomLayer(c);
