@@ -101,6 +101,45 @@ BlockBatch MakeBlockBatch(
   return batch;
 }
 
+Rounds WalkRounds(const std::vector<const DistillRecord*>& sequences,
+                  int window, int32_t mask_id, int32_t pad_id,
+                  const std::function<at::Tensor(const BlockBatch&)>& propose) {
+  const size_t s = sequences.size();
+  std::vector<std::vector<int64_t>> anchors(s, std::vector<int64_t>(1));
+  std::vector<int64_t> last(s);
+  for (size_t i = 0; i < s; ++i) {
+    anchors[i][0] = sequences[i]->prompt_len;
+    last[i] = static_cast<int64_t>(sequences[i]->tokens.size()) - 1;
+  }
+  Rounds out;
+  while (true) {
+    bool any = false;
+    for (size_t i = 0; i < s; ++i) any = any || anchors[i][0] < last[i];
+    if (!any) break;
+    BlockBatch batch =
+        MakeBlockBatch(sequences, 1, window, mask_id, pad_id, nullptr, anchors);
+    at::Tensor truth = batch.truth.narrow(-1, 1, window - 1);
+    at::Tensor accepted = propose(batch)
+                              .eq(truth)
+                              .logical_and(batch.valid)
+                              .to(at::kLong)
+                              .cumprod(-1)
+                              .sum(-1)
+                              .view({static_cast<int64_t>(s)})
+                              .contiguous();
+    const int64_t* acc = accepted.data_ptr<int64_t>();
+    for (size_t i = 0; i < s; ++i) {
+      int64_t& a = anchors[i][0];
+      if (a >= last[i]) continue;
+      const int64_t committed = std::min(acc[i] + 1, last[i] - a);
+      out.tokens += static_cast<double>(committed);
+      out.rounds += 1;
+      a += committed;
+    }
+  }
+  return out;
+}
+
 absl::StatusOr<StageOutcome> RunDrafterTraining(
     const DrafterTrainingOptions& o) {
   if (o.plateau_patience < 1) {
@@ -332,6 +371,20 @@ absl::StatusOr<StageOutcome> RunDrafterTraining(
             blocks ? 1.0 + accepted[pass] / blocks : 0.0;
       }
       out["heldout_slot1_p1" + suffix] = slot1_n ? slot1_hits / slot1_n : 0.0;
+      if (w == eval_windows.front()) {
+        // The engine's tau (WalkRounds) of P1 at the smallest window, over
+        // the first 64 held-out answers in one batch: a walk takes as many
+        // steps as its longest answer has rounds (~25 s a walk on one core).
+        std::vector<const DistillRecord*> seqs(
+            heldout.begin(),
+            heldout.begin() + std::min<size_t>(heldout.size(), 64));
+        at::Tensor ids = MakeBlockBatch(seqs, 1, w, *mask, *eot, &rng).ids;
+        DrafterContext ctx = drafter.ProjectContext(features_of(ids));
+        out["heldout_rounds_tau_p1" + suffix] =
+            WalkRounds(seqs, w, *mask, *eot, [&](const BlockBatch& b) {
+              return logits_of(ctx, b.p1_tokens, b.anchors, false).argmax(-1);
+            }).tau();
+      }
       if (w == o.block_size) {
         out["oracle_edit_accuracy"] = oracle_n ? oracle_hits / oracle_n : 0.0;
         out["oracle_p1_accuracy"] = oracle_n ? oracle_p1 / oracle_n : 0.0;
@@ -423,11 +476,14 @@ absl::StatusOr<StageOutcome> RunDrafterTraining(
         const double slot1 = ev["heldout_slot1_p1" + bw].get<double>();
         std::cerr << absl::StrFormat(
             "[drafter] step %d held-out W=%d tau P1 %.3f P2 %.3f P3 %.3f | "
-            "slot-1 P1 %.1f%% | oracle edit %.1f%% vs P1 %.1f%%\n",
+            "in rounds, W=%d P1 %.3f | slot-1 P1 %.1f%% | oracle edit %.1f%% "
+            "vs P1 %.1f%%\n",
             step, o.block_size, ev["heldout_tau_p1" + bw].get<double>(),
             ev["heldout_tau_p2" + bw].get<double>(),
-            ev["heldout_tau_p3" + bw].get<double>(), 100 * slot1,
-            100 * ev["oracle_edit_accuracy"].get<double>(),
+            ev["heldout_tau_p3" + bw].get<double>(), eval_windows.front(),
+            ev[absl::StrCat("heldout_rounds_tau_p1_w", eval_windows.front())]
+                .get<double>(),
+            100 * slot1, 100 * ev["oracle_edit_accuracy"].get<double>(),
             100 * ev["oracle_p1_accuracy"].get<double>());
         // The warm-up ends when slot-1 accuracy stops rising.
         const double before = plateau.last;

@@ -162,6 +162,43 @@ TEST(MakeBlockBatchTest, AnchorsLieInTheContinuationAndSlotsFollowThem) {
   }
 }
 
+// The engine's tau: rounds walk the answer, each anchored where the last
+// one's tokens end.
+TEST(WalkRoundsTest, CountsTokensPerRoundAsTheEngineDoes) {
+  // Prompt of 2, an answer of 10 tokens: 9 to commit after the first.
+  DistillRecord a{2, {1, 2, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19}};
+  DistillRecord b{3, {1, 2, 3, 30, 31, 32}};  // 2 to commit
+  const int w = 4;
+  // A perfect drafter: every round commits W tokens (the end caps the last).
+  auto truth = [](const BlockBatch& batch) {
+    return batch.truth.narrow(-1, 1, batch.truth.size(-1) - 1);
+  };
+  Rounds perfect = WalkRounds({&a}, w, 99, 0, truth);
+  EXPECT_EQ(perfect.tokens, 9);
+  EXPECT_EQ(perfect.rounds, 3);  // 4 + 4 + 1
+  // A drafter that is never right: one token per round.
+  auto wrong = [](const BlockBatch& batch) {
+    return at::full_like(batch.truth.narrow(-1, 1, batch.truth.size(-1) - 1),
+                         7);
+  };
+  Rounds none = WalkRounds({&a, &b}, w, 99, 0, wrong);
+  EXPECT_EQ(none.tokens, 11);
+  EXPECT_EQ(none.rounds, 11);
+  EXPECT_DOUBLE_EQ(none.tau(), 1.0);
+  // Right only in the round anchored at the answer's first token: that
+  // round commits 4 (slots 3, 4, 5 and the bonus), then one per round from
+  // position 6: 9 tokens in 6 rounds.
+  auto first_only = [&](const BlockBatch& batch) {
+    at::Tensor t = truth(batch).clone();
+    if (batch.anchors[0][0].item<int64_t>() != 2) t.fill_(7);
+    return t;
+  };
+  Rounds some = WalkRounds({&a}, w, 99, 0, first_only);
+  EXPECT_EQ(some.tokens, 9);
+  EXPECT_EQ(some.rounds, 6);
+  EXPECT_DOUBLE_EQ(some.tau(), 1.5);
+}
+
 // The warm-up ends after `patience` flat evaluations in a row, not at the
 // first noisy one; a rise in between starts the count again.
 TEST(PlateauRuleTest, NeedsPatienceFlatEvaluationsInARow) {
