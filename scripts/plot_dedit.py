@@ -123,10 +123,14 @@ def main():
                            ("oracle_p1_accuracy", "oracle: P1 accuracy")):
             ax.plot(steps, [r.get(key, 0) for r in evals], label=label)
         ax2 = ax.twinx()
+        # Per-anchor tau (blocks at uniform anchors) and, where the log has
+        # it, tau in rounds as the engine counts it (WalkRounds).
         for key, style in (("heldout_tau_p1_w16", "--"),
-                           ("heldout_tau_p2_w16", ":")):
-            ax2.plot(steps, [r.get(key, 0) for r in evals], style,
-                     color="black", label=key.replace("heldout_", ""))
+                           ("heldout_tau_p2_w16", ":"),
+                           ("heldout_rounds_tau_p1_w16", "-.")):
+            if any(key in r for r in evals):
+                ax2.plot(steps, [r.get(key, 0) for r in evals], style,
+                         color="black", label=key.replace("heldout_", ""))
         ax.set_xlabel("step")
         ax.set_ylabel("accuracy")
         ax2.set_ylabel("held-out tau (W=16)")
