@@ -56,6 +56,11 @@ ABSL_FLAG(int, hybrid_min_ngram, 3,
 ABSL_FLAG(double, hybrid_short_match_below, 0.5,
           "hybrid method: shorter suffixes too once the model's rounds of a "
           "sequence accept fewer tokens than this (a moving mean)");
+ABSL_FLAG(double, min_draft_confidence, 0,
+          "model drafts are cut before their first slot whose confidence "
+          "is below this; a draft cut to nothing makes the round a decode "
+          "step and the sequence skips the drafter for a few rounds (0 = "
+          "off)");
 ABSL_FLAG(int, max_tokens, 64, "new tokens per prompt");
 ABSL_FLAG(double, temperature, 0.0, "sampling temperature (0 = greedy)");
 ABSL_FLAG(int, top_k, 0, "top-k (0 = off)");
@@ -209,6 +214,8 @@ Json ResultJson(const GenerationResult& r) {
   j["drafted_rounds"] = s.drafted_rounds;
   j["fallback_rounds"] = s.fallback_rounds;
   j["lookup_rounds"] = s.lookup_rounds;
+  j["cut_rounds"] = s.cut_rounds;
+  j["skipped_rounds"] = s.skipped_rounds;
   j["mean_acceptance_length"] = s.mean_acceptance_length();
   j["accepted_per_position"] = s.accepted_per_position;
   Json edits = Json::array();
@@ -276,6 +283,11 @@ int Run() {
   if (absl::GetFlag(FLAGS_causal_editor)) o.causal_editor = true;
   o.hybrid_min_ngram = absl::GetFlag(FLAGS_hybrid_min_ngram);
   o.hybrid_short_match_below = absl::GetFlag(FLAGS_hybrid_short_match_below);
+  o.min_draft_confidence = absl::GetFlag(FLAGS_min_draft_confidence);
+  if (!(o.min_draft_confidence >= 0 && o.min_draft_confidence <= 1)) {
+    std::cerr << "dedit-generate: --min_draft_confidence must be in [0, 1]\n";
+    return 2;
+  }
   if (o.target_dir.empty()) {
     std::fprintf(stderr, "--target is required\n");
     return 2;
@@ -408,6 +420,7 @@ int main(int argc, char** argv) {
        "method",
        "hybrid_min_ngram",
        "hybrid_short_match_below",
+       "min_draft_confidence",
        "max_tokens",
        "temperature",
        "top_k",

@@ -21,6 +21,27 @@ bool Contains(const std::vector<int32_t>& ids, int32_t t) {
   return std::find(ids.begin(), ids.end(), t) != ids.end();
 }
 
+// Options::min_draft_confidence: the longest rounds a sequence skips the
+// drafter after drafts cut to nothing in a row.
+constexpr int kMaxSkippedRounds = 8;
+
+// Cuts the proposal (the last pass) before its first slot below
+// `min_confidence`; a slot without a confidence counts as confident.
+// Returns whether anything was cut.
+bool CutUnconfident(double min_confidence, DraftResult* draft) {
+  DraftPass& last = draft->passes.back();
+  size_t keep = 0;
+  while (keep < last.tokens.size() &&
+         (keep >= last.confidences.size() ||
+          last.confidences[keep] >= min_confidence)) {
+    ++keep;
+  }
+  if (keep == last.tokens.size()) return false;
+  last.tokens.resize(keep);
+  if (last.confidences.size() > keep) last.confidences.resize(keep);
+  return true;
+}
+
 }  // namespace
 
 bool SpeculativeEngine::WellFormedDraft(const Drafter& drafter,
@@ -104,6 +125,8 @@ void AcceptanceSummary::Add(const RoundRecord& r) {
   ++rounds;
   if (r.fallback) ++fallback_rounds;
   if (r.looked_up) ++lookup_rounds;
+  if (r.cut) ++cut_rounds;
+  if (r.skipped) ++skipped_rounds;
   draft_seconds += r.draft_seconds;
   verify_seconds += r.verify_seconds;
   if (r.window < 2) return;
@@ -366,7 +389,7 @@ absl::Status SpeculativeEngine::Step() {
   std::map<SequenceId, int> window;
   std::map<Drafter*, std::vector<DraftRequest>> draft_requests;
   std::map<SequenceId, DraftResult> drafts;
-  std::set<SequenceId> looked_up;
+  std::set<SequenceId> looked_up, skipped, cut;
   for (SequenceId id : round_ids) {
     Sequence& seq = sequences_.at(id);
     int w = WindowFor(seq);
@@ -386,6 +409,13 @@ absl::Status SpeculativeEngine::Step() {
       } else if (drafter_ == nullptr || seq.drafter_failed) {
         w = 1;
       }
+    }
+    if (w >= 2 && looked_up.count(id) == 0 && DrafterFor(seq) == drafter_ &&
+        seq.skip_model_rounds > 0) {
+      // Backing off after drafts cut to nothing (min_draft_confidence).
+      --seq.skip_model_rounds;
+      skipped.insert(id);
+      w = 1;
     }
     window[id] = w;
     if (w >= 2 && looked_up.count(id) == 0) {
@@ -408,7 +438,22 @@ absl::Status SpeculativeEngine::Step() {
       const DraftRequest& r = requests[i];
       draft_seconds[r.sequence] = seconds;
       if (batch_ok && WellFormedDraft(*drafter, r, (*result)[i])) {
-        drafts[r.sequence] = std::move((*result)[i]);
+        DraftResult& draft = (*result)[i];
+        if (drafter == drafter_ && options_.min_draft_confidence > 0 &&
+            CutUnconfident(options_.min_draft_confidence, &draft)) {
+          cut.insert(r.sequence);
+          Sequence& seq = sequences_.at(r.sequence);
+          if (draft.passes.back().tokens.empty()) {
+            // Nothing left to verify: a decode step, and the next
+            // model rounds of this sequence skip the drafter.
+            seq.skip_model_rounds = seq.next_skip;
+            seq.next_skip = std::min(seq.next_skip * 2, kMaxSkippedRounds);
+            window[r.sequence] = 1;
+            continue;
+          }
+        }
+        if (drafter == drafter_) sequences_.at(r.sequence).next_skip = 1;
+        drafts[r.sequence] = std::move(draft);
         continue;
       }
       // Output is lossless whatever the drafter does, so a failed or
@@ -505,6 +550,8 @@ absl::Status SpeculativeEngine::Step() {
     record.accepted = out.accepted;
     record.fallback = fallback.count(id) > 0;
     record.looked_up = looked_up.count(id) > 0;
+    record.cut = cut.count(id) > 0;
+    record.skipped = skipped.count(id) > 0;
     if (seq.request.method == DraftMethod::kHybrid && !record.looked_up &&
         record.window >= 2) {
       // A moving mean over about the last ten model rounds.

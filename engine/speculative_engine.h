@@ -101,6 +101,11 @@ struct RoundRecord {
   bool fallback = false;           // drafting was wanted but the drafter failed
   std::vector<EditOutcome> edits;  // one per pass k < K
   bool looked_up = false;          // kHybrid: the block came from prompt lookup
+  // Options::min_draft_confidence: the model's draft was cut (shorter than
+  // W-1; `window` is what was verified), or the drafter was skipped this
+  // round after drafts cut to nothing (window 1, no Draft call).
+  bool cut = false;
+  bool skipped = false;
   double draft_seconds = 0;   // this round's share of the batched draft call
   double verify_seconds = 0;  // ... and of the target step
 };
@@ -128,7 +133,10 @@ struct AcceptanceSummary {
   int64_t rounds = 0;          // all rounds
   int64_t drafted_rounds = 0;  // rounds with a draft
   int64_t fallback_rounds = 0;
-  int64_t lookup_rounds = 0;    // kHybrid rounds drafted by prompt lookup
+  int64_t lookup_rounds = 0;  // kHybrid rounds drafted by prompt lookup
+  // Options::min_draft_confidence: drafts cut short (or to nothing), and
+  // rounds that skipped the drafter after drafts cut to nothing.
+  int64_t cut_rounds = 0, skipped_rounds = 0;
   int64_t draft_tokens = 0;     // sum of W-1
   int64_t accepted_tokens = 0;  // sum of acc
   std::vector<int64_t>
@@ -170,6 +178,17 @@ class SpeculativeEngine {
     // computed text (digits) stays with the model. 56 held-out chat
     // tasks, W=16 K=1: 3.29 tokens per round without, 3.50 with 0.5.
     double hybrid_short_match_below = 0.5;
+    // Model drafts (kModel, and kHybrid's model rounds) are cut before
+    // their first slot whose last-pass confidence (max softmax
+    // probability) is below this; 0 keeps every draft whole. A draft cut
+    // to nothing makes its round a plain decode step (a block of the bonus
+    // alone), and the sequence then skips the drafter for 1, 2, 4, then 8
+    // rounds after each such round in a row (reset by a draft that keeps
+    // a slot): where the drafter cannot guess (text copied from the
+    // prompt), a round costs about one decode step instead of a draft plus
+    // a verify of W tokens. Verification is unchanged, so the output is
+    // too (docs/RESULTS.md, "Confident drafts").
+    double min_draft_confidence = 0;
     // Called on the stepping thread for every finished round (after its
     // record is complete, before its tokens are emitted), e.g. to update
     // per-round metrics while requests are still running. May be empty.
@@ -227,6 +246,10 @@ class SpeculativeEngine {
     // kHybrid: accepted tokens per model-drafted round, a moving mean
     // (-1 before the first).
     double model_accepted_mean = -1;
+    // Options::min_draft_confidence: model rounds still to skip, and how
+    // many the next cut-to-nothing draft skips.
+    int skip_model_rounds = 0;
+    int next_skip = 1;
     double first_token_time = 0;
     // Sessions: every token of the sequence (prompt, then each committed
     // token); its first `start` are in the KV cache. Kept only with

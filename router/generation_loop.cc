@@ -230,6 +230,7 @@ bool GenerationLoop::ConnectTarget() {
   o.ngram = options_.ngram;
   o.hybrid_min_ngram = options_.hybrid_min_ngram;
   o.hybrid_short_match_below = options_.hybrid_short_match_below;
+  o.min_draft_confidence = options_.min_draft_confidence;
   o.on_round = [this](SequenceId, const RoundRecord& round) {
     const int block = backends_.drafter_health != nullptr
                           ? backends_.drafter_health->block_size()

@@ -137,6 +137,8 @@ class GenerationLoop {
     // (SpeculativeEngine::Options::hybrid_min_ngram).
     int hybrid_min_ngram = 3;
     double hybrid_short_match_below = 0.5;
+    // SpeculativeEngine::Options::min_draft_confidence.
+    double min_draft_confidence = 0;
     // Names this loop's stack in the per-stack metrics (`stack` label);
     // empty → no per-stack metrics.
     std::string stack_name;

@@ -88,6 +88,11 @@ ABSL_FLAG(double, hybrid_short_match_below, 0.5,
           "hybrid method: shorter suffixes (--ngram_min and up) too, once "
           "the drafter's rounds of a request accept fewer tokens than this "
           "(a moving mean over ~10 rounds)");
+ABSL_FLAG(double, min_draft_confidence, 0,
+          "drafter drafts (model and hybrid methods) are cut before their "
+          "first slot whose confidence is below this; a draft cut to "
+          "nothing makes the round a decode step, and the request skips the "
+          "drafter for 1, 2, 4, then 8 rounds (0 = off)");
 ABSL_FLAG(int64_t, target_timeout_ms, 60000,
           "deadline of Prefill/Verify calls");
 ABSL_FLAG(int64_t, draft_timeout_ms, 2000,
@@ -180,6 +185,12 @@ int main(int argc, char** argv) {
   o.loop.hybrid_min_ngram = absl::GetFlag(FLAGS_hybrid_min_ngram);
   o.loop.hybrid_short_match_below =
       absl::GetFlag(FLAGS_hybrid_short_match_below);
+  o.loop.min_draft_confidence = absl::GetFlag(FLAGS_min_draft_confidence);
+  if (!(o.loop.min_draft_confidence >= 0 && o.loop.min_draft_confidence <= 1)) {
+    std::fprintf(stderr,
+                 "dedit-router: --min_draft_confidence must be in [0, 1]\n");
+    return 2;
+  }
   if (o.loop.hybrid_min_ngram < 1) {
     std::fprintf(stderr, "dedit-router: --hybrid_min_ngram must be >= 1\n");
     return 2;

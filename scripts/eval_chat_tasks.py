@@ -18,12 +18,15 @@ target-only one token for token, scores the answers
       [--router HOST:PORT --stubs build/proto/python]
 
 --configs replaces --methods with named configurations, each
-NAME=METHOD[:w=W][:k=K][:causal][:drafter=DIR][:min=N][:short=X], e.g.
+NAME=METHOD[:w=W][:k=K][:causal][:drafter=DIR][:min=N][:short=X][:conf=C],
+e.g.
   --configs ar=ar,ngram=ngram:w=16,k1=model:w=16:k=1,causal3=model:k=3:causal
 METHOD is ar, ngram, model or hybrid (per round, prompt lookup when the
 last N tokens, default 3, occurred before, shorter matches too once the
 model's rounds accept under X tokens, default 0.5, else the model; `min`
-and `short` are in-process only, the router has flags for them).
+and `short` are in-process only, the router has flags for them). `conf`
+(model and hybrid, in-process only; the router's --min_draft_confidence)
+cuts the model's drafts before their first slot less confident than C.
 so that one run holds a whole table (the baseline is the config named ar,
 else the first). Each configuration's report also has the acceptance per
 draft position and the edit outcomes (extended / unchanged / shortened)
@@ -115,6 +118,8 @@ def main():
                         "--hybrid_short_match_below", str(c["short"])]
             if c["k"] > 0:
                 cmd += ["--passes", str(c["k"])]
+            if c["conf"] > 0:
+                cmd += ["--min_draft_confidence", str(c["conf"])]
             if c["causal"]:
                 cmd += ["--causal_editor"]
         rows = [json.loads(l) for l in run(cmd, lines).splitlines() if l]
@@ -200,12 +205,12 @@ def parse_configs(a):
             parts = spec.split(":")
             c = {"method": parts[0], "w": a.window, "k": a.passes,
                  "causal": False, "drafter": a.drafter, "min": 3,
-                 "short": 0.5}
+                 "short": 0.5, "conf": 0.0}
             for opt in parts[1:]:
                 key, _, value = opt.partition("=")
                 if key in ("w", "k", "min"):
                     c[key] = int(value)
-                elif key == "short":
+                elif key in ("short", "conf"):
                     c[key] = float(value)
                 elif key == "causal":
                     c["causal"] = True
@@ -219,7 +224,7 @@ def parse_configs(a):
         for method in a.methods.split(","):
             configs[method] = {"method": method, "w": a.window, "k": a.passes,
                                "causal": False, "drafter": a.drafter,
-                               "min": 3, "short": 0.5}
+                               "min": 3, "short": 0.5, "conf": 0.0}
     for name, c in configs.items():
         if c["method"] not in ("ar", "ngram", "model", "hybrid"):
             sys.exit(f"eval_chat_tasks.py: {name}: unknown method "
@@ -245,7 +250,9 @@ def acceptance_details(rows):
             for key in acc:
                 acc[key] += e[key]
     out = {"drafted_rounds": sum(r.get("drafted_rounds", 0) for r in rows),
-           "lookup_rounds": sum(r.get("lookup_rounds", 0) for r in rows)}
+           "lookup_rounds": sum(r.get("lookup_rounds", 0) for r in rows),
+           "cut_rounds": sum(r.get("cut_rounds", 0) for r in rows),
+           "skipped_rounds": sum(r.get("skipped_rounds", 0) for r in rows)}
     if positions:
         out["accepted_per_position"] = positions
     if edits:
