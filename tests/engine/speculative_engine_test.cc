@@ -129,6 +129,55 @@ TEST_F(EngineTest, LosslessForEveryWindowAndPassCount) {
   }
 }
 
+// Drafts cut at their first unconfident slot (min_draft_confidence), with
+// back-off: the random drafter's confidences are low and varied, so the
+// thresholds give whole drafts, partial cuts and drafts cut to nothing.
+TEST_F(EngineTest, ConfidentDraftsAreLossless) {
+  const std::vector<std::vector<int32_t>> prompts = {RandomPrompt(5, 128, 11),
+                                                     RandomPrompt(17, 128, 12),
+                                                     RandomPrompt(33, 128, 13)};
+  const int kNew = 40;
+  const std::vector<std::vector<int32_t>> reference = References(prompts, kNew);
+  int64_t cut = 0, skipped = 0, drafted = 0;
+  for (double c : {0.005, 0.02, 0.05, 0.9}) {
+    LocalDrafter drafter(pair_->drafter.get());
+    LocalVerifier verifier(pair_->target.get(), &drafter);
+    SpeculativeEngine::Options o = EngineOptions(spec_);
+    o.min_draft_confidence = c;
+    SpeculativeEngine engine(&verifier, &drafter, o);
+    for (int w : {4, 16}) {
+      std::vector<GenerationRequest> reqs;
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        GenerationRequest r;
+        r.prompt = prompts[i];
+        r.max_new_tokens = kNew;
+        r.window = w;
+        r.passes = 1 + static_cast<int>(i) % 3;
+        // A mixed batch: the model method and the hybrid.
+        r.method = i == 1 ? DraftMethod::kHybrid : DraftMethod::kModel;
+        reqs.push_back(r);
+      }
+      auto results = engine.Generate(reqs);
+      ASSERT_TRUE(results.ok()) << results.status();
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        const GenerationResult& r = (*results)[i];
+        ASSERT_TRUE(r.status.ok()) << r.status;
+        EXPECT_EQ(r.tokens, reference[i]) << "C=" << c << " W=" << w;
+        const AcceptanceSummary s = Summarize(r.rounds);
+        cut += s.cut_rounds;
+        skipped += s.skipped_rounds;
+        drafted += s.drafted_rounds;
+      }
+      EXPECT_EQ(pair_->target->num_sequences(), 0u);
+      EXPECT_EQ(pair_->drafter->num_sequences(), 0u);
+    }
+  }
+  // The thresholds did cut, skip and keep drafts.
+  EXPECT_GT(cut, 0);
+  EXPECT_GT(skipped, 0);
+  EXPECT_GT(drafted, 0);
+}
+
 // An oracle drafter that knows the greedy continuation exercises full
 // acceptance (acc = W - 1) and partial acceptance at chosen slots.
 TEST_F(EngineTest, LosslessWithOracleAndCorruptedOracleDrafters) {
