@@ -61,6 +61,8 @@ json OpenAiResponse::Usage(const v1::GenerateResponse& last) {
       {"drafted_rounds", a.drafted_rounds()},
       {"fallback_rounds", a.fallback_rounds()},
       {"lookup_rounds", a.lookup_rounds()},
+      {"cut_rounds", a.cut_rounds()},
+      {"skipped_rounds", a.skipped_rounds()},
       {"draft_tokens", a.draft_tokens()},
       {"accepted_tokens", a.accepted_tokens()},
       {"mean_acceptance_length", a.mean_acceptance_length()},

@@ -34,6 +34,8 @@ void FillAcceptance(const AcceptanceSummary& s, v1::AcceptanceStats* out) {
   out->set_drafted_rounds(s.drafted_rounds);
   out->set_fallback_rounds(s.fallback_rounds);
   out->set_lookup_rounds(s.lookup_rounds);
+  out->set_cut_rounds(s.cut_rounds);
+  out->set_skipped_rounds(s.skipped_rounds);
   out->set_draft_tokens(s.draft_tokens);
   out->set_accepted_tokens(s.accepted_tokens);
   out->set_mean_acceptance_length(s.mean_acceptance_length());

@@ -110,6 +110,18 @@ RouterMetrics::RouterMetrics(prometheus::Registry& r, const std::string& model,
                                "(no Draft call)")
                          .Register(r)
                          .Add({{"model", model}})),
+      cut_rounds_(prometheus::BuildCounter()
+                      .Name("dedit_cut_rounds_total")
+                      .Help("Rounds whose drafter draft was cut before its "
+                            "first slot under --min_draft_confidence")
+                      .Register(r)
+                      .Add({{"model", model}})),
+      skipped_rounds_(prometheus::BuildCounter()
+                          .Name("dedit_skipped_rounds_total")
+                          .Help("Rounds that skipped the drafter after drafts "
+                                "cut to nothing (--min_draft_confidence)")
+                          .Register(r)
+                          .Add({{"model", model}})),
       session_turns_(prometheus::BuildCounter()
                          .Name("dedit_session_turns_total")
                          .Help("Session turns completed")
@@ -215,6 +227,8 @@ prometheus::Counter& RouterMetrics::StackRequests(const std::string& status) {
 void RouterMetrics::OnRound(const RoundRecord& round, int block_size) {
   if (round.fallback) fallback_rounds_.Increment();
   if (round.looked_up) lookup_rounds_.Increment();
+  if (round.cut) cut_rounds_.Increment();
+  if (round.skipped) skipped_rounds_.Increment();
   if (round.window < 2) return;
   if (stack_series_.drafts != nullptr) {
     stack_series_.drafts->Increment();

@@ -79,6 +79,8 @@ class RouterMetrics {
   prometheus::Counter& generation_tokens_;
   prometheus::Counter& fallback_rounds_;
   prometheus::Counter& lookup_rounds_;
+  prometheus::Counter& cut_rounds_;
+  prometheus::Counter& skipped_rounds_;
   prometheus::Counter& session_turns_;
   prometheus::Counter& session_tokens_saved_;
   prometheus::Counter& session_reprefills_;

@@ -446,6 +446,7 @@ class GenerationLoopTest : public ::testing::Test {
     if (max_prefill_tokens_per_round_ > 0) {
       options.max_prefill_tokens_per_round = max_prefill_tokens_per_round_;
     }
+    options.min_draft_confidence = min_draft_confidence_;
     loop_ = std::make_unique<GenerationLoop>(backends, shared_->tokenizer.get(),
                                              registry_, options);
     loop_->Start();
@@ -484,6 +485,8 @@ class GenerationLoopTest : public ::testing::Test {
   std::function<bool(RouterRequest&, const absl::Status&)> reroute_;
   // GenerationLoop::Options::max_prefill_tokens_per_round when > 0.
   int64_t max_prefill_tokens_per_round_ = 0;
+  // GenerationLoop::Options::min_draft_confidence.
+  double min_draft_confidence_ = 0;
   std::unique_ptr<GenerationLoop> loop_;  // destroyed first
 };
 
@@ -1037,6 +1040,34 @@ TEST_F(GenerationLoopTest, HybridMethodCountsItsLookupRounds) {
   EXPECT_EQ(a.drafted_rounds(), a.lookup_rounds() + drafter_->calls());
   EXPECT_EQ(CounterValue(*registry_, "dedit_lookup_rounds_total"),
             a.lookup_rounds());
+}
+
+// --min_draft_confidence: a drafter that is never sure has its drafts cut
+// to nothing and is then asked less often; the response and the metrics
+// count the cut and skipped rounds, and the output is the target's.
+TEST_F(GenerationLoopTest, UnconfidentDraftsAreCutAndCounted) {
+  min_draft_confidence_ = 0.5;
+  ScriptedDrafter inner(
+      block_size(),
+      [](const DraftRequest& r, int) -> absl::StatusOr<DraftResult> {
+        DraftResult d = Proposal(std::vector<int32_t>(r.window - 1, 1), 1);
+        d.passes.back().confidences.assign(r.window - 1, 0.1f);
+        d.passes.assign(r.passes, d.passes.back());
+        return d;
+      });
+  StartLoop(&inner, nullptr);
+  auto sink = Submit(MakeRequest(prompt(2), 30, 8, 1, {}));
+  ASSERT_TRUE(sink->WaitFinished());
+  ASSERT_TRUE(sink->status().ok()) << sink->status();
+  EXPECT_THAT(sink->tokens(), ElementsAreArray(Reference(2, 30)));
+  const v1::AcceptanceStats a = sink->last().acceptance();
+  EXPECT_EQ(a.drafted_rounds(), 0);
+  EXPECT_EQ(a.cut_rounds(), drafter_->calls());
+  EXPECT_GT(a.skipped_rounds(), 0);
+  EXPECT_LT(drafter_->calls(), a.rounds() / 2);
+  EXPECT_EQ(CounterValue(*registry_, "dedit_cut_rounds_total"), a.cut_rounds());
+  EXPECT_EQ(CounterValue(*registry_, "dedit_skipped_rounds_total"),
+            a.skipped_rounds());
 }
 
 TEST(RequestBuilderTest, SpeculativeMethodPicksTheDrafterAndItsLimits) {
