@@ -149,6 +149,17 @@ int64_t CpuMmColumnBlock(int64_t m, int64_t k, int64_t n) {
 
 namespace {
 
+// The column block to split x @ w into, or 0 to run it as one product
+// (operands the kernels do not take, or a split that does not pay).
+int64_t SplitBlock(const at::Tensor& x, const at::Tensor& w) {
+  if (x.dim() != 2 || w.dim() != 2 || !CpuKernelsApply(x) ||
+      !CpuKernelsApply(w)) {
+    return 0;
+  }
+  const int64_t block = CpuMmColumnBlock(x.size(0), x.size(1), w.size(1));
+  return block < w.size(1) ? block : 0;
+}
+
 // One [x.size(0), w.size(1)] output, filled block by block:
 // `one(out[:, j:j+b], j, b)` for the column blocks of w.
 template <typename One>
@@ -163,32 +174,25 @@ at::Tensor ByColumnBlocks(const at::Tensor& x, const at::Tensor& w,
   return out;
 }
 
-bool SplitPays(const at::Tensor& x, const at::Tensor& w) {
-  return x.dim() == 2 && w.dim() == 2 && CpuKernelsApply(x) &&
-         CpuKernelsApply(w) &&
-         CpuMmColumnBlock(x.size(0), x.size(1), w.size(1)) < w.size(1);
-}
-
 }  // namespace
 
 at::Tensor CpuMm(const at::Tensor& x, const at::Tensor& w) {
-  if (!SplitPays(x, w)) return at::mm(x, w);
-  return ByColumnBlocks(x, w, CpuMmColumnBlock(x.size(0), x.size(1), w.size(1)),
-                        [&](at::Tensor out, int64_t j, int64_t b) {
-                          at::mm_out(out, x, w.narrow(1, j, b));
-                        });
+  const int64_t block = SplitBlock(x, w);
+  if (block == 0) return at::mm(x, w);
+  return ByColumnBlocks(x, w, block, [&](at::Tensor out, int64_t j, int64_t b) {
+    at::mm_out(out, x, w.narrow(1, j, b));
+  });
 }
 
 at::Tensor CpuAddmm(const at::Tensor& bias, const at::Tensor& x,
                     const at::Tensor& w) {
-  if (!SplitPays(x, w) || !bias.sizes().equals({x.size(0), w.size(1)})) {
+  const int64_t block = SplitBlock(x, w);
+  if (block == 0 || !bias.sizes().equals({x.size(0), w.size(1)})) {
     return at::addmm(bias, x, w);
   }
-  return ByColumnBlocks(x, w, CpuMmColumnBlock(x.size(0), x.size(1), w.size(1)),
-                        [&](at::Tensor out, int64_t j, int64_t b) {
-                          at::addmm_out(out, bias.narrow(1, j, b), x,
-                                        w.narrow(1, j, b));
-                        });
+  return ByColumnBlocks(x, w, block, [&](at::Tensor out, int64_t j, int64_t b) {
+    at::addmm_out(out, bias.narrow(1, j, b), x, w.narrow(1, j, b));
+  });
 }
 
 }  // namespace dedit
