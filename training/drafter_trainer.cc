@@ -31,13 +31,19 @@ void ArgmaxAndConfidence(const at::Tensor& logits, at::Tensor* tokens,
   *confidence = at::exp(logits - max_logit.unsqueeze(-1)).sum(-1).reciprocal();
 }
 
-// Leading slots equal to the truth, summed over blocks (a block accepts
-// no further than the end of its sequence): tau = 1 + sum / blocks.
-double AcceptedSum(const at::Tensor& proposal, const BlockBatch& batch) {
+// Leading slots equal to the truth per block ([S, NB]; a block accepts no
+// further than the end of its sequence).
+at::Tensor AcceptedPerBlock(const at::Tensor& proposal,
+                            const BlockBatch& batch) {
   const int64_t w = batch.truth.size(-1);
   at::Tensor truth = batch.truth.narrow(-1, 1, w - 1);
   at::Tensor correct = proposal.eq(truth).logical_and(batch.valid);
-  return correct.to(at::kLong).cumprod(-1).sum().item<double>();
+  return correct.to(at::kLong).cumprod(-1).sum(-1);
+}
+
+// ... summed over blocks: tau = 1 + sum / blocks.
+double AcceptedSum(const at::Tensor& proposal, const BlockBatch& batch) {
+  return AcceptedPerBlock(proposal, batch).sum().item<double>();
 }
 
 std::string Fingerprint(const DrafterTrainingOptions& o,
@@ -118,13 +124,7 @@ Rounds WalkRounds(const std::vector<const DistillRecord*>& sequences,
     if (!any) break;
     BlockBatch batch =
         MakeBlockBatch(sequences, 1, window, mask_id, pad_id, nullptr, anchors);
-    at::Tensor truth = batch.truth.narrow(-1, 1, window - 1);
-    at::Tensor accepted = propose(batch)
-                              .eq(truth)
-                              .logical_and(batch.valid)
-                              .to(at::kLong)
-                              .cumprod(-1)
-                              .sum(-1)
+    at::Tensor accepted = AcceptedPerBlock(propose(batch), batch)
                               .view({static_cast<int64_t>(s)})
                               .contiguous();
     const int64_t* acc = accepted.data_ptr<int64_t>();
