@@ -68,7 +68,9 @@
 #                when held-out slot-1 accuracy plateaus)
 #   DRAFTER_INIT_FROM an exported drafter of the same shape that the chat
 #                drafter starts from (its weights, a fresh schedule): to
-#                train a shipped drafter further, with a new WORK
+#                train a shipped drafter further, with a new WORK; one of
+#                fewer layers than DRAFTER_LAYERS is grown (its new layers
+#                start as identities)
 #   DRAFTER_EVAL_EVERY steps between the chat drafter's held-out
 #                evaluations (default 100; each costs ~30 s, so a long run
 #                evaluates less often)

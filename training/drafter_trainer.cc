@@ -233,7 +233,7 @@ absl::StatusOr<StageOutcome> RunDrafterTraining(
   } else {
     ASSIGN_OR_RETURN(drafter, TrainableDrafter::Load(o.init_from));
     const DrafterConfig& f = drafter.config();
-    if (f.layers.num_hidden_layers != dc.layers.num_hidden_layers ||
+    if (f.layers.num_hidden_layers > dc.layers.num_hidden_layers ||
         f.layers.hidden_size != dc.layers.hidden_size ||
         f.layers.intermediate_size != dc.layers.intermediate_size ||
         f.layers.num_attention_heads != dc.layers.num_attention_heads ||
@@ -253,11 +253,24 @@ absl::StatusOr<StageOutcome> RunDrafterTraining(
           absl::StrJoin(dc.target_layer_ids, ","), dc.num_target_layers,
           DrafterConfigToJson(f), DrafterConfigToJson(dc)));
     }
+    const int from_layers = f.layers.num_hidden_layers;
+    if (from_layers < dc.layers.num_hidden_layers) {
+      // A shallower drafter is grown to this run's depth (its new layers
+      // start as identities: TrainableDrafter::Grow).
+      ASSIGN_OR_RETURN(drafter,
+                       TrainableDrafter::Grow(drafter,
+                                              dc.layers.num_hidden_layers,
+                                              o.seed));
+    }
     // Its weights, this run's config (passes, editor, mask id) for the
     // export.
     drafter.mutable_config() = dc;
-    std::cerr << "[drafter] starting from the weights of " << o.init_from
-              << "\n";
+    std::cerr << "[drafter] starting from the weights of " << o.init_from;
+    if (from_layers < dc.layers.num_hidden_layers) {
+      std::cerr << ", grown from " << from_layers << " to "
+                << dc.layers.num_hidden_layers << " layers";
+    }
+    std::cerr << "\n";
   }
   AdamW optimizer(&drafter.parameters(), o.adamw);
   const std::string state_path = o.work_dir + "/state.safetensors";

@@ -87,7 +87,8 @@ struct DrafterTrainingOptions {
   int eval_every = 250;
   // An exported drafter whose weights the run starts from (fresh optimizer
   // and schedule), e.g. to train a shipped drafter further; its shape
-  // (layers, block size, feature layers, MLP) must be the one asked for.
+  // (block size, feature layers, MLP) must be the one asked for, and a
+  // drafter of fewer layers is grown (TrainableDrafter::Grow).
   std::string init_from;
   int heldout_sequences = 64;  // last records of the distill data, or
   std::string heldout_path;    // a held-out distill file (all of it)

@@ -70,8 +70,8 @@ ABSL_FLAG(std::string, init_from, "",
           "target / drafter: start from this exported model's weights "
           "(fresh optimizer and schedule), e.g. to train a shipped model "
           "further; a target with fewer layers than --num_layers is grown, "
-          "its new layers adding nothing until trained; a drafter must have "
-          "the shape asked for");
+          "its new layers adding nothing until trained; so is a drafter with "
+          "fewer layers than --drafter_layers (any other shape must match)");
 ABSL_FLAG(int64_t, reschedule_from_steps, 0,
           "target: resume a state saved by the same run with --steps=N "
           "(this N) on a schedule of --steps instead, e.g. to finish sooner");

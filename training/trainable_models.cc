@@ -78,6 +78,61 @@ NamedTensors ByName(const ParameterList& params) {
   return map;
 }
 
+// Depth up-scaling (TrainableTarget::Grow, TrainableDrafter::Grow): copies
+// `from` (a model of `old_layers` layers) into `to`, a fresh model of the
+// same shape but config.num_hidden_layers layers. Every tensor outside the
+// layers comes from `from`; old layer i becomes layer
+// floor(i * new / old); each new layer keeps its fresh values except o_proj
+// and down_proj, zeroed, so that it adds nothing to the residual stream
+// until training moves them.
+absl::Status SpreadLayers(const ParameterList& from, int old_layers,
+                          DecoderLayerTensorNames (*layer_names)(int),
+                          const Qwen3Config& config, ParameterList& to,
+                          const char* what) {
+  const int num_layers = config.num_hidden_layers;
+  // The name in `from` of each tensor of `to` that comes from it.
+  std::map<std::string, std::string> source;
+  std::set<std::string> zeroed;
+  for (const NamedParameter& p : to) source[p.name] = p.name;
+  std::vector<bool> is_old(num_layers, false);
+  for (int i = 0; i < old_layers; ++i) {
+    const int l =
+        static_cast<int>(static_cast<int64_t>(i) * num_layers / old_layers);
+    is_old[l] = true;
+    const std::vector<CheckpointTensor> dst =
+        DecoderLayerLayout(layer_names(l), config);
+    const std::vector<CheckpointTensor> src =
+        DecoderLayerLayout(layer_names(i), config);
+    for (size_t k = 0; k < dst.size(); ++k) source[dst[k].name] = src[k].name;
+  }
+  for (int l = 0; l < num_layers; ++l) {
+    if (is_old[l]) continue;
+    const DecoderLayerTensorNames names = layer_names(l);
+    for (const CheckpointTensor& c : DecoderLayerLayout(names, config)) {
+      source.erase(c.name);
+    }
+    zeroed.insert(names.o_proj);
+    zeroed.insert(names.down_proj);
+  }
+  const NamedTensors old = ByName(from);
+  return GuardTorch([&]() -> absl::Status {
+    at::NoGradGuard no_grad;
+    for (NamedParameter& p : to) {
+      if (zeroed.count(p.name)) p.value.zero_();
+      auto s = source.find(p.name);
+      if (s == source.end()) continue;  // a new layer's
+      auto it = old.find(s->second);
+      if (it == old.end() || !it->second.sizes().equals(p.value.sizes())) {
+        return absl::InternalError(absl::StrCat("the ", what,
+                                                " being grown has no tensor ",
+                                                s->second, " of that shape"));
+      }
+      p.value.copy_(it->second);
+    }
+    return absl::OkStatus();
+  });
+}
+
 // Positions 0..T-1 repeated for B rows, flattened: [B * T].
 at::Tensor TiledPositions(int64_t batch, int64_t length) {
   return at::arange(length, at::TensorOptions().dtype(at::kLong))
@@ -162,52 +217,8 @@ absl::StatusOr<TrainableTarget> TrainableTarget::Grow(
   Qwen3Config config = from.config_;
   config.num_hidden_layers = num_layers;
   ASSIGN_OR_RETURN(TrainableTarget t, Init(config, seed));
-  // The name in `from` of each tensor of the grown target that comes from
-  // it; the new layers' tensors keep their fresh values, except o_proj and
-  // down_proj, which are zeroed.
-  std::map<std::string, std::string> source;
-  std::set<std::string> zeroed;
-  for (const CheckpointTensor& c : TargetCheckpointLayout(config)) {
-    source[c.name] = c.name;  // embedding, final norm, head
-  }
-  std::vector<bool> is_old(num_layers, false);
-  for (int i = 0; i < old_layers; ++i) {
-    const int l =
-        static_cast<int>(static_cast<int64_t>(i) * num_layers / old_layers);
-    is_old[l] = true;
-    const std::vector<CheckpointTensor> to =
-        DecoderLayerLayout(TargetLayerTensorNames(l), config);
-    const std::vector<CheckpointTensor> from_layer =
-        DecoderLayerLayout(TargetLayerTensorNames(i), from.config_);
-    for (size_t k = 0; k < to.size(); ++k)
-      source[to[k].name] = from_layer[k].name;
-  }
-  for (int l = 0; l < num_layers; ++l) {
-    if (is_old[l]) continue;
-    const DecoderLayerTensorNames names = TargetLayerTensorNames(l);
-    for (const CheckpointTensor& c : DecoderLayerLayout(names, config)) {
-      source.erase(c.name);
-    }
-    zeroed.insert(names.o_proj);
-    zeroed.insert(names.down_proj);
-  }
-  const NamedTensors old = ByName(from.params_);
-  RETURN_IF_ERROR(GuardTorch([&]() -> absl::Status {
-    at::NoGradGuard no_grad;
-    for (NamedParameter& p : t.params_) {
-      if (zeroed.count(p.name)) p.value.zero_();
-      auto s = source.find(p.name);
-      if (s == source.end()) continue;  // a new layer's
-      auto it = old.find(s->second);
-      if (it == old.end() || !it->second.sizes().equals(p.value.sizes())) {
-        return absl::InternalError(
-            absl::StrCat("the target being grown has no tensor ", s->second,
-                         " of that shape"));
-      }
-      p.value.copy_(it->second);
-    }
-    return absl::OkStatus();
-  }));
+  RETURN_IF_ERROR(SpreadLayers(from.params_, old_layers, TargetLayerTensorNames,
+                               config, t.params_, "target"));
   return t;
 }
 
@@ -328,6 +339,23 @@ absl::StatusOr<TrainableDrafter> TrainableDrafter::Load(
   ASSIGN_OR_RETURN(
       d.params_, LoadParameters(*archive, DrafterCheckpointLayout(d.config_)));
   RETURN_IF_ERROR(d.BindViews());
+  return d;
+}
+
+absl::StatusOr<TrainableDrafter> TrainableDrafter::Grow(
+    const TrainableDrafter& from, int num_layers, uint64_t seed) {
+  const int old_layers = from.config_.layers.num_hidden_layers;
+  if (num_layers < old_layers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot grow a ", old_layers, "-layer drafter to ", num_layers,
+        " layers"));
+  }
+  DrafterConfig config = from.config_;
+  config.layers.num_hidden_layers = num_layers;
+  ASSIGN_OR_RETURN(TrainableDrafter d, Init(config, seed));
+  RETURN_IF_ERROR(SpreadLayers(from.params_, old_layers,
+                               DrafterLayerTensorNames, config.layers,
+                               d.params_, "drafter"));
   return d;
 }
 

@@ -124,6 +124,11 @@ class TrainableDrafter {
   static absl::StatusOr<TrainableDrafter> Init(const DrafterConfig& config,
                                                uint64_t seed);
   static absl::StatusOr<TrainableDrafter> Load(const std::string& dir);
+  // `from` made deeper without changing what it drafts, as
+  // TrainableTarget::Grow: its layers spread over `num_layers`, each new
+  // layer fresh from `seed` with o_proj and down_proj zero.
+  static absl::StatusOr<TrainableDrafter> Grow(const TrainableDrafter& from,
+                                               int num_layers, uint64_t seed);
 
   // features: [S, T, n_ids * D] (no gradient needed). Context position t
   // gets RoPE at absolute position t.

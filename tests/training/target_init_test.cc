@@ -1,7 +1,7 @@
 // `dedit-train target --init_from` and `dedit-train drafter --init_from`:
 // training a shipped model further starts from its weights (not a fresh
-// initialisation), and refuses a folder of another shape; a resumed run
-// logs each step once.
+// initialisation), grows a shallower one deeper, and refuses a folder of
+// another shape; a resumed run logs each step once.
 #include <ATen/Functions.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -303,15 +303,102 @@ TEST_F(TargetInitTest, DrafterStartsFromTheGivenWeights) {
   EXPECT_FALSE(Same(Weights<TrainableDrafter>(root_ + "/dc"), a));
 
   // Another shape is refused before anything is trained, naming both.
-  DrafterTrainingOptions deeper = DrafterOptions("dd", 2e-3);
-  deeper.num_layers = 2;
-  deeper.init_from = root_ + "/da";
-  auto refused = RunDrafterTraining(deeper);
+  DrafterTrainingOptions wider = DrafterOptions("dd", 2e-3);
+  wider.block_size = 8;
+  wider.init_from = root_ + "/da";
+  auto refused = RunDrafterTraining(wider);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(refused.status().message(), HasSubstr("is a 1-layer drafter"));
-  EXPECT_THAT(refused.status().message(), HasSubstr("asks for 2 layers"));
+  EXPECT_THAT(refused.status().message(), HasSubstr("block 4"));
+  EXPECT_THAT(refused.status().message(), HasSubstr("block 8"));
   EXPECT_FALSE(std::filesystem::exists(root_ + "/dd/model.safetensors"));
+}
+
+// The logits of `drafter` for one fixed batch: 2 sequences of 10 context
+// positions, 2 blocks each (random features, tokens and anchors, and a
+// random shared embedding / head, as the target's would be).
+at::Tensor FixedBlockLogits(const TrainableDrafter& drafter) {
+  at::NoGradGuard no_grad;
+  at::manual_seed(11);
+  const DrafterConfig& c = drafter.config();
+  const int64_t d = c.layers.hidden_size, vocab = 50;
+  const at::Tensor features = at::randn(
+      {2, 10, static_cast<int64_t>(c.target_layer_ids.size()) * d});
+  const at::Tensor tokens = at::randint(0, vocab, {2, 2, c.block_size},
+                                        at::TensorOptions().dtype(at::kLong));
+  const at::Tensor anchors =
+      at::tensor({4, 9, 2, 7}, at::TensorOptions().dtype(at::kLong))
+          .view({2, 2});
+  const at::Tensor embed = at::randn({vocab, d}) * 0.1;
+  return drafter.BlockLogits(drafter.ProjectContext(features), tokens,
+                             anchors, /*causal=*/false, embed, embed);
+}
+
+// A deeper drafter from --init_from a shallower one drafts what it did (its
+// new layers are identities until trained), keeps its layers in order, and
+// trains from there.
+TEST_F(TargetInitTest, DrafterGrowsDeeperDraftingTheSame) {
+  ASSERT_NO_FATAL_FAILURE(MakeTargetAndDistill());
+  auto trained = RunDrafterTraining(DrafterOptions("ga", 2e-3));
+  ASSERT_TRUE(trained.ok()) << trained.status();
+  auto small = TrainableDrafter::Load(root_ + "/ga");
+  ASSERT_TRUE(small.ok()) << small.status();
+  const at::Tensor want = FixedBlockLogits(*small);
+
+  auto grown = TrainableDrafter::Grow(*small, 3, /*seed=*/5);
+  ASSERT_TRUE(grown.ok()) << grown.status();
+  EXPECT_EQ(grown->config().layers.num_hidden_layers, 3);
+  EXPECT_LT((FixedBlockLogits(*grown) - want).abs().max().item<double>(),
+            1e-4);
+  auto weight = [](const TrainableDrafter& t, const std::string& name) {
+    for (const NamedParameter& p : t.parameters()) {
+      if (p.name == name) return p.value;
+    }
+    return at::Tensor();
+  };
+  // The old layer sits at 0; layers 1 and 2 are new, with fresh
+  // projections but no output yet.
+  EXPECT_TRUE(at::equal(weight(*grown, "layers.0.mlp.up_proj.weight"),
+                        weight(*small, "layers.0.mlp.up_proj.weight")));
+  EXPECT_TRUE(at::equal(weight(*grown, "fc.weight"),
+                        weight(*small, "fc.weight")));
+  EXPECT_GT(weight(*grown, "layers.2.self_attn.q_proj.weight")
+                .abs()
+                .max()
+                .item<float>(),
+            0.0f);
+  EXPECT_EQ(weight(*grown, "layers.2.mlp.down_proj.weight")
+                .abs()
+                .max()
+                .item<float>(),
+            0.0f);
+  EXPECT_FALSE(TrainableDrafter::Grow(*grown, 2, 5).ok());
+
+  // Through the trainer: at lr 0 the export is the grown drafter itself;
+  // at a real learning rate the new layers start to draft.
+  DrafterTrainingOptions deeper = DrafterOptions("gb", 0.0);
+  deeper.num_layers = 3;
+  deeper.init_from = root_ + "/ga";
+  auto deeper_run = RunDrafterTraining(deeper);
+  ASSERT_TRUE(deeper_run.ok()) << deeper_run.status();
+  auto exported = TrainableDrafter::Load(root_ + "/gb");
+  ASSERT_TRUE(exported.ok()) << exported.status();
+  EXPECT_EQ(exported->config().layers.num_hidden_layers, 3);
+  EXPECT_LT((FixedBlockLogits(*exported) - want).abs().max().item<double>(),
+            1e-4);
+  DrafterTrainingOptions learning = DrafterOptions("gc", 2e-3);
+  learning.num_layers = 3;
+  learning.init_from = root_ + "/ga";
+  auto learned = RunDrafterTraining(learning);
+  ASSERT_TRUE(learned.ok()) << learned.status();
+  auto moved = TrainableDrafter::Load(root_ + "/gc");
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  EXPECT_GT(weight(*moved, "layers.2.mlp.down_proj.weight")
+                .abs()
+                .max()
+                .item<float>(),
+            0.0f);
 }
 
 }  // namespace
