@@ -257,10 +257,9 @@ absl::StatusOr<StageOutcome> RunDrafterTraining(
     if (from_layers < dc.layers.num_hidden_layers) {
       // A shallower drafter is grown to this run's depth (its new layers
       // start as identities: TrainableDrafter::Grow).
-      ASSIGN_OR_RETURN(drafter,
-                       TrainableDrafter::Grow(drafter,
-                                              dc.layers.num_hidden_layers,
-                                              o.seed));
+      ASSIGN_OR_RETURN(
+          drafter,
+          TrainableDrafter::Grow(drafter, dc.layers.num_hidden_layers, o.seed));
     }
     // Its weights, this run's config (passes, editor, mask id) for the
     // export.

@@ -346,9 +346,9 @@ absl::StatusOr<TrainableDrafter> TrainableDrafter::Grow(
     const TrainableDrafter& from, int num_layers, uint64_t seed) {
   const int old_layers = from.config_.layers.num_hidden_layers;
   if (num_layers < old_layers) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "cannot grow a ", old_layers, "-layer drafter to ", num_layers,
-        " layers"));
+    return absl::InvalidArgumentError(absl::StrCat("cannot grow a ", old_layers,
+                                                   "-layer drafter to ",
+                                                   num_layers, " layers"));
   }
   DrafterConfig config = from.config_;
   config.layers.num_hidden_layers = num_layers;

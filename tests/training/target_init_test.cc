@@ -125,6 +125,15 @@ class TargetInitTest : public ::testing::Test {
     return model.ok() ? model->parameters() : ParameterList();
   }
 
+  // `model`'s parameter `name` (undefined if it has none).
+  template <typename Model>
+  static at::Tensor Weight(const Model& model, const std::string& name) {
+    for (const NamedParameter& p : model.parameters()) {
+      if (p.name == name) return p.value;
+    }
+    return at::Tensor();
+  }
+
   static bool Same(const ParameterList& a, const ParameterList& b) {
     if (a.size() != b.size() || a.empty()) return false;
     for (size_t i = 0; i < a.size(); ++i) {
@@ -256,15 +265,9 @@ TEST_F(TargetInitTest, GrowsDeeperComputingTheSameFunction) {
   }
   EXPECT_LT((got - want).abs().max().item<double>(), 1e-4);
   // Old layers 0 and 1 sit at 0 and floor(1 * 5 / 2) = 2.
-  auto weight = [](const TrainableTarget& t, const std::string& name) {
-    for (const NamedParameter& p : t.parameters()) {
-      if (p.name == name) return p.value;
-    }
-    return at::Tensor();
-  };
-  EXPECT_TRUE(at::equal(weight(*grown, "model.layers.2.mlp.up_proj.weight"),
-                        weight(*small, "model.layers.1.mlp.up_proj.weight")));
-  EXPECT_EQ(weight(*grown, "model.layers.3.mlp.down_proj.weight")
+  EXPECT_TRUE(at::equal(Weight(*grown, "model.layers.2.mlp.up_proj.weight"),
+                        Weight(*small, "model.layers.1.mlp.up_proj.weight")));
+  EXPECT_EQ(Weight(*grown, "model.layers.3.mlp.down_proj.weight")
                 .abs()
                 .max()
                 .item<float>(),
@@ -323,16 +326,16 @@ at::Tensor FixedBlockLogits(const TrainableDrafter& drafter) {
   at::manual_seed(11);
   const DrafterConfig& c = drafter.config();
   const int64_t d = c.layers.hidden_size, vocab = 50;
-  const at::Tensor features = at::randn(
-      {2, 10, static_cast<int64_t>(c.target_layer_ids.size()) * d});
+  const at::Tensor features =
+      at::randn({2, 10, static_cast<int64_t>(c.target_layer_ids.size()) * d});
   const at::Tensor tokens = at::randint(0, vocab, {2, 2, c.block_size},
                                         at::TensorOptions().dtype(at::kLong));
   const at::Tensor anchors =
       at::tensor({4, 9, 2, 7}, at::TensorOptions().dtype(at::kLong))
           .view({2, 2});
   const at::Tensor embed = at::randn({vocab, d}) * 0.1;
-  return drafter.BlockLogits(drafter.ProjectContext(features), tokens,
-                             anchors, /*causal=*/false, embed, embed);
+  return drafter.BlockLogits(drafter.ProjectContext(features), tokens, anchors,
+                             /*causal=*/false, embed, embed);
 }
 
 // A deeper drafter from --init_from a shallower one drafts what it did (its
@@ -349,30 +352,21 @@ TEST_F(TargetInitTest, DrafterGrowsDeeperDraftingTheSame) {
   auto grown = TrainableDrafter::Grow(*small, 3, /*seed=*/5);
   ASSERT_TRUE(grown.ok()) << grown.status();
   EXPECT_EQ(grown->config().layers.num_hidden_layers, 3);
-  EXPECT_LT((FixedBlockLogits(*grown) - want).abs().max().item<double>(),
-            1e-4);
-  auto weight = [](const TrainableDrafter& t, const std::string& name) {
-    for (const NamedParameter& p : t.parameters()) {
-      if (p.name == name) return p.value;
-    }
-    return at::Tensor();
-  };
+  EXPECT_LT((FixedBlockLogits(*grown) - want).abs().max().item<double>(), 1e-4);
   // The old layer sits at 0; layers 1 and 2 are new, with fresh
   // projections but no output yet.
-  EXPECT_TRUE(at::equal(weight(*grown, "layers.0.mlp.up_proj.weight"),
-                        weight(*small, "layers.0.mlp.up_proj.weight")));
-  EXPECT_TRUE(at::equal(weight(*grown, "fc.weight"),
-                        weight(*small, "fc.weight")));
-  EXPECT_GT(weight(*grown, "layers.2.self_attn.q_proj.weight")
+  EXPECT_TRUE(at::equal(Weight(*grown, "layers.0.mlp.up_proj.weight"),
+                        Weight(*small, "layers.0.mlp.up_proj.weight")));
+  EXPECT_TRUE(
+      at::equal(Weight(*grown, "fc.weight"), Weight(*small, "fc.weight")));
+  EXPECT_GT(Weight(*grown, "layers.2.self_attn.q_proj.weight")
                 .abs()
                 .max()
                 .item<float>(),
             0.0f);
-  EXPECT_EQ(weight(*grown, "layers.2.mlp.down_proj.weight")
-                .abs()
-                .max()
-                .item<float>(),
-            0.0f);
+  EXPECT_EQ(
+      Weight(*grown, "layers.2.mlp.down_proj.weight").abs().max().item<float>(),
+      0.0f);
   EXPECT_FALSE(TrainableDrafter::Grow(*grown, 2, 5).ok());
 
   // Through the trainer: at lr 0 the export is the grown drafter itself;
@@ -394,11 +388,9 @@ TEST_F(TargetInitTest, DrafterGrowsDeeperDraftingTheSame) {
   ASSERT_TRUE(learned.ok()) << learned.status();
   auto moved = TrainableDrafter::Load(root_ + "/gc");
   ASSERT_TRUE(moved.ok()) << moved.status();
-  EXPECT_GT(weight(*moved, "layers.2.mlp.down_proj.weight")
-                .abs()
-                .max()
-                .item<float>(),
-            0.0f);
+  EXPECT_GT(
+      Weight(*moved, "layers.2.mlp.down_proj.weight").abs().max().item<float>(),
+      0.0f);
 }
 
 }  // namespace
