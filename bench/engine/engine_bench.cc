@@ -230,6 +230,15 @@ int Main() {
     ops["drafter_pass_ops_all"] = pass_ops.all;
     ops["drafter_pass_ops_top"] = pass_ops.top;
     ops["drafter_ops_per_layer_top"] = pass_ops.per_layer_top;
+    // A round's context update: the features of the ~2 tokens a round
+    // commits, appended (then cut back, to keep the context length).
+    const at::Tensor round_features = at::randn({2, drafter->feature_width()});
+    const double context_ms = MedianMs(reps, [&] {
+      Check(drafter->AppendContext(seq, ctx, round_features), "context");
+      Check(drafter->TruncateContext(seq, ctx), "context truncate");
+    });
+    timing["context_ms_n2"] = context_ms;
+    timing["context_over_decode"] = context_ms / decode_ms;
     for (int k = 1; k <= 3; ++k) {
       const double ms = MedianMs(reps, [&] { draft(k); });
       timing["draft_ms_k" + std::to_string(k)] = ms;
