@@ -23,6 +23,11 @@
 namespace dedit::training {
 namespace {
 
+// Rounds each on-policy anchor's walk takes (round_anchor_share): two
+// rounds from a uniform start land where the engine's rounds do (after a
+// miss, or after a whole accepted block) without walking whole answers.
+constexpr int kRoundAnchorWalk = 2;
+
 // Greedy proposal and confidence (max softmax probability) per slot.
 void ArgmaxAndConfidence(const at::Tensor& logits, at::Tensor* tokens,
                          at::Tensor* confidence) {
@@ -56,7 +61,11 @@ std::string Fingerprint(const DrafterTrainingOptions& o,
       " lr=", o.schedule.peak, " windows=", absl::StrJoin(o.train_windows, ","),
       " gt_ratio=", o.gt_selection_ratio, " p1_only=", o.p1_only_steps,
       " plateau=", o.plateau_delta, " patience=", o.plateau_patience,
-      o.init_from.empty() ? "" : " init_from=", o.init_from);
+      o.init_from.empty() ? "" : " init_from=", o.init_from,
+      // Only when set, so that runs from before the option still resume.
+      o.round_anchor_share > 0
+          ? absl::StrCat(" round_anchors=", o.round_anchor_share)
+          : "");
 }
 
 }  // namespace
@@ -140,10 +149,42 @@ Rounds WalkRounds(const std::vector<const DistillRecord*>& sequences,
   return out;
 }
 
+std::vector<std::vector<int64_t>> RoundAnchors(
+    const std::vector<const DistillRecord*>& sequences,
+    std::vector<std::vector<int64_t>> starts, int rounds, int window,
+    int32_t mask_id, int32_t pad_id,
+    const std::function<at::Tensor(const BlockBatch&)>& propose) {
+  const size_t s = sequences.size();
+  if (s == 0 || starts.empty() || starts[0].empty()) return starts;
+  const int64_t m = static_cast<int64_t>(starts[0].size());
+  std::vector<std::vector<int64_t>> anchors = starts;
+  for (int r = 0; r < rounds; ++r) {
+    BlockBatch batch = MakeBlockBatch(sequences, static_cast<int>(m), window,
+                                      mask_id, pad_id, nullptr, anchors);
+    at::Tensor accepted = AcceptedPerBlock(propose(batch), batch)
+                              .view({static_cast<int64_t>(s) * m})
+                              .contiguous();
+    const int64_t* acc = accepted.data_ptr<int64_t>();
+    for (size_t i = 0; i < s; ++i) {
+      const int64_t end = static_cast<int64_t>(sequences[i]->tokens.size()) - 2;
+      for (int64_t j = 0; j < m; ++j) {
+        int64_t& a = anchors[i][j];
+        a += acc[i * m + j] + 1;  // the accepted tokens and the bonus
+        if (a > end) a = starts[i][j];
+      }
+    }
+  }
+  return anchors;
+}
+
 absl::StatusOr<StageOutcome> RunDrafterTraining(
     const DrafterTrainingOptions& o) {
   if (o.plateau_patience < 1) {
     return absl::InvalidArgumentError("--plateau_patience must be >= 1");
+  }
+  if (!(o.round_anchor_share >= 0 && o.round_anchor_share <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--round_anchor_share must be in [0, 1], got ", o.round_anchor_share));
   }
   ASSIGN_OR_RETURN(TrainableTarget target, TrainableTarget::Load(o.target_dir));
   target.Freeze();
@@ -226,6 +267,12 @@ absl::StatusOr<StageOutcome> RunDrafterTraining(
                             o.gt_selection_ratio)
           : absl::StrFormat("eta %.2f", o.eta),
       o.causal_editor ? "causal" : "bidirectional", o.p1_only_steps);
+  if (o.round_anchor_share > 0) {
+    std::cerr << absl::StrFormat(
+        "[drafter] %.0f%% of the anchors where the drafter's rounds land (%d "
+        "rounds from uniform starts)\n",
+        100 * o.round_anchor_share, kRoundAnchorWalk);
+  }
 
   TrainableDrafter drafter;
   if (o.init_from.empty()) {
@@ -428,8 +475,37 @@ absl::StatusOr<StageOutcome> RunDrafterTraining(
         seqs.push_back(&records[pick(rng)]);
       BlockBatch batch =
           MakeBlockBatch(seqs, o.blocks_per_sequence, w, *mask, *eot, &rng);
+      const at::Tensor features = features_of(batch.ids);
+      const int round_blocks = static_cast<int>(
+          std::lround(o.round_anchor_share * o.blocks_per_sequence));
+      if (round_blocks > 0) {
+        // The first round_blocks uniform anchors of each sequence start
+        // walks of the current drafter's rounds; the blocks go where the
+        // walks end.
+        std::vector<std::vector<int64_t>> anchors(seqs.size()), starts;
+        for (size_t i = 0; i < seqs.size(); ++i) {
+          at::Tensor row = batch.anchors[static_cast<int64_t>(i)].contiguous();
+          anchors[i].assign(row.data_ptr<int64_t>(),
+                            row.data_ptr<int64_t>() + row.numel());
+          starts.emplace_back(anchors[i].begin(),
+                              anchors[i].begin() + round_blocks);
+        }
+        at::NoGradGuard no_grad;
+        const DrafterContext walk_ctx = drafter.ProjectContext(features);
+        starts = RoundAnchors(seqs, std::move(starts), kRoundAnchorWalk, w,
+                              *mask, *eot, [&](const BlockBatch& b) {
+                                return logits_of(walk_ctx, b.p1_tokens,
+                                                 b.anchors, false)
+                                    .argmax(-1);
+                              });
+        for (size_t i = 0; i < seqs.size(); ++i) {
+          std::copy(starts[i].begin(), starts[i].end(), anchors[i].begin());
+        }
+        batch = MakeBlockBatch(seqs, o.blocks_per_sequence, w, *mask, *eot,
+                               nullptr, anchors);
+      }
       at::Tensor targets = batch.truth.narrow(-1, 1, w - 1);
-      DrafterContext ctx = drafter.ProjectContext(features_of(batch.ids));
+      DrafterContext ctx = drafter.ProjectContext(features);
       // P1 on [anchor, MASK...].
       at::Tensor logits1 = logits_of(ctx, batch.p1_tokens, batch.anchors,
                                      /*edit_pass=*/false);

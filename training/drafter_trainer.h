@@ -75,6 +75,10 @@ struct DrafterTrainingOptions {
   bool proposal_mix = true;
   bool causal_editor = false;
   double edit_loss_weight = 1.0;
+  // The share of each sequence's anchors taken where the engine's rounds
+  // land (RoundAnchors: kRoundAnchorWalk rounds of the current drafter's P1
+  // from uniform starts) instead of uniformly; 0 = all uniform.
+  double round_anchor_share = 0;
   // Batch: sequences per step x blocks per sequence.
   int sequences_per_step = 4;
   int blocks_per_sequence = 32;
@@ -134,6 +138,19 @@ struct Rounds {
 Rounds WalkRounds(const std::vector<const DistillRecord*>& sequences,
                   int window, int32_t mask_id, int32_t pad_id,
                   const std::function<at::Tensor(const BlockBatch&)>& propose);
+
+// On-policy anchors (DrafterTrainingOptions::round_anchor_share): walks
+// `rounds` rounds from each of `starts` (per sequence, each list the same
+// length) as the engine would, with `propose`'s drafts ([S, M, W-1] for M
+// blocks per sequence; as WalkRounds), and returns where each walk's next
+// round is anchored. These are the positions the engine's rounds visit,
+// crowded after the drafter's misses, which uniform anchors under-weigh. A
+// walk that runs past length - 2 is restarted at its start.
+std::vector<std::vector<int64_t>> RoundAnchors(
+    const std::vector<const DistillRecord*>& sequences,
+    std::vector<std::vector<int64_t>> starts, int rounds, int window,
+    int32_t mask_id, int32_t pad_id,
+    const std::function<at::Tensor(const BlockBatch&)>& propose);
 
 // The end of the P1-only warm-up: `patience` evaluations in a row whose
 // held-out slot-1 accuracy gained less than `delta` over the one before.

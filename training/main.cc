@@ -112,6 +112,9 @@ ABSL_FLAG(int, blocks_per_sequence, 32, "drafter: blocks per sequence");
 ABSL_FLAG(std::string, train_windows, "",
           "drafter: block lengths cycled per step, each <= --block_size "
           "(empty = the block size)");
+ABSL_FLAG(double, round_anchor_share, 0,
+          "drafter: share of each sequence's anchors placed where the "
+          "current drafter's rounds land (on-policy), the rest uniform");
 ABSL_FLAG(double, gt_selection_ratio, 0,
           "drafter: adaptive ProposalMix eta per batch, ground truth "
           "selected for this ratio x P1 accuracy (0 = fixed --eta)");
@@ -299,6 +302,7 @@ int RunDrafter() {
   o.blocks_per_sequence = absl::GetFlag(FLAGS_blocks_per_sequence);
   o.train_windows = IntList(absl::GetFlag(FLAGS_train_windows));
   o.gt_selection_ratio = absl::GetFlag(FLAGS_gt_selection_ratio);
+  o.round_anchor_share = absl::GetFlag(FLAGS_round_anchor_share);
   o.p1_only_steps = absl::GetFlag(FLAGS_p1_only_steps);
   o.plateau_delta = absl::GetFlag(FLAGS_plateau_delta);
   o.plateau_patience = absl::GetFlag(FLAGS_plateau_patience);

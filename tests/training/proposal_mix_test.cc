@@ -199,6 +199,41 @@ TEST(WalkRoundsTest, CountsTokensPerRoundAsTheEngineDoes) {
   EXPECT_DOUBLE_EQ(some.tau(), 1.5);
 }
 
+// On-policy anchors: each walk moves as the engine's rounds would, and
+// lands where its next round would be anchored.
+TEST(RoundAnchorsTest, LandWhereTheEnginesNextRoundWouldBe) {
+  // Positions 2..11 are the answer; anchors may go up to 10.
+  DistillRecord a{2, {1, 2, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19}};
+  DistillRecord b{3, {1, 2, 3, 30, 31, 32, 33, 34, 35}};  // up to 7
+  const int w = 4;
+  auto truth = [](const BlockBatch& batch) {
+    return batch.truth.narrow(-1, 1, batch.truth.size(-1) - 1);
+  };
+  // A perfect drafter commits W tokens a round (3 accepted + the bonus);
+  // a walk past the last anchor restarts at its start.
+  EXPECT_EQ(RoundAnchors({&a, &b}, {{2, 5}, {3, 4}}, 2, w, 99, 0, truth),
+            (std::vector<std::vector<int64_t>>{{10, 5}, {3, 4}}));
+  // 2 -> 6 -> 10 stays; 5 -> 9 -> 12 restarts; in b 3 -> 7 -> 9 and
+  // 4 -> 8 restart.
+  // A drafter that is never right: one token a round.
+  auto wrong = [](const BlockBatch& batch) {
+    return at::full_like(batch.truth.narrow(-1, 1, batch.truth.size(-1) - 1),
+                         7);
+  };
+  EXPECT_EQ(RoundAnchors({&a, &b}, {{2, 5}, {3, 4}}, 2, w, 99, 0, wrong),
+            (std::vector<std::vector<int64_t>>{{4, 7}, {5, 6}}));
+  // Right only in blocks anchored at 2: that walk jumps 4, then creeps.
+  auto at_two = [&](const BlockBatch& batch) {
+    return at::where(batch.anchors.eq(2).unsqueeze(-1), truth(batch),
+                     at::full_like(truth(batch), 7));
+  };
+  EXPECT_EQ(RoundAnchors({&a}, {{2, 3}}, 3, w, 99, 0, at_two),
+            (std::vector<std::vector<int64_t>>{{8, 6}}));
+  // No rounds: the starts themselves.
+  EXPECT_EQ(RoundAnchors({&a}, {{2, 3}}, 0, w, 99, 0, at_two),
+            (std::vector<std::vector<int64_t>>{{2, 3}}));
+}
+
 // The warm-up ends after `patience` flat evaluations in a row, not at the
 // first noisy one; a rise in between starts the count again.
 TEST(PlateauRuleTest, NeedsPatienceFlatEvaluationsInARow) {

@@ -318,6 +318,27 @@ TEST_F(TargetInitTest, DrafterStartsFromTheGivenWeights) {
   EXPECT_FALSE(std::filesystem::exists(root_ + "/dd/model.safetensors"));
 }
 
+// --round_anchor_share: a run whose blocks sit where its drafter's rounds
+// land trains and exports like any other; a share outside [0, 1] is
+// refused before anything is trained.
+TEST_F(TargetInitTest, DrafterTrainsOnRoundAnchors) {
+  ASSERT_NO_FATAL_FAILURE(MakeTargetAndDistill());
+  DrafterTrainingOptions on_policy = DrafterOptions("ra", 2e-3);
+  on_policy.round_anchor_share = 0.5;
+  auto trained = RunDrafterTraining(on_policy);
+  ASSERT_TRUE(trained.ok()) << trained.status();
+  auto exported = TrainableDrafter::Load(root_ + "/ra");
+  ASSERT_TRUE(exported.ok()) << exported.status();
+  EXPECT_EQ(exported->config().block_size, 4);
+  DrafterTrainingOptions too_much = DrafterOptions("rb", 2e-3);
+  too_much.round_anchor_share = 1.5;
+  auto refused = RunDrafterTraining(too_much);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(), HasSubstr("--round_anchor_share"));
+  EXPECT_FALSE(std::filesystem::exists(root_ + "/rb/model.safetensors"));
+}
+
 // The logits of `drafter` for one fixed batch: 2 sequences of 10 context
 // positions, 2 blocks each (random features, tokens and anchors, and a
 // random shared embedding / head, as the target's would be).
