@@ -63,6 +63,9 @@
 #                continuation from DRAFTER_INIT_FROM may want less: a
 #                restart at 2e-3 first costs the drafter ~9 points of
 #                slot-1 accuracy)
+#   DRAFTER_ROUND_ANCHORS the share of the chat drafter's blocks placed
+#                where its own rounds land (dedit-train drafter
+#                --round_anchor_share; default 0, all uniform)
 #   DRAFTER_P1_ONLY_STEPS the chat drafter's P1-alone steps before joint
 #                training (default DRAFTER_STEPS / 2; it ends earlier
 #                when held-out slot-1 accuracy plateaus)
@@ -171,6 +174,7 @@ case "$profile" in
                   --p1_only_steps="${DRAFTER_P1_ONLY_STEPS:-$((drafter_steps / 2))}"
                   --plateau_delta=0.005
                   --gt_selection_ratio=0.875 --lr="${DRAFTER_LR:-2e-3}"
+                  --round_anchor_share="${DRAFTER_ROUND_ANCHORS:-0}"
                   --eval_every="${DRAFTER_EVAL_EVERY:-100}"
                   --heldout_data="$WORK/distill-heldout.bin" --heldout_blocks=8)
     # The ProposalMix ablation twin (ABLATION=1): same data, seed and
