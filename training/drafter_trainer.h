@@ -143,8 +143,10 @@ Rounds WalkRounds(const std::vector<const DistillRecord*>& sequences,
 // `rounds` rounds from each of `starts` (per sequence, each list the same
 // length) as the engine would, with `propose`'s drafts ([S, M, W-1] for M
 // blocks per sequence; as WalkRounds), and returns where each walk's next
-// round is anchored. These are the positions the engine's rounds visit,
-// crowded after the drafter's misses, which uniform anchors under-weigh. A
+// round is anchored: right after a block of the drafter's that missed or
+// was used up, as the engine's rounds are. Their spread over the answer
+// stays that of the starts (a uniform start moved on), not the engine's,
+// whose rounds pile up where each commits one token (docs/RESULTS.md). A
 // walk that runs past length - 2 is restarted at its start.
 std::vector<std::vector<int64_t>> RoundAnchors(
     const std::vector<const DistillRecord*>& sequences,
