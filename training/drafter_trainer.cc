@@ -24,8 +24,9 @@ namespace dedit::training {
 namespace {
 
 // Rounds each on-policy anchor's walk takes (round_anchor_share): two
-// rounds from a uniform start land where the engine's rounds do (after a
-// miss, or after a whole accepted block) without walking whole answers.
+// rounds from a uniform start end anchored as the engine's rounds are
+// (after a block that missed or was used up) without walking whole answers
+// (RoundAnchors says what they do not match).
 constexpr int kRoundAnchorWalk = 2;
 
 // Greedy proposal and confidence (max softmax probability) per slot.
@@ -116,6 +117,29 @@ BlockBatch MakeBlockBatch(
   return batch;
 }
 
+namespace {
+
+// One round of blocks anchored at `anchors` (one list per sequence, all of
+// the same length): how many of `propose`'s draft tokens each accepts,
+// sequence by sequence (WalkRounds, RoundAnchors).
+std::vector<int64_t> AcceptedAt(
+    const std::vector<const DistillRecord*>& sequences,
+    const std::vector<std::vector<int64_t>>& anchors, int window,
+    int32_t mask_id, int32_t pad_id,
+    const std::function<at::Tensor(const BlockBatch&)>& propose) {
+  const size_t blocks = anchors[0].size();
+  BlockBatch batch = MakeBlockBatch(sequences, static_cast<int>(blocks), window,
+                                    mask_id, pad_id, nullptr, anchors);
+  const at::Tensor accepted =
+      AcceptedPerBlock(propose(batch), batch)
+          .view({static_cast<int64_t>(sequences.size() * blocks)})
+          .contiguous();
+  const int64_t* acc = accepted.data_ptr<int64_t>();
+  return std::vector<int64_t>(acc, acc + accepted.numel());
+}
+
+}  // namespace
+
 Rounds WalkRounds(const std::vector<const DistillRecord*>& sequences,
                   int window, int32_t mask_id, int32_t pad_id,
                   const std::function<at::Tensor(const BlockBatch&)>& propose) {
@@ -131,12 +155,8 @@ Rounds WalkRounds(const std::vector<const DistillRecord*>& sequences,
     bool any = false;
     for (size_t i = 0; i < s; ++i) any = any || anchors[i][0] < last[i];
     if (!any) break;
-    BlockBatch batch =
-        MakeBlockBatch(sequences, 1, window, mask_id, pad_id, nullptr, anchors);
-    at::Tensor accepted = AcceptedPerBlock(propose(batch), batch)
-                              .view({static_cast<int64_t>(s)})
-                              .contiguous();
-    const int64_t* acc = accepted.data_ptr<int64_t>();
+    const std::vector<int64_t> acc =
+        AcceptedAt(sequences, anchors, window, mask_id, pad_id, propose);
     for (size_t i = 0; i < s; ++i) {
       int64_t& a = anchors[i][0];
       if (a >= last[i]) continue;
@@ -159,12 +179,8 @@ std::vector<std::vector<int64_t>> RoundAnchors(
   const int64_t m = static_cast<int64_t>(starts[0].size());
   std::vector<std::vector<int64_t>> anchors = starts;
   for (int r = 0; r < rounds; ++r) {
-    BlockBatch batch = MakeBlockBatch(sequences, static_cast<int>(m), window,
-                                      mask_id, pad_id, nullptr, anchors);
-    at::Tensor accepted = AcceptedPerBlock(propose(batch), batch)
-                              .view({static_cast<int64_t>(s) * m})
-                              .contiguous();
-    const int64_t* acc = accepted.data_ptr<int64_t>();
+    const std::vector<int64_t> acc =
+        AcceptedAt(sequences, anchors, window, mask_id, pad_id, propose);
     for (size_t i = 0; i < s; ++i) {
       const int64_t end = static_cast<int64_t>(sequences[i]->tokens.size()) - 2;
       for (int64_t j = 0; j < m; ++j) {

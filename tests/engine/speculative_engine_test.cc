@@ -8,7 +8,9 @@
 #include <map>
 #include <random>
 #include <set>
+#include <string>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/local_backends.h"
@@ -77,6 +79,25 @@ class EngineTest : public ::testing::Test {
     return out;
   }
 
+  // Generates `reqs` as one batch and checks every output against the
+  // target's greedy `reference` token for token (the losslessness
+  // invariant), each failure naming `label` and the sequence. Returns the
+  // results for further checks, none if the batch itself failed.
+  static std::vector<GenerationResult> GenerateLossless(
+      SpeculativeEngine& engine, const std::vector<GenerationRequest>& reqs,
+      const std::vector<std::vector<int32_t>>& reference,
+      const std::string& label) {
+    auto results = engine.Generate(reqs);
+    EXPECT_TRUE(results.ok()) << label << ": " << results.status();
+    if (!results.ok()) return {};
+    for (size_t i = 0; i < results->size(); ++i) {
+      const GenerationResult& r = (*results)[i];
+      EXPECT_TRUE(r.status.ok()) << label << " seq " << i << ": " << r.status;
+      EXPECT_EQ(r.tokens, reference[i]) << label << " seq " << i;
+    }
+    return *std::move(results);
+  }
+
   TinyModelSpec spec_;
   std::unique_ptr<testing::TinyPair> pair_;
 };
@@ -106,13 +127,11 @@ TEST_F(EngineTest, LosslessForEveryWindowAndPassCount) {
         if (i == 0) r.passes = k;
         reqs.push_back(r);
       }
-      auto results = engine.Generate(reqs);
-      ASSERT_TRUE(results.ok()) << results.status();
+      const std::vector<GenerationResult> results = GenerateLossless(
+          engine, reqs, reference, absl::StrCat("W=", w, " K=", k));
+      ASSERT_EQ(results.size(), prompts.size());
       for (size_t i = 0; i < prompts.size(); ++i) {
-        const GenerationResult& r = (*results)[i];
-        ASSERT_TRUE(r.status.ok()) << r.status;
-        EXPECT_EQ(r.tokens, reference[i])
-            << "W=" << w << " K=" << k << " seq " << i;
+        const GenerationResult& r = results[i];
         EXPECT_EQ(r.finish, FinishReason::kLength);
         for (const RoundRecord& round : r.rounds) {
           EXPECT_LE(round.window, w);
@@ -157,12 +176,10 @@ TEST_F(EngineTest, ConfidentDraftsAreLossless) {
         r.method = i == 1 ? DraftMethod::kHybrid : DraftMethod::kModel;
         reqs.push_back(r);
       }
-      auto results = engine.Generate(reqs);
-      ASSERT_TRUE(results.ok()) << results.status();
-      for (size_t i = 0; i < prompts.size(); ++i) {
-        const GenerationResult& r = (*results)[i];
-        ASSERT_TRUE(r.status.ok()) << r.status;
-        EXPECT_EQ(r.tokens, reference[i]) << "C=" << c << " W=" << w;
+      const std::vector<GenerationResult> results = GenerateLossless(
+          engine, reqs, reference, absl::StrCat("C=", c, " W=", w));
+      ASSERT_EQ(results.size(), prompts.size());
+      for (const GenerationResult& r : results) {
         const AcceptanceSummary s = Summarize(r.rounds);
         cut += s.cut_rounds;
         skipped += s.skipped_rounds;
@@ -315,12 +332,11 @@ TEST_F(EngineTest, NgramMethodIsLosslessInAMixedBatch) {
       r.passes = i == 3 ? 0 : 1;  // one target-only request in the mix
       reqs.push_back(r);
     }
-    auto results = engine.Generate(reqs);
-    ASSERT_TRUE(results.ok()) << results.status();
+    const std::vector<GenerationResult> results =
+        GenerateLossless(engine, reqs, reference, absl::StrCat("W=", w));
+    ASSERT_EQ(results.size(), prompts.size());
     for (size_t i = 0; i < prompts.size(); ++i) {
-      const GenerationResult& r = (*results)[i];
-      ASSERT_TRUE(r.status.ok()) << r.status;
-      EXPECT_EQ(r.tokens, reference[i]) << "W=" << w << " seq " << i;
+      const GenerationResult& r = results[i];
       const AcceptanceSummary sum = Summarize(r.rounds);
       EXPECT_EQ(sum.fallback_rounds, 0);
       if (reqs[i].method != DraftMethod::kNgram) continue;
@@ -367,13 +383,11 @@ TEST_F(EngineTest, HybridMethodIsLosslessAndDraftsBothWays) {
         }
         reqs.push_back(r);
       }
-      auto results = engine.Generate(reqs);
-      ASSERT_TRUE(results.ok()) << results.status();
+      const std::vector<GenerationResult> results = GenerateLossless(
+          engine, reqs, reference, absl::StrCat("W=", w, " K=", k));
+      ASSERT_EQ(results.size(), prompts.size());
       for (size_t i = 0; i < prompts.size(); ++i) {
-        const GenerationResult& r = (*results)[i];
-        ASSERT_TRUE(r.status.ok()) << r.status;
-        EXPECT_EQ(r.tokens, reference[i])
-            << "W=" << w << " K=" << k << " seq " << i;
+        const GenerationResult& r = results[i];
         if (reqs[i].method != DraftMethod::kHybrid) {
           EXPECT_EQ(Summarize(r.rounds).lookup_rounds, 0);
           continue;
