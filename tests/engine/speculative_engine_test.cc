@@ -79,6 +79,19 @@ class EngineTest : public ::testing::Test {
     return out;
   }
 
+  // One greedy request per prompt, `n` new tokens at window `w` (the tests
+  // then set each one's method and passes).
+  static std::vector<GenerationRequest> Requests(
+      const std::vector<std::vector<int32_t>>& prompts, int n, int w) {
+    std::vector<GenerationRequest> reqs(prompts.size());
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      reqs[i].prompt = prompts[i];
+      reqs[i].max_new_tokens = n;
+      reqs[i].window = w;
+    }
+    return reqs;
+  }
+
   // Generates `reqs` as one batch and checks every output against the
   // target's greedy `reference` token for token (the losslessness
   // invariant), each failure naming `label` and the sequence. Returns the
@@ -116,16 +129,10 @@ TEST_F(EngineTest, LosslessForEveryWindowAndPassCount) {
   SpeculativeEngine engine(&verifier, &drafter, EngineOptions(spec_));
   for (int w : {1, 4, 16, 32}) {
     for (int k : {1, 2, 3, 4}) {
-      std::vector<GenerationRequest> reqs;
-      for (size_t i = 0; i < prompts.size(); ++i) {
-        GenerationRequest r;
-        r.prompt = prompts[i];
-        r.max_new_tokens = kNew;
-        r.window = w;
+      std::vector<GenerationRequest> reqs = Requests(prompts, kNew, w);
+      for (size_t i = 0; i < reqs.size(); ++i) {
         // Mixed batch: the sequences disagree on K.
-        r.passes = 1 + (k + static_cast<int>(i)) % 4;
-        if (i == 0) r.passes = k;
-        reqs.push_back(r);
+        reqs[i].passes = i == 0 ? k : 1 + (k + static_cast<int>(i)) % 4;
       }
       const std::vector<GenerationResult> results = GenerateLossless(
           engine, reqs, reference, absl::StrCat("W=", w, " K=", k));
@@ -165,16 +172,11 @@ TEST_F(EngineTest, ConfidentDraftsAreLossless) {
     o.min_draft_confidence = c;
     SpeculativeEngine engine(&verifier, &drafter, o);
     for (int w : {4, 16}) {
-      std::vector<GenerationRequest> reqs;
-      for (size_t i = 0; i < prompts.size(); ++i) {
-        GenerationRequest r;
-        r.prompt = prompts[i];
-        r.max_new_tokens = kNew;
-        r.window = w;
-        r.passes = 1 + static_cast<int>(i) % 3;
+      std::vector<GenerationRequest> reqs = Requests(prompts, kNew, w);
+      for (size_t i = 0; i < reqs.size(); ++i) {
+        reqs[i].passes = 1 + static_cast<int>(i) % 3;
         // A mixed batch: the model method and the hybrid.
-        r.method = i == 1 ? DraftMethod::kHybrid : DraftMethod::kModel;
-        reqs.push_back(r);
+        reqs[i].method = i == 1 ? DraftMethod::kHybrid : DraftMethod::kModel;
       }
       const std::vector<GenerationResult> results = GenerateLossless(
           engine, reqs, reference, absl::StrCat("C=", c, " W=", w));
@@ -322,15 +324,10 @@ TEST_F(EngineTest, NgramMethodIsLosslessInAMixedBatch) {
   SpeculativeEngine engine(&verifier, &drafter, EngineOptions(spec_));
   int64_t drafted = 0, short_blocks = 0;
   for (int w : {2, 4, 8, 32}) {
-    std::vector<GenerationRequest> reqs;
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      GenerationRequest r;
-      r.prompt = prompts[i];
-      r.max_new_tokens = kNew;
-      r.window = w;
-      r.method = i % 2 == 0 ? DraftMethod::kNgram : DraftMethod::kModel;
-      r.passes = i == 3 ? 0 : 1;  // one target-only request in the mix
-      reqs.push_back(r);
+    std::vector<GenerationRequest> reqs = Requests(prompts, kNew, w);
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      reqs[i].method = i % 2 == 0 ? DraftMethod::kNgram : DraftMethod::kModel;
+      reqs[i].passes = i == 3 ? 0 : 1;  // one target-only request in the mix
     }
     const std::vector<GenerationResult> results =
         GenerateLossless(engine, reqs, reference, absl::StrCat("W=", w));
@@ -369,20 +366,13 @@ TEST_F(EngineTest, HybridMethodIsLosslessAndDraftsBothWays) {
   int64_t lookup_rounds = 0, model_rounds = 0;
   for (int w : {2, 8, 16}) {
     for (int k : {1, 3}) {
-      std::vector<GenerationRequest> reqs;
-      for (size_t i = 0; i < prompts.size(); ++i) {
-        GenerationRequest r;
-        r.prompt = prompts[i];
-        r.max_new_tokens = kNew;
-        r.window = w;
-        r.passes = k;
-        r.method = i == 3 ? DraftMethod::kModel : DraftMethod::kHybrid;
-        if (i == 2) {
-          r.method = DraftMethod::kNgram;
-          r.passes = 1;
-        }
-        reqs.push_back(r);
+      std::vector<GenerationRequest> reqs = Requests(prompts, kNew, w);
+      for (size_t i = 0; i < reqs.size(); ++i) {
+        reqs[i].passes = k;
+        reqs[i].method = i == 3 ? DraftMethod::kModel : DraftMethod::kHybrid;
       }
+      reqs[2].method = DraftMethod::kNgram;
+      reqs[2].passes = 1;
       const std::vector<GenerationResult> results = GenerateLossless(
           engine, reqs, reference, absl::StrCat("W=", w, " K=", k));
       ASSERT_EQ(results.size(), prompts.size());
