@@ -152,7 +152,8 @@ struct EnginePair {
 class DrafterEquivalenceTest : public ::testing::TestWithParam<bool> {};
 
 // P1..P3 of the engine's Draft (tokens + confidences) equal the trainer's
-// BlockLogits on the same inputs, for several anchors in one batch.
+// BlockLogits on the same inputs, for several anchors in one batch on both
+// sides (one engine call drafts every anchor's sequence, packed).
 TEST_P(DrafterEquivalenceTest, ExportedDrafterMatchesEngineDraft) {
   at::NoGradGuard no_grad;
   const bool causal = GetParam();
@@ -198,7 +199,7 @@ TEST_P(DrafterEquivalenceTest, ExportedDrafterMatchesEngineDraft) {
                          .view({1, static_cast<int64_t>(anchors.size()), w});
 
   // Engine side: one sequence per anchor with the prefix as context.
-  std::vector<DraftResult> drafts;
+  std::vector<DraftRequest> requests;
   for (size_t i = 0; i < anchors.size(); ++i) {
     const int64_t a = anchors[i];
     ASSERT_TRUE((*engine_target)->AddSequence(i).ok());
@@ -214,10 +215,11 @@ TEST_P(DrafterEquivalenceTest, ExportedDrafterMatchesEngineDraft) {
     r.bonus = seq[a];
     r.window = w;
     r.passes = 3;
-    auto d = (*engine_drafter)->Draft({r});
-    ASSERT_TRUE(d.ok()) << d.status();
-    drafts.push_back((*d)[0]);
+    requests.push_back(r);
   }
+  auto d = (*engine_drafter)->Draft(requests);
+  ASSERT_TRUE(d.ok()) << d.status();
+  const std::vector<DraftResult>& drafts = *d;
 
   for (int pass = 0; pass < 3; ++pass) {
     // The causal editor masks the edit passes only.
