@@ -1,19 +1,18 @@
 # For each answer position a (token a known = anchor), predict token a+1 by
 # the last earlier occurrence of the last n tokens ending at a; report hit rate
 # per n and coverage, per family.
+# usage (repository root): python3 ngram_diag.py RECORDS.bin
 import os
-EXP = os.environ.get('EXP', 'build/copy-exp')  # copy.bin, copy-heldout.bin (filter.py)
-HERE = os.path.dirname(os.path.abspath(__file__))
-import struct, sys, json
-tok = json.load(open('checkpoints/tiny/target/tokenizer.json'))
-vocab = {i: s for s, i in tok['model']['vocab'].items()}
-for a in tok['added_tokens']: vocab[a['id']] = a['content']
-b = open(sys.argv[1], 'rb').read(); o = 8
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import records, vocab  # noqa: E402
+
+v = vocab()
 stats = {}
-while o + 8 <= len(b):
-    pl, m = struct.unpack_from('<II', b, o)
-    ids = struct.unpack_from('<%di' % m, b, o + 8); o += 8 + 4 * m
-    text = ''.join(vocab.get(i, '') for i in ids[:pl])
+for pl, ids in records(sys.argv[1]):
+    m = len(ids)
+    text = ''.join(v.get(i, '') for i in ids[:pl])
     fam = 'rename' if 'Rename' in text else 'continue' if 'Continue:' in text else 'other'
     for n in (1, 2, 3, 4):
         s = stats.setdefault((fam, n), [0, 0, 0])
