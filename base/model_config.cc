@@ -21,6 +21,8 @@ using Json = nlohmann::json;
 constexpr int kMaxLayers = 1024;
 constexpr size_t kMaxListLength = 1024;
 constexpr int kMaxBlockSize = 1024;
+constexpr int kMaxSeedNgram =
+    64;  // a lookup key longer than this finds nothing
 // config.json is a few KB; anything this large is not one.
 constexpr uint64_t kMaxConfigBytes = 16u << 20;
 
@@ -248,6 +250,8 @@ absl::StatusOr<DrafterConfig> ParseDrafterConfig(const std::string& json_text) {
     c.has_dedit_config = true;
     RETURN_IF_ERROR(GetInt(*de, "num_passes", false, 1, &c.num_passes));
     RETURN_IF_ERROR(GetBool(*de, "causal_editor", &c.causal_editor));
+    RETURN_IF_ERROR(GetInt(*de, "lookup_seed_ngram", false, 0, kMaxSeedNgram,
+                           &c.lookup_seed_ngram));
   }
   return c;
 }
@@ -315,6 +319,9 @@ std::string DrafterConfigToJson(const DrafterConfig& config) {
   if (config.has_dedit_config) {
     j["dedit_config"] = {{"num_passes", config.num_passes},
                          {"causal_editor", config.causal_editor}};
+    if (config.lookup_seed_ngram > 0) {
+      j["dedit_config"]["lookup_seed_ngram"] = config.lookup_seed_ngram;
+    }
   }
   return j.dump(2) + "\n";
 }

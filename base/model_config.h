@@ -45,6 +45,11 @@ struct DrafterConfig {
   // DEdit extension (`dedit_config`); a plain DFlash checkpoint is P1-only.
   int num_passes = 1;
   bool causal_editor = false;
+  // Lookup-seeded P1 (`dedit_config.lookup_seed_ngram`, 0 = off): P1's
+  // block input is the prompt lookup's proposal (engine/ngram_drafter.h,
+  // min_ngram = this, max_ngram = max(this, 4)) where it has one and MASK
+  // after it, so the passes edit the copy instead of drafting from masks.
+  int lookup_seed_ngram = 0;
   bool has_dedit_config = false;
 };
 

@@ -165,6 +165,8 @@ grpc::ServerUnaryReactor* DrafterServiceImpl::Draft(
   for (const v1::DraftItem& d : request->items()) {
     requests.push_back(
         {d.sequence(), d.start(), d.bonus(), d.window(), d.passes()});
+    // Bounded by the request size; CheckRequest holds it to window - 1.
+    requests.back().seed.assign(d.seed().begin(), d.seed().end());
   }
   worker_->Draft(
       std::move(requests),
@@ -213,6 +215,7 @@ grpc::ServerUnaryReactor* DrafterServiceImpl::Info(
   response->set_model_name(identity_.model_name);
   response->set_block_size(c.block_size);
   response->set_num_passes(c.num_passes);
+  response->set_lookup_seed_ngram(c.lookup_seed_ngram);
   response->set_max_passes(worker_->options().max_passes);
   response->set_feature_width(static_cast<int>(c.target_layer_ids.size()) *
                               c.layers.hidden_size);

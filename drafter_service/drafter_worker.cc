@@ -11,6 +11,7 @@
 #include "absl/time/time.h"
 #include "base/spin_wait.h"
 #include "base/status.h"
+#include "engine/ngram_drafter.h"
 #include "model/cpu_threads.h"
 #include "model/torch_status.h"
 
@@ -296,7 +297,7 @@ absl::Status DrafterWorker::CheckRequest(const DraftRequest& r) const {
     return absl::InvalidArgumentError(
         absl::StrCat("bonus token ", r.bonus, " outside the vocabulary"));
   }
-  return absl::OkStatus();
+  return CheckDraftSeed(r, c.layers.vocab_size);
 }
 
 bool DrafterWorker::Resolve(DraftJob& job,

@@ -30,6 +30,11 @@ struct DraftRequest {
   // call. Model-free drafters (engine/ngram_drafter.h) read them; model
   // drafters have the target's features instead and ignore them.
   const std::vector<int32_t>* tokens = nullptr;
+  // For a lookup-seeded drafter (Drafter::lookup_seed_ngram() > 0): P1's
+  // block input for slots 1..W-1, the prompt lookup's proposal over
+  // `known` (engine/ngram_drafter.h LookupSeedOptions; at most W-1 tokens,
+  // MASK after them). The engine fills it; empty = masks.
+  std::vector<int32_t> seed = {};
 };
 
 // One pass's proposal for block slots 1..W-1.

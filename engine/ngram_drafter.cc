@@ -75,4 +75,27 @@ absl::StatusOr<std::vector<DraftResult>> NgramDrafter::Draft(
   return results;
 }
 
+NgramDrafter::Options LookupSeedOptions(int min_ngram, int max_window) {
+  NgramDrafter::Options o;
+  o.min_ngram = min_ngram;
+  o.max_ngram = std::max(min_ngram, 4);
+  o.max_window = max_window;
+  return o;
+}
+
+absl::Status CheckDraftSeed(const DraftRequest& r, int vocab_size) {
+  if (r.seed.size() > static_cast<size_t>(std::max(r.window - 1, 0))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("seed of ", r.seed.size(), " tokens for window ", r.window,
+                     " (at most ", r.window - 1, ")"));
+  }
+  for (int32_t t : r.seed) {
+    if (t < 0 || t >= vocab_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("seed token ", t, " outside the vocabulary"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace dedit

@@ -67,6 +67,16 @@ class NgramDrafter : public Drafter {
   Options options_;
 };
 
+// The lookup a lookup-seeded DEdit drafter's P1 reads
+// (DrafterConfig::lookup_seed_ngram): suffixes of min_ngram..max(min_ngram,
+// 4) tokens, up to max_window - 1 proposed. The engine's DEditDrafter and
+// the trainer both take it from here, so they seed alike.
+NgramDrafter::Options LookupSeedOptions(int min_ngram, int max_window);
+
+// INVALID_ARGUMENT unless r.seed holds at most W-1 ids inside [0,
+// vocab_size) (the drafter service's and the DEdit drafter's check).
+absl::Status CheckDraftSeed(const DraftRequest& r, int vocab_size);
+
 }  // namespace dedit
 
 #endif  // DEDIT_ENGINE_NGRAM_DRAFTER_H_

@@ -92,6 +92,10 @@ class Drafter {
   // then shorter); otherwise a short pass is malformed and the request
   // falls back to target-only.
   virtual bool proposes_short_blocks() const { return false; }
+  // > 0 for a lookup-seeded drafter (DrafterConfig::lookup_seed_ngram):
+  // the engine fills DraftRequest::seed with the lookup over suffixes of at
+  // least this many tokens.
+  virtual int lookup_seed_ngram() const { return 0; }
 };
 
 }  // namespace dedit

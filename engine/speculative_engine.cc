@@ -277,7 +277,7 @@ absl::StatusOr<SequenceId> SpeculativeEngine::Submit(GenerationRequest request,
   seq.kept_tokens = std::move(kept_tokens);
   seq.request = std::move(request);
   seq.on_tokens = std::move(on_tokens);
-  if (LooksUp(seq.request.method)) seq.known = seq.request.prompt;
+  seq.known = seq.request.prompt;
   pending_.push_back(id);
   return id;
 }
@@ -318,7 +318,7 @@ bool SpeculativeEngine::Emit(Sequence& seq,
     }
     emitted.push_back(t);
     seq.result.tokens.push_back(t);
-    if (LooksUp(seq.request.method)) seq.known.push_back(t);
+    seq.known.push_back(t);
     if (static_cast<int>(seq.result.tokens.size()) >=
         seq.request.max_new_tokens) {
       finish = FinishReason::kLength;
@@ -421,8 +421,13 @@ absl::Status SpeculativeEngine::Step() {
     if (w >= 2 && looked_up.count(id) == 0) {
       const std::vector<int32_t>* known =
           seq.request.method == DraftMethod::kNgram ? &seq.known : nullptr;
-      draft_requests[DrafterFor(seq)].push_back(
-          {id, seq.start, seq.bonus, w, seq.request.passes, known});
+      Drafter* drafter = DrafterFor(seq);
+      std::vector<DraftRequest>& batch = draft_requests[drafter];
+      batch.push_back({id, seq.start, seq.bonus, w, seq.request.passes, known});
+      if (const int n = drafter->lookup_seed_ngram(); n > 0) {
+        batch.back().seed =
+            NgramDrafter(LookupSeedOptions(n, w)).Propose(seq.known, w - 1);
+      }
     }
   }
   std::map<SequenceId, bool> fallback;

@@ -240,7 +240,9 @@ class SpeculativeEngine {
     int64_t start = 0;   // committed tokens (prompt + generated - bonus)
     int32_t bonus = -1;  // next block slot 0
     // prompt + every token produced so far (start + 1 once running): what
-    // the n-gram and hybrid methods look their proposals up in.
+    // the n-gram and hybrid methods look their proposals up in, and a
+    // lookup-seeded drafter's seeds (kept for every method: a remote
+    // drafter says whether it is seeded only once it has been reached).
     std::vector<int32_t> known;
     bool drafter_failed = false;
     // kHybrid: accepted tokens per model-drafted round, a moving mean
@@ -266,7 +268,7 @@ class SpeculativeEngine {
   bool Emit(Sequence& seq, const std::vector<int32_t>& tokens);
   void Finish(SequenceId id, FinishReason reason, absl::Status status = {});
   int WindowFor(const Sequence& seq) const;
-  // The n-gram and hybrid methods look proposals up in `Sequence::known`.
+  // The n-gram and hybrid methods propose from `Sequence::known`.
   static bool LooksUp(DraftMethod method);
   Drafter* DrafterFor(const Sequence& seq);
   // Whether the model drafter may ever draft `seq`, so the verifier side

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/checkpoint_layout.h"
 #include "base/status.h"
+#include "engine/ngram_drafter.h"
 #include "model/checkpoint_weights.h"
 #include "model/packed_attention.h"
 #include "model/torch_status.h"
@@ -204,6 +205,7 @@ absl::Status DEditDrafter::ValidateRequests(
       return absl::InvalidArgumentError(
           absl::StrCat("bonus token ", r.bonus, " outside the vocabulary"));
     }
+    RETURN_IF_ERROR(CheckDraftSeed(r, vocab));
   }
   return absl::OkStatus();
 }
@@ -226,17 +228,19 @@ std::vector<DraftResult> DEditDrafter::RunDraft(
     max_slots = std::max(max_slots, r.window - 1);
   }
   // Block inputs live on the device between passes: [bonus, MASK x (W-1)]
-  // for P1, [bonus, y(k-1)] for the edits. `source` = [bonus of each
-  // request; latest tokens [num, max_slots] flattened; the mask token].
-  std::vector<int64_t> bonus;
-  for (const DraftRequest& r : requests) bonus.push_back(r.bonus);
-  bonus.push_back(config_.mask_token_id);
+  // for P1 (the seed, then MASK, when the request has one), [bonus, y(k-1)]
+  // for the edits. `source` = [bonus of each request; the mask token;
+  // latest tokens [num, max_slots] flattened, starting as the seeds].
+  std::vector<int64_t> source_host(num + 1 + num * max_slots,
+                                   config_.mask_token_id);
+  for (int64_t i = 0; i < num; ++i) {
+    const DraftRequest& r = requests[i];
+    source_host[i] = r.bonus;
+    std::copy(r.seed.begin(), r.seed.end(),
+              source_host.begin() + num + 1 + i * max_slots);
+  }
   auto long_opts = at::TensorOptions().dtype(at::kLong);
-  at::Tensor source =
-      at::cat({at::tensor(bonus, long_opts).to(dev),
-               at::full({num * max_slots}, config_.mask_token_id,
-                        long_opts.device(dev))});
-  const int64_t mask_at = num;  // bonus[num] is the mask token
+  at::Tensor source = at::tensor(source_host, long_opts).to(dev);
   std::vector<std::vector<size_t>> actives;
   std::vector<at::Tensor> pass_tokens, pass_confidences;
   for (int p = 0; p < max_passes; ++p) {
@@ -253,7 +257,7 @@ std::vector<DraftResult> DEditDrafter::RunDraft(
         } else {
           const int64_t slot =
               num + 1 + static_cast<int64_t>(i) * max_slots + (j - 1);
-          gather.push_back(p == 0 ? mask_at : slot);
+          gather.push_back(slot);
           head_rows.push_back(static_cast<int64_t>(positions.size()));
           slots.push_back(slot - (num + 1));
         }

@@ -53,6 +53,9 @@ class LocalDrafter : public Drafter, public ContextSink {
       const std::vector<DraftRequest>& requests) override;
   absl::Status Release(SequenceId sequence) override;
   int block_size() const override { return drafter_->config().block_size; }
+  int lookup_seed_ngram() const override {
+    return drafter_->config().lookup_seed_ngram;
+  }
   absl::Status OnContext(SequenceId sequence, int64_t start,
                          const at::Tensor& features) override;
 

@@ -64,6 +64,7 @@ bool RemoteDrafter::Probe() {
     ready = stub_->Info(&info_context, v1::DrafterInfoRequest(), &info).ok();
     if (ready) {
       block_size_.store(info.block_size());
+      lookup_seed_ngram_.store(info.lookup_seed_ngram());
       num_passes_.store(info.num_passes());
       max_passes_.store(info.max_passes());
     }
@@ -108,6 +109,7 @@ absl::StatusOr<std::vector<DraftResult>> RemoteDrafter::Draft(
     item->set_bonus(r.bonus);
     item->set_window(r.window);
     item->set_passes(r.passes);
+    item->mutable_seed()->Add(r.seed.begin(), r.seed.end());
   }
   grpc::ClientContext context;
   context.set_deadline(In(options_.draft_timeout_ms));

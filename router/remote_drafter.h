@@ -60,6 +60,7 @@ class RemoteDrafter : public Drafter, public DrafterHealth {
 
   // DrafterHealth (block_size() also serves the Drafter interface).
   int block_size() const override { return block_size_.load(); }
+  int lookup_seed_ngram() const override { return lookup_seed_ngram_.load(); }
   bool healthy() const override { return healthy_.load(); }
   int num_passes() const override { return num_passes_.load(); }
   int max_passes() const override { return max_passes_.load(); }
@@ -77,6 +78,7 @@ class RemoteDrafter : public Drafter, public DrafterHealth {
   // the prober's wait sees a change.
   std::atomic<bool> healthy_{false};
   std::atomic<int> block_size_{0};
+  std::atomic<int> lookup_seed_ngram_{0};
   std::atomic<int> num_passes_{0};
   std::atomic<int> max_passes_{0};
 

@@ -66,6 +66,10 @@
 #   DRAFTER_ROUND_ANCHORS the share of the chat drafter's blocks placed
 #                where its own rounds land (dedit-train drafter
 #                --round_anchor_share; default 0, all uniform)
+#   DRAFTER_LOOKUP_SEED the chat drafter's P1 reads the prompt lookup's
+#                proposal (suffixes of at least this many tokens) instead
+#                of masks (dedit-train drafter --lookup_seed_ngram; default
+#                0, masks)
 #   DRAFTER_P1_ONLY_STEPS the chat drafter's P1-alone steps before joint
 #                training (default DRAFTER_STEPS / 2; it ends earlier
 #                when held-out slot-1 accuracy plateaus)
@@ -175,6 +179,7 @@ case "$profile" in
                   --plateau_delta=0.005
                   --gt_selection_ratio=0.875 --lr="${DRAFTER_LR:-2e-3}"
                   --round_anchor_share="${DRAFTER_ROUND_ANCHORS:-0}"
+                  --lookup_seed_ngram="${DRAFTER_LOOKUP_SEED:-0}"
                   --eval_every="${DRAFTER_EVAL_EVERY:-100}"
                   --heldout_data="$WORK/distill-heldout.bin" --heldout_blocks=8)
     # The ProposalMix ablation twin (ABLATION=1): same data, seed and

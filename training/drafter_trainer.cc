@@ -14,6 +14,7 @@
 #include "base/file_util.h"
 #include "base/model_config.h"
 #include "base/status.h"
+#include "engine/ngram_drafter.h"
 #include "model/tensor_io.h"
 #include "model/torch_status.h"
 #include "tokenizer/tokenizer.h"
@@ -117,6 +118,31 @@ BlockBatch MakeBlockBatch(
   return batch;
 }
 
+void SeedWithLookup(const std::vector<const DistillRecord*>& sequences,
+                    int min_ngram, int32_t mask_id, BlockBatch* batch) {
+  const int64_t s = batch->p1_tokens.size(0), nb = batch->p1_tokens.size(1),
+                w = batch->p1_tokens.size(2);
+  const NgramDrafter lookup(LookupSeedOptions(min_ngram, static_cast<int>(w)));
+  at::Tensor anchors = batch->anchors.contiguous();
+  const int64_t* anchor = anchors.data_ptr<int64_t>();
+  std::vector<int64_t> p1(s * nb * w, mask_id);
+  std::vector<int32_t> known;
+  for (int64_t i = 0; i < s; ++i) {
+    const std::vector<int32_t>& tokens = sequences[i]->tokens;
+    for (int64_t b = 0; b < nb; ++b) {
+      const int64_t a = anchor[i * nb + b];
+      known.assign(tokens.begin(), tokens.begin() + a + 1);
+      int64_t* block = p1.data() + (i * nb + b) * w;
+      block[0] = tokens[a];
+      const std::vector<int32_t> proposal =
+          lookup.Propose(known, static_cast<int>(w - 1));
+      std::copy(proposal.begin(), proposal.end(), block + 1);
+    }
+  }
+  batch->p1_tokens =
+      at::tensor(p1, at::TensorOptions().dtype(at::kLong)).view({s, nb, w});
+}
+
 namespace {
 
 // One round of blocks anchored at `anchors` (one list per sequence, all of
@@ -202,6 +228,10 @@ absl::StatusOr<StageOutcome> RunDrafterTraining(
     return absl::InvalidArgumentError(absl::StrCat(
         "--round_anchor_share must be in [0, 1], got ", o.round_anchor_share));
   }
+  if (o.lookup_seed_ngram < 0 || o.lookup_seed_ngram > 64) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--lookup_seed_ngram must be in [0, 64], got ", o.lookup_seed_ngram));
+  }
   ASSIGN_OR_RETURN(TrainableTarget target, TrainableTarget::Load(o.target_dir));
   target.Freeze();
   ASSIGN_OR_RETURN(auto tokenizer,
@@ -227,6 +257,7 @@ absl::StatusOr<StageOutcome> RunDrafterTraining(
   dc.num_target_layers = tc.num_hidden_layers;
   dc.num_passes = o.num_passes;
   dc.causal_editor = o.causal_editor;
+  dc.lookup_seed_ngram = o.lookup_seed_ngram;
   dc.has_dedit_config = true;
   RETURN_IF_ERROR(CheckDrafterMatchesTarget(dc, tc));
   const std::vector<int> windows = o.train_windows.empty()
@@ -369,6 +400,14 @@ absl::StatusOr<StageOutcome> RunDrafterTraining(
     target.Forward(ids, dc.target_layer_ids, &features);
     return features;
   };
+  // P1's block input: masks, or the lookup's proposal when seeded.
+  auto p1_input = [&](const std::vector<const DistillRecord*>& seqs,
+                      const BlockBatch& b) {
+    if (o.lookup_seed_ngram <= 0) return b.p1_tokens;
+    BlockBatch seeded = b;
+    SeedWithLookup(seqs, o.lookup_seed_ngram, *mask, &seeded);
+    return seeded.p1_tokens;
+  };
   auto logits_of = [&](const DrafterContext& ctx, const at::Tensor& tokens,
                        const at::Tensor& anchors, bool edit_pass) {
     return drafter.BlockLogits(ctx, tokens, anchors,
@@ -400,7 +439,7 @@ absl::StatusOr<StageOutcome> RunDrafterTraining(
                                           w, *mask, *eot, &rng);
         DrafterContext ctx = drafter.ProjectContext(features_of(batch.ids));
         at::Tensor truth = batch.truth.narrow(-1, 1, w - 1);
-        at::Tensor input = batch.p1_tokens;
+        at::Tensor input = p1_input(seqs, batch);
         at::Tensor y1;
         for (int pass = 0; pass < 3; ++pass) {
           at::Tensor tokens =
@@ -457,7 +496,8 @@ absl::StatusOr<StageOutcome> RunDrafterTraining(
         DrafterContext ctx = drafter.ProjectContext(features_of(ids));
         out["heldout_rounds_tau_p1" + suffix] =
             WalkRounds(seqs, w, *mask, *eot, [&](const BlockBatch& b) {
-              return logits_of(ctx, b.p1_tokens, b.anchors, false).argmax(-1);
+              return logits_of(ctx, p1_input(seqs, b), b.anchors, false)
+                  .argmax(-1);
             }).tau();
       }
       if (w == o.block_size) {
@@ -510,7 +550,7 @@ absl::StatusOr<StageOutcome> RunDrafterTraining(
         const DrafterContext walk_ctx = drafter.ProjectContext(features);
         starts = RoundAnchors(seqs, std::move(starts), kRoundAnchorWalk, w,
                               *mask, *eot, [&](const BlockBatch& b) {
-                                return logits_of(walk_ctx, b.p1_tokens,
+                                return logits_of(walk_ctx, p1_input(seqs, b),
                                                  b.anchors, false)
                                     .argmax(-1);
                               });
@@ -522,8 +562,8 @@ absl::StatusOr<StageOutcome> RunDrafterTraining(
       }
       at::Tensor targets = batch.truth.narrow(-1, 1, w - 1);
       DrafterContext ctx = drafter.ProjectContext(features);
-      // P1 on [anchor, MASK...].
-      at::Tensor logits1 = logits_of(ctx, batch.p1_tokens, batch.anchors,
+      // P1 on [anchor, MASK...] (or the lookup's proposal when seeded).
+      at::Tensor logits1 = logits_of(ctx, p1_input(seqs, batch), batch.anchors,
                                      /*edit_pass=*/false);
       at::Tensor loss1 =
           WeightedSlotLoss(logits1, targets, batch.valid, slot_weights);

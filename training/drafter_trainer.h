@@ -74,6 +74,10 @@ struct DrafterTrainingOptions {
   int plateau_patience = 2;
   bool proposal_mix = true;
   bool causal_editor = false;
+  // > 0: lookup-seeded P1 (DrafterConfig::lookup_seed_ngram): P1 reads the
+  // prompt lookup's proposal instead of masks, in training, evaluation and
+  // the exported config.
+  int lookup_seed_ngram = 0;
   double edit_loss_weight = 1.0;
   // The share of each sequence's anchors taken where the engine's rounds
   // land (RoundAnchors: kRoundAnchorWalk rounds of the current drafter's P1
@@ -120,6 +124,14 @@ BlockBatch MakeBlockBatch(
     const std::vector<const DistillRecord*>& sequences, int blocks_per_sequence,
     int window, int32_t mask_id, int32_t pad_id, std::mt19937_64* rng,
     const std::vector<std::vector<int64_t>>& fixed_anchors = {});
+
+// Lookup-seeded P1 input (DrafterConfig::lookup_seed_ngram): rewrites
+// batch->p1_tokens so that each block's slots 1..W-1 hold the prompt
+// lookup's proposal over its sequence's tokens up to and including the
+// anchor (what the engine knows when it drafts there), MASK past the
+// proposal's end. `sequences` are the ones the batch was built from.
+void SeedWithLookup(const std::vector<const DistillRecord*>& sequences,
+                    int min_ngram, int32_t mask_id, BlockBatch* batch);
 
 // tau as the engine counts it (Rounds::tau): each sequence's answer is walked
 // round by round from its first generated token (position prompt_len), each

@@ -112,6 +112,9 @@ ABSL_FLAG(int, blocks_per_sequence, 32, "drafter: blocks per sequence");
 ABSL_FLAG(std::string, train_windows, "",
           "drafter: block lengths cycled per step, each <= --block_size "
           "(empty = the block size)");
+ABSL_FLAG(int, lookup_seed_ngram, 0,
+          "drafter: P1 reads the prompt lookup's proposal (suffixes of at "
+          "least this many tokens) instead of masks; 0 = off");
 ABSL_FLAG(double, round_anchor_share, 0,
           "drafter: share of each sequence's anchors placed where the "
           "current drafter's rounds land (on-policy), the rest uniform");
@@ -303,6 +306,7 @@ int RunDrafter() {
   o.train_windows = IntList(absl::GetFlag(FLAGS_train_windows));
   o.gt_selection_ratio = absl::GetFlag(FLAGS_gt_selection_ratio);
   o.round_anchor_share = absl::GetFlag(FLAGS_round_anchor_share);
+  o.lookup_seed_ngram = absl::GetFlag(FLAGS_lookup_seed_ngram);
   o.p1_only_steps = absl::GetFlag(FLAGS_p1_only_steps);
   o.plateau_delta = absl::GetFlag(FLAGS_plateau_delta);
   o.plateau_patience = absl::GetFlag(FLAGS_plateau_patience);

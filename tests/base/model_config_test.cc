@@ -106,6 +106,35 @@ TEST(ModelConfigTest, DEditConfigAndNestedBlockSize) {
   EXPECT_TRUE(c->has_dedit_config);
 }
 
+// A lookup-seeded drafter's dedit_config.lookup_seed_ngram: read, written
+// back only when set, and bounded.
+TEST(ModelConfigTest, LookupSeedNgramIsReadWrittenAndBounded) {
+  auto c = ParseDrafterConfig(kZLabDFlashConfig);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->lookup_seed_ngram, 0);
+  c->has_dedit_config = true;
+  EXPECT_EQ(DrafterConfigToJson(*c).find("lookup_seed_ngram"),
+            std::string::npos);
+  c->lookup_seed_ngram = 2;
+  const std::string text = DrafterConfigToJson(*c);
+  auto back = ParseDrafterConfig(text);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->lookup_seed_ngram, 2);
+  for (const char* bad : {"-1", "65", "\"2\""}) {
+    std::string t = text;
+    const std::string key = "\"lookup_seed_ngram\": 2";
+    ASSERT_NE(t.find(key), std::string::npos);
+    t.replace(t.find(key), key.size(),
+              std::string("\"lookup_seed_ngram\": ") + bad);
+    auto parsed = ParseDrafterConfig(t);
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument)
+        << bad;
+    EXPECT_THAT(std::string(parsed.status().message()),
+                ::testing::HasSubstr("lookup_seed_ngram"))
+        << bad;
+  }
+}
+
 TEST(ModelConfigTest, DefaultLayerIdsMatchDFlash) {
   EXPECT_EQ(DefaultTargetLayerIds(36, 5), (std::vector<int>{1, 9, 17, 25, 33}));
   EXPECT_EQ(DefaultTargetLayerIds(4, 2), (std::vector<int>{1, 1}));

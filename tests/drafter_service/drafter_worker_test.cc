@@ -141,8 +141,9 @@ TEST_F(DrafterWorkerTest, DraftsMatchTheInProcessDrafter) {
   worker->AddContext(1, 0, a.narrow(0, 0, 5));
   worker->AddContext(1, 5, a.narrow(0, 5, 4));
   worker->AddContext(2, 0, b);
-  const std::vector<DraftRequest> requests = {{1, 9, 17, 8, 3},
-                                              {2, 17, 40, 16, 2}};
+  // The second carries a lookup seed (P1's input for slots 1..3).
+  const std::vector<DraftRequest> requests = {
+      {1, 9, 17, 8, 3}, {2, 17, 40, 16, 2, nullptr, {4, 5, 6}}};
   Pending<DraftResults> pending;
   worker->Draft(requests, pending.callback());
   auto results = pending.Get();
@@ -200,19 +201,27 @@ TEST_F(DrafterWorkerTest, BadOrUnservableRequestsFailAlone) {
   ASSERT_NE(worker, nullptr);
   worker->AddContext(1, 0, Features(RandomPrompt(6, 128, 4)));
   Pending<DraftResults> pending;
+  // A seed (DraftItem.seed, from the wire) longer than W-1, or with an id
+  // outside the vocabulary.
+  DraftRequest long_seed{1, 6, 3, 4, 1};
+  long_seed.seed = {5, 6, 7, 8};
+  DraftRequest bad_seed{1, 6, 3, 4, 1};
+  bad_seed.seed = {5, -1};
   worker->Draft({{1, 6, 3, 4, 1},
                  {1, 6, 3, 1, 1},    // W < 2
                  {1, 6, 3, 33, 1},   // W above the block size
                  {1, 6, 3, 4, 5},    // K above max_passes
                  {1, 6, 128, 4, 1},  // bonus outside the vocabulary
                  {1, 4, 3, 4, 1},    // behind the context
-                 {7, 0, 3, 4, 1}},   // no context ever arrives
+                 {7, 0, 3, 4, 1},    // no context ever arrives
+                 long_seed,
+                 bad_seed},
                 pending.callback());
   auto results = pending.Get();
   ASSERT_TRUE(results.has_value());
-  ASSERT_EQ(results->size(), 7u);
+  ASSERT_EQ(results->size(), 9u);
   EXPECT_TRUE((*results)[0].ok()) << (*results)[0].status();
-  for (int i : {1, 2, 3, 4}) {
+  for (int i : {1, 2, 3, 4, 7, 8}) {
     EXPECT_EQ((*results)[i].status().code(), absl::StatusCode::kInvalidArgument)
         << i;
   }

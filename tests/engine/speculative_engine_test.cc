@@ -353,6 +353,80 @@ TEST_F(EngineTest, NgramMethodIsLosslessInAMixedBatch) {
   EXPECT_GT(short_blocks, 0);
 }
 
+// A lookup-seeded drafter (DrafterConfig::lookup_seed_ngram): every model
+// request carries the prompt lookup's proposal as P1's input, computed
+// from the tokens the engine knows, at most W-1 of them; a drafter that
+// is not seeded gets none. Output stays the target's, with a seeded
+// random DEdit drafter too.
+TEST_F(EngineTest, LookupSeededDrafterGetsTheLookupAndStaysLossless) {
+  const std::vector<std::vector<int32_t>> prompts = RepeatingPrompts(4, 60);
+  const int kNew = 40;
+  const std::vector<std::vector<int32_t>> reference = References(prompts, kNew);
+  // The scripted drafter proposes exactly its seed: the rounds then accept
+  // what the lookup would (its window and tokens come from the request).
+  class SeededScript : public ScriptedDrafter {
+   public:
+    using ScriptedDrafter::ScriptedDrafter;
+    int lookup_seed_ngram() const override { return n; }
+    int n = 1;  // the random target's output recurs in single tokens
+  };
+  int64_t seeded = 0, requests = 0;
+  SeededScript scripted(32, [&](const DraftRequest& r) {
+    ++requests;
+    EXPECT_LE(r.seed.size(), static_cast<size_t>(r.window - 1));
+    if (!r.seed.empty()) ++seeded;
+    DraftPass pass;
+    pass.tokens = r.seed;
+    pass.tokens.resize(r.window - 1, 0);
+    pass.confidences.assign(r.window - 1, 1.0f);
+    return DraftResult{{pass}};
+  });
+  LocalVerifier scripted_verifier(pair_->target.get(), &scripted);
+  SpeculativeEngine engine(&scripted_verifier, &scripted, EngineOptions(spec_));
+  auto model_requests = [&](int w) {
+    std::vector<GenerationRequest> reqs = Requests(prompts, kNew, w);
+    for (GenerationRequest& r : reqs) r.passes = 1;
+    return reqs;
+  };
+  int64_t accepted = 0;
+  for (int w : {2, 8}) {
+    for (const GenerationResult& r :
+         GenerateLossless(engine, model_requests(w), reference,
+                          absl::StrCat("scripted W=", w))) {
+      accepted += Summarize(r.rounds).accepted_tokens;
+    }
+  }
+  // The repeating prompts give the lookup matches, and copies of them are
+  // accepted.
+  EXPECT_GT(seeded, 0);
+  EXPECT_GT(accepted, 0);
+  scripted.n = 0;
+  seeded = 0;
+  requests = 0;
+  GenerateLossless(engine, model_requests(8), reference, "unseeded");
+  EXPECT_GT(requests, 0);
+  EXPECT_EQ(seeded, 0);
+
+  // A random DEdit drafter whose config asks for seeds.
+  TinyModelSpec spec = spec_;
+  spec.drafter.lookup_seed_ngram = 2;
+  std::unique_ptr<testing::TinyPair> pair = MakeTinyPair(spec, 31);
+  ASSERT_EQ(pair->drafter->config().lookup_seed_ngram, 2);
+  LocalDrafter drafter(pair->drafter.get());
+  EXPECT_EQ(drafter.lookup_seed_ngram(), 2);
+  LocalVerifier verifier(pair->target.get(), &drafter);
+  SpeculativeEngine seeded_engine(&verifier, &drafter, EngineOptions(spec));
+  for (int w : {2, 8, 32}) {
+    for (int k : {1, 3}) {
+      std::vector<GenerationRequest> reqs = Requests(prompts, kNew, w);
+      for (GenerationRequest& r : reqs) r.passes = k;
+      GenerateLossless(seeded_engine, reqs, reference,
+                       absl::StrCat("seeded DEdit W=", w, " K=", k));
+    }
+  }
+  EXPECT_EQ(pair->drafter->num_sequences(), 0u);
+}
+
 // The hybrid method: each round takes the prompt lookup's block when the
 // recent tokens recur and the model drafter's otherwise, in a batch that
 // mixes it with the other methods; lossless for every W and K.

@@ -156,7 +156,9 @@ std::vector<std::string> TargetArgs(const std::string& target_dir,
 }  // namespace
 
 ServiceCluster::ServiceCluster(Options options)
-    : options_(std::move(options)), spec_(ServiceTestSpec()) {}
+    : options_(std::move(options)), spec_(ServiceTestSpec()) {
+  spec_.drafter.lookup_seed_ngram = options_.drafter_lookup_seed_ngram;
+}
 
 ServiceCluster::~ServiceCluster() {
   router_.reset();

@@ -63,6 +63,9 @@ class ServiceCluster {
     std::vector<std::string> router_flags;
     std::vector<std::string> target_flags;
     std::vector<std::string> drafter_flags;
+    // > 0: the drafter checkpoint is lookup-seeded
+    // (DrafterConfig::lookup_seed_ngram).
+    int drafter_lookup_seed_ngram = 0;
   };
   ServiceCluster();
   explicit ServiceCluster(Options options);

@@ -52,6 +52,10 @@ class Reference {
   }
   std::vector<int32_t> InProcess(const std::vector<int32_t>& prompt, int n,
                                  int window, int passes) {
+    return InProcessResult(prompt, n, window, passes).tokens;
+  }
+  GenerationResult InProcessResult(const std::vector<int32_t>& prompt, int n,
+                                   int window, int passes) {
     GenerationRequest r;
     r.prompt = prompt;
     r.max_new_tokens = n;
@@ -60,7 +64,7 @@ class Reference {
     r.ignore_eos = true;
     auto results = stack_->engine().Generate({r});
     EXPECT_TRUE(results.ok()) << results.status();
-    return results.ok() ? (*results)[0].tokens : std::vector<int32_t>();
+    return results.ok() ? (*results)[0] : GenerationResult();
   }
 
  private:
@@ -69,6 +73,9 @@ class Reference {
 
 class ServicesTest : public ::testing::Test {
  protected:
+  ServicesTest() = default;
+  explicit ServicesTest(ServiceCluster::Options options)
+      : cluster_(std::move(options)) {}
   void SetUp() override {
     const absl::Status started = cluster_.Start();
     ASSERT_TRUE(started.ok()) << started;
@@ -226,6 +233,65 @@ TEST_F(ServicesTest, HybridMethodThroughTheRouterIsLossless) {
   }
   EXPECT_GT(lookups, 0);
   EXPECT_GT(model_rounds, 0);
+}
+
+// A lookup-seeded drafter behind the router: the drafter service says so
+// in Info, the router sends each round's lookup seed with the draft
+// (DraftItem.seed), and the rounds are the in-process engine's: the same
+// edit outcomes (P1's proposals depend on the seeds) and the target's
+// greedy tokens. A seed longer than W-1 is refused by the drafter service.
+class SeededServicesTest : public ServicesTest {
+ protected:
+  SeededServicesTest() : ServicesTest(SeededOptions()) {}
+  static ServiceCluster::Options SeededOptions() {
+    ServiceCluster::Options o;
+    o.drafter_lookup_seed_ngram = 1;
+    return o;
+  }
+};
+
+TEST_F(SeededServicesTest, SeedsTravelAndRoundsMatchInProcess) {
+  ASSERT_TRUE(WaitFor([&] { return RouterSeesDrafter(); }, 10000));
+  EXPECT_EQ(DrafterInfo().lookup_seed_ngram(), 1);
+  Reference ref(cluster_);
+  const int kNew = 24;
+  for (int w : {4, 16}) {
+    std::vector<int32_t> prompt = RandomPrompt(8, 300, 500 + w);
+    const std::vector<int32_t> answer = ref.Greedy(prompt, kNew / 2);
+    std::vector<int32_t> repeated = prompt;
+    repeated.insert(repeated.end(), answer.begin(), answer.end());
+    repeated.insert(repeated.end(), prompt.begin(), prompt.end());
+    Generated g = Generate(stub_.get(), IdsRequest(repeated, kNew, w, 2));
+    ASSERT_TRUE(g.status.ok()) << g.status.error_message();
+    EXPECT_EQ(g.tokens, ref.Greedy(repeated, kNew)) << "W=" << w;
+    const GenerationResult local = ref.InProcessResult(repeated, kNew, w, 2);
+    EXPECT_EQ(g.tokens, local.tokens);
+    const AcceptanceSummary want = Summarize(local.rounds);
+    const v1::AcceptanceStats& a = g.last.acceptance();
+    EXPECT_EQ(a.rounds(), want.rounds) << "W=" << w;
+    EXPECT_EQ(a.accepted_tokens(), want.accepted_tokens) << "W=" << w;
+    ASSERT_EQ(a.edit_outcomes_size(), 1);
+    ASSERT_EQ(want.edit_outcomes.size(), 1u);
+    EXPECT_EQ(a.edit_outcomes(0).extended(), want.edit_outcomes[0][0]);
+    EXPECT_EQ(a.edit_outcomes(0).unchanged(), want.edit_outcomes[0][1]);
+    EXPECT_EQ(a.edit_outcomes(0).shortened(), want.edit_outcomes[0][2]);
+  }
+  // Straight to the drafter service: a seed of W tokens fails its item.
+  auto drafter = v1::Drafter::NewStub(cluster_.DrafterChannel());
+  grpc::ClientContext c;
+  c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  v1::DraftRequest request;
+  v1::DraftItem* item = request.add_items();
+  item->set_sequence(77);
+  item->set_window(4);
+  item->set_passes(1);
+  for (int t : {1, 2, 3, 4}) item->add_seed(t);
+  v1::DraftResponse response;
+  ASSERT_TRUE(drafter->Draft(&c, request, &response).ok());
+  ASSERT_EQ(response.results_size(), 1);
+  EXPECT_EQ(response.results(0).code(),
+            static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(response.results(0).message(), HasSubstr("seed"));
 }
 
 TEST_F(ServicesTest, SixteenConcurrentStreams) {

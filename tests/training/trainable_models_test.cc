@@ -16,14 +16,17 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "base/checkpoint_layout.h"
 #include "base/file_util.h"
 #include "base/safetensors.h"
+#include "engine/ngram_drafter.h"
 #include "model/dedit_drafter.h"
 #include "model/qwen3_model.h"
 #include "model/tensor_io.h"
+#include "training/drafter_trainer.h"
 
 namespace dedit::training {
 namespace {
@@ -149,17 +152,22 @@ struct EnginePair {
   std::unique_ptr<DEditDrafter> drafter;
 };
 
-class DrafterEquivalenceTest : public ::testing::TestWithParam<bool> {};
+// (causal editor, lookup-seeded P1)
+class DrafterEquivalenceTest
+    : public ::testing::TestWithParam<std::tuple<bool, bool>> {};
 
 // P1..P3 of the engine's Draft (tokens + confidences) equal the trainer's
 // BlockLogits on the same inputs, for several anchors in one batch on both
-// sides (one engine call drafts every anchor's sequence, packed).
+// sides (one engine call drafts every anchor's sequence, packed). Seeded,
+// the engine's requests carry the engine's lookup seed and the trainer's
+// P1 input is SeedWithLookup's: the two must agree too.
 TEST_P(DrafterEquivalenceTest, ExportedDrafterMatchesEngineDraft) {
   at::NoGradGuard no_grad;
-  const bool causal = GetParam();
+  const auto [causal, seeded] = GetParam();
   const Qwen3Config tc = SmallTarget(true);
   DrafterConfig dc = SmallDrafter(tc);
   dc.causal_editor = causal;
+  dc.lookup_seed_ngram = seeded ? 2 : 0;
   auto target = TrainableTarget::Init(tc, 11);
   auto drafter = TrainableDrafter::Init(dc, 12);
   ASSERT_TRUE(target.ok() && drafter.ok());
@@ -178,9 +186,15 @@ TEST_P(DrafterEquivalenceTest, ExportedDrafterMatchesEngineDraft) {
                          (*engine_target)->lm_head(), DEditDrafter::Options{});
   ASSERT_TRUE(engine_drafter.ok()) << engine_drafter.status();
   EXPECT_EQ((*engine_drafter)->causal_editor(), causal);
+  EXPECT_EQ((*engine_drafter)->config().lookup_seed_ngram, seeded ? 2 : 0);
 
-  const std::vector<int32_t> seq = Tokens(20, 94, 5);
-  const std::vector<int64_t> anchors = {3, 9, 14};
+  // Ten tokens, then the first eight again with one changed: the later
+  // anchors find earlier 2-grams to copy from.
+  std::vector<int32_t> seq = Tokens(10, 94, 5);
+  for (int i = 0; i < 8; ++i) seq.push_back(i == 5 ? 93 : seq[i]);
+  seq.push_back(7);
+  seq.push_back(8);
+  const std::vector<int64_t> anchors = {3, 12, 14};
   const int w = dc.block_size;
 
   // Trainer side: features of the whole sequence (causal, so positions < a
@@ -197,6 +211,18 @@ TEST_P(DrafterEquivalenceTest, ExportedDrafterMatchesEngineDraft) {
   }
   at::Tensor input = at::tensor(p1, at::TensorOptions().dtype(at::kLong))
                          .view({1, static_cast<int64_t>(anchors.size()), w});
+  if (seeded) {
+    DistillRecord record{0, seq};
+    BlockBatch batch;
+    batch.anchors = anchor_t;
+    batch.p1_tokens = input;
+    SeedWithLookup({&record}, dc.lookup_seed_ngram, dc.mask_token_id, &batch);
+    // Anchors 12 and 14 end in 2-grams seen before, anchor 3 does not.
+    EXPECT_EQ(batch.p1_tokens[0][0][1].item<int64_t>(), dc.mask_token_id);
+    EXPECT_EQ(batch.p1_tokens[0][1][1].item<int64_t>(), seq[3]);
+    EXPECT_EQ(batch.p1_tokens[0][2][1].item<int64_t>(), seq[5]);
+    input = batch.p1_tokens;
+  }
 
   // Engine side: one sequence per anchor with the prefix as context.
   std::vector<DraftRequest> requests;
@@ -215,6 +241,11 @@ TEST_P(DrafterEquivalenceTest, ExportedDrafterMatchesEngineDraft) {
     r.bonus = seq[a];
     r.window = w;
     r.passes = 3;
+    if (seeded) {
+      const std::vector<int32_t> known(seq.begin(), seq.begin() + a + 1);
+      r.seed = NgramDrafter(LookupSeedOptions(dc.lookup_seed_ngram, w))
+                   .Propose(known, w - 1);
+    }
     requests.push_back(r);
   }
   auto d = (*engine_drafter)->Draft(requests);
@@ -249,8 +280,10 @@ TEST_P(DrafterEquivalenceTest, ExportedDrafterMatchesEngineDraft) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(BidirectionalAndCausal, DrafterEquivalenceTest,
-                         ::testing::Bool());
+INSTANTIATE_TEST_SUITE_P(BidirectionalAndCausalMaskedAndSeeded,
+                         DrafterEquivalenceTest,
+                         ::testing::Combine(::testing::Bool(),
+                                            ::testing::Bool()));
 
 at::Tensor Expected(const std::string& name) {
   auto file = SafetensorsFile::Open(kGolden + "/expected.safetensors");
