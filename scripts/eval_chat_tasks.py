@@ -14,7 +14,7 @@ target-only one token for token, scores the answers
 
   scripts/eval_chat_tasks.py --build build --target DIR --tasks TASKS_DIR
       [--drafter DIR] [--methods ar,ngram,model] [--window 8]
-      [--max_tokens 448] [--threads 1] [--limit N]
+      [--max_tokens 448] [--threads 1] [--limit N] [--interleave 5]
       [--router HOST:PORT --stubs build/proto/python]
 
 --configs replaces --methods with named configurations, each
@@ -38,11 +38,15 @@ and speedup per family there (client-side time from first to last token),
 with the outputs checked against the in-process target-only ones.
 
 Speedup is decode tokens/s of the method over target-only in the same run
-(prefill excluded); do not report numbers taken while training runs.
+(prefill excluded); do not report numbers taken while training runs. The
+configurations take turns over --interleave slices of the instances, so
+that a slow spell of the machine is shared; "speedup_per_slice" (overall)
+gives each slice's speedup, the spread within the run.
 """
 import argparse
 import json
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -74,6 +78,10 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--limit", type=int, default=0,
                     help="first N instances per family (0 = all)")
+    ap.add_argument("--interleave", type=int, default=5,
+                    help="time the configurations in turns over this many "
+                         "slices of the instances (1 = each over all "
+                         "instances in one go)")
     ap.add_argument("--configs", default="",
                     help="named configurations (see above); replaces "
                          "--methods")
@@ -99,41 +107,43 @@ def main():
     ids = json.loads(run([cli, "tokenize", "--tokenizer",
                           os.path.join(a.target, "tokenizer.json")],
                          json.dumps(prompts)))
-    lines = "".join(json.dumps(x) + "\n" for x in ids)
 
+    if a.interleave < 1:
+        sys.exit("eval_chat_tasks.py: --interleave must be at least 1")
     configs = parse_configs(a)
-    results = {}
-    for name, c in configs.items():
-        cmd = [gen, "--target", a.target, "--json", "--threads",
-               str(a.threads), "--max_tokens", str(a.max_tokens)]
-        if c["method"] == "ar":
-            cmd += ["--ar"]
-        elif c["method"] == "ngram":
-            cmd += ["--method", "ngram", "--window", str(c["w"])]
-        else:
-            cmd += ["--drafter", c["drafter"], "--window", str(c["w"])]
-            if c["method"] == "hybrid":
-                cmd += ["--method", "hybrid",
-                        "--hybrid_min_ngram", str(c["min"]),
-                        "--hybrid_short_match_below", str(c["short"])]
-            if c["k"] > 0:
-                cmd += ["--passes", str(c["k"])]
-            if c["conf"] > 0:
-                cmd += ["--min_draft_confidence", str(c["conf"])]
-            if c["causal"]:
-                cmd += ["--causal_editor"]
-        rows = [json.loads(l) for l in run(cmd, lines).splitlines() if l]
-        if len(rows) != len(heldout):
-            sys.exit(f"eval_chat_tasks.py: {name}: {len(rows)} results for "
-                     f"{len(heldout)} prompts")
-        results[name] = rows
+    # Configurations are timed in turns over slices of the instances (a
+    # fixed shuffle dealt round-robin, so that each slice mixes the
+    # families however the file orders them), each slice starting with the
+    # next configuration, so that a slow spell of this shared machine
+    # falls on every configuration instead of on whichever ran then;
+    # per-slice speedups in the report show the spread within the run.
+    order = list(range(len(heldout)))
+    random.Random(0).shuffle(order)
+    slices = [sorted(order[s::a.interleave])
+              for s in range(min(a.interleave, len(heldout)))]
+    names = list(configs)
+    results = {name: [None] * len(heldout) for name in names}
+    for si, pick in enumerate(slices):
+        for name in names[si % len(names):] + names[:si % len(names)]:
+            rows = generate_rows(a, gen, configs[name],
+                                 "".join(json.dumps(ids[i]) + "\n"
+                                         for i in pick))
+            if len(rows) != len(pick):
+                sys.exit(f"eval_chat_tasks.py: {name}: {len(rows)} results "
+                         f"for {len(pick)} prompts")
+            for i, row in zip(pick, rows):
+                results[name][i] = row
 
     base_method = "ar" if "ar" in results else next(iter(results))
     base = results[base_method]
     services = {}
     if a.router:
-        for name, c in configs.items():
-            services[name] = router_rows(a, c, ids)
+        services = {name: [None] * len(heldout) for name in names}
+        for si, pick in enumerate(slices):
+            for name in names[si % len(names):] + names[:si % len(names)]:
+                rows = router_rows(a, configs[name], [ids[i] for i in pick])
+                for i, row in zip(pick, rows):
+                    services[name][i] = row
     lossless = all(r["tokens"] == b["tokens"]
                    for group in (results, services)
                    for rows in group.values() for r, b in zip(rows, base))
@@ -183,6 +193,11 @@ def main():
                 if rounds:
                     per[family]["tokens_per_round"] = round(tokens / rounds, 3)
             per["overall"].update(acceptance_details(rows))
+            per["overall"]["speedup_per_slice"] = [
+                round(rate([rows[i] for i in pick])[0] /
+                      rate([base[i] for i in pick])[0], 3)
+                if rate([base[i] for i in pick])[0] else 0
+                for pick in slices]
             speculation[method] = per
         return speculation
 
@@ -193,6 +208,29 @@ def main():
         report["speculation_services"] = per_family(services)
     print(json.dumps(report, indent=1))
     return 0 if lossless else 1
+
+
+def generate_rows(a, gen, c, lines):
+    """dedit-generate --json rows for the prompt lines under config c."""
+    cmd = [gen, "--target", a.target, "--json", "--threads",
+           str(a.threads), "--max_tokens", str(a.max_tokens)]
+    if c["method"] == "ar":
+        cmd += ["--ar"]
+    elif c["method"] == "ngram":
+        cmd += ["--method", "ngram", "--window", str(c["w"])]
+    else:
+        cmd += ["--drafter", c["drafter"], "--window", str(c["w"])]
+        if c["method"] == "hybrid":
+            cmd += ["--method", "hybrid",
+                    "--hybrid_min_ngram", str(c["min"]),
+                    "--hybrid_short_match_below", str(c["short"])]
+        if c["k"] > 0:
+            cmd += ["--passes", str(c["k"])]
+        if c["conf"] > 0:
+            cmd += ["--min_draft_confidence", str(c["conf"])]
+        if c["causal"]:
+            cmd += ["--causal_editor"]
+    return [json.loads(l) for l in run(cmd, lines).splitlines() if l]
 
 
 def parse_configs(a):
