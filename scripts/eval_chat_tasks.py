@@ -90,6 +90,8 @@ def main():
     ap.add_argument("--stubs", default="",
                     help="generated Python stubs (build/proto/python)")
     a = ap.parse_args()
+    if a.interleave < 1:
+        sys.exit("eval_chat_tasks.py: --interleave must be at least 1")
 
     cli = os.path.join(a.build, "cli", "dedit-cli")
     gen = os.path.join(a.build, "cli", "dedit-generate")
@@ -108,8 +110,6 @@ def main():
                           os.path.join(a.target, "tokenizer.json")],
                          json.dumps(prompts)))
 
-    if a.interleave < 1:
-        sys.exit("eval_chat_tasks.py: --interleave must be at least 1")
     configs = parse_configs(a)
     # Configurations are timed in turns over slices of the instances (a
     # fixed shuffle dealt round-robin, so that each slice mixes the
@@ -121,29 +121,27 @@ def main():
     random.Random(0).shuffle(order)
     slices = [sorted(order[s::a.interleave])
               for s in range(min(a.interleave, len(heldout)))]
-    names = list(configs)
-    results = {name: [None] * len(heldout) for name in names}
-    for si, pick in enumerate(slices):
-        for name in names[si % len(names):] + names[:si % len(names)]:
-            rows = generate_rows(a, gen, configs[name],
-                                 "".join(json.dumps(ids[i]) + "\n"
-                                         for i in pick))
-            if len(rows) != len(pick):
-                sys.exit(f"eval_chat_tasks.py: {name}: {len(rows)} results "
-                         f"for {len(pick)} prompts")
-            for i, row in zip(pick, rows):
-                results[name][i] = row
+    def in_turns(fetch):
+        """{name: one row per instance}, fetch(config, prompt ids) giving
+        the rows of one slice."""
+        names = list(configs)
+        out = {name: [None] * len(heldout) for name in names}
+        for si, pick in enumerate(slices):
+            for name in names[si % len(names):] + names[:si % len(names)]:
+                rows = fetch(configs[name], [ids[i] for i in pick])
+                if len(rows) != len(pick):
+                    sys.exit(f"eval_chat_tasks.py: {name}: {len(rows)} "
+                             f"results for {len(pick)} prompts")
+                for i, row in zip(pick, rows):
+                    out[name][i] = row
+        return out
+
+    results = in_turns(lambda c, p: generate_rows(
+        a, gen, c, "".join(json.dumps(x) + "\n" for x in p)))
 
     base_method = "ar" if "ar" in results else next(iter(results))
     base = results[base_method]
-    services = {}
-    if a.router:
-        services = {name: [None] * len(heldout) for name in names}
-        for si, pick in enumerate(slices):
-            for name in names[si % len(names):] + names[:si % len(names)]:
-                rows = router_rows(a, configs[name], [ids[i] for i in pick])
-                for i, row in zip(pick, rows):
-                    services[name][i] = row
+    services = in_turns(lambda c, p: router_rows(a, c, p)) if a.router else {}
     lossless = all(r["tokens"] == b["tokens"]
                    for group in (results, services)
                    for rows in group.values() for r, b in zip(rows, base))
@@ -193,11 +191,12 @@ def main():
                 if rounds:
                     per[family]["tokens_per_round"] = round(tokens / rounds, 3)
             per["overall"].update(acceptance_details(rows))
-            per["overall"]["speedup_per_slice"] = [
-                round(rate([rows[i] for i in pick])[0] /
-                      rate([base[i] for i in pick])[0], 3)
-                if rate([base[i] for i in pick])[0] else 0
-                for pick in slices]
+            per["overall"]["speedup_per_slice"] = []
+            for pick in slices:
+                b_rate = rate([base[i] for i in pick])[0]
+                m_rate = rate([rows[i] for i in pick])[0]
+                per["overall"]["speedup_per_slice"].append(
+                    round(m_rate / b_rate, 3) if b_rate else 0)
             speculation[method] = per
         return speculation
 
