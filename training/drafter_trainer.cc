@@ -5,6 +5,7 @@
 #include <ATen/core/grad_mode.h>
 
 #include <algorithm>
+#include <cmath>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -67,6 +68,12 @@ std::string Fingerprint(const DrafterTrainingOptions& o,
       // Only when set, so that runs from before the option still resume.
       o.round_anchor_share > 0
           ? absl::StrCat(" round_anchors=", o.round_anchor_share)
+          : "",
+      o.edit_selected_weight != 1.0
+          ? absl::StrCat(" edit_selected_w=", o.edit_selected_weight)
+          : "",
+      o.edit_truth_share > 0
+          ? absl::StrCat(" edit_truth_share=", o.edit_truth_share)
           : "");
 }
 
@@ -228,6 +235,20 @@ absl::StatusOr<StageOutcome> RunDrafterTraining(
     return absl::InvalidArgumentError(absl::StrCat(
         "--round_anchor_share must be in [0, 1], got ", o.round_anchor_share));
   }
+  if (!(o.edit_selected_weight >= 0 && std::isfinite(o.edit_selected_weight))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--edit_selected_weight must be a finite number >= 0, got ",
+        o.edit_selected_weight));
+  }
+  if (!(o.edit_truth_share >= 0 && o.edit_truth_share <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--edit_truth_share must be in [0, 1], got ", o.edit_truth_share));
+  }
+  if (o.edit_truth_share > 0 && !o.proposal_mix) {
+    return absl::InvalidArgumentError(
+        "--edit_truth_share builds the ProposalMix input: it needs "
+        "--proposal_mix=true");
+  }
   if (o.lookup_seed_ngram < 0 || o.lookup_seed_ngram > 64) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--lookup_seed_ngram must be in [0, 64], got ", o.lookup_seed_ngram));
@@ -309,11 +330,20 @@ absl::StatusOr<StageOutcome> RunDrafterTraining(
       o.heldout_path.empty() ? "last records" : o.heldout_path,
       absl::StrJoin(dc.target_layer_ids, ","), absl::StrJoin(windows, ","),
       o.proposal_mix ? "on" : "off",
-      o.gt_selection_ratio > 0
+      o.edit_truth_share > 0
+          ? absl::StrFormat("ground truth at a random %.0f%% of the slots",
+                            100 * o.edit_truth_share)
+      : o.gt_selection_ratio > 0
           ? absl::StrFormat("adaptive eta, selection %.2f x P1 accuracy",
                             o.gt_selection_ratio)
           : absl::StrFormat("eta %.2f", o.eta),
       o.causal_editor ? "causal" : "bidirectional", o.p1_only_steps);
+  if (o.edit_selected_weight != 1.0) {
+    std::cerr << absl::StrFormat(
+        "[drafter] edit loss weight %.2f at the slots whose input is the "
+        "ground truth\n",
+        o.edit_selected_weight);
+  }
   if (o.round_anchor_share > 0) {
     std::cerr << absl::StrFormat(
         "[drafter] %.0f%% of the anchors where the drafter's rounds land (%d "
@@ -570,11 +600,20 @@ absl::StatusOr<StageOutcome> RunDrafterTraining(
       // P2 on the ProposalMix input, built from P1 without gradient.
       EditInput edit;
       double eta = o.eta;
+      at::Tensor y1;
       {
         at::NoGradGuard no_grad;
-        at::Tensor y1, c1;
+        at::Tensor c1;
         ArgmaxAndConfidence(logits1.detach(), &y1, &c1);
-        if (o.gt_selection_ratio > 0) {
+        if (o.edit_truth_share > 0) {
+          // A uniform draw per slot stands in for the confidence: the
+          // slots at or above 1 - share take the ground truth.
+          std::uniform_real_distribution<float> u(0.0f, 1.0f);
+          std::vector<float> draw(static_cast<size_t>(c1.numel()));
+          for (float& d : draw) d = u(rng);
+          c1 = at::tensor(draw).view(c1.sizes());
+          eta = 1.0 - o.edit_truth_share;
+        } else if (o.gt_selection_ratio > 0) {
           eta = AdaptiveEta(y1, c1, targets, batch.valid, o.gt_selection_ratio);
         }
         edit = BuildEditInput(batch.truth, y1, c1, batch.valid, eta,
@@ -583,19 +622,39 @@ absl::StatusOr<StageOutcome> RunDrafterTraining(
       at::Tensor loss = loss1, loss2, logits2;
       if (joint) {
         logits2 = logits_of(ctx, edit.tokens, batch.anchors, true);
-        loss2 = WeightedSlotLoss(logits2, targets, batch.valid, slot_weights);
+        loss2 = WeightedSlotLoss(
+            logits2, targets, batch.valid,
+            o.edit_selected_weight == 1.0
+                ? slot_weights
+                : EditLossWeights(slot_weights, edit.selected, batch.valid,
+                                  o.edit_selected_weight));
         loss = loss1 + o.edit_loss_weight * loss2;
       }
       loss.backward();
       const double lr = LearningRate(step, o.steps, o.schedule);
       const double grad_norm = optimizer.Step(lr);
-      double p2_acc = 0;
+      double p2_acc = 0, p2_fixed = 0, p2_broke = 0;
       if (joint) {
         at::NoGradGuard no_grad;
-        at::Tensor hit =
-            logits2.argmax(-1).eq(targets).logical_and(batch.valid);
+        const at::Tensor y2 = logits2.argmax(-1);
+        at::Tensor hit = y2.eq(targets).logical_and(batch.valid);
         p2_acc = hit.sum().item<double>() /
                  std::max<double>(1.0, batch.valid.sum().item<double>());
+        // Where the input kept P1's guess: what the edit pass made of it.
+        const at::Tensor kept =
+            batch.valid.logical_and(edit.selected.logical_not());
+        const at::Tensor p1_right = y1.eq(targets);
+        const double n_kept = std::max<double>(1.0, kept.sum().item<double>());
+        p2_fixed = kept.logical_and(p1_right.logical_not())
+                       .logical_and(hit)
+                       .sum()
+                       .item<double>() /
+                   n_kept;
+        p2_broke = kept.logical_and(p1_right)
+                       .logical_and(hit.logical_not())
+                       .sum()
+                       .item<double>() /
+                   n_kept;
       }
       ++step;
       nlohmann::json rec = {{"step", step},
@@ -612,6 +671,8 @@ absl::StatusOr<StageOutcome> RunDrafterTraining(
       if (joint) {
         rec["loss_p2"] = loss2.item<double>();
         rec["p2_accuracy"] = p2_acc;
+        rec["p2_fixed"] = p2_fixed;
+        rec["p2_broke"] = p2_broke;
       }
       if (!heldout.empty() && (step % o.eval_every == 0 || step == o.steps)) {
         nlohmann::json ev = evaluate();

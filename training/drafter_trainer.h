@@ -8,7 +8,9 @@
 // runs, with the same weights and the same context, on the ProposalMix input
 // built from P1's argmax and confidence (proposal_mix.h). Loss =
 // L(P1) + edit_loss_weight * L(P2), each the cross-entropy weighted per slot
-// by exp(-(k-1)/gamma). The target's embedding and lm_head are frozen.
+// by exp(-(k-1)/gamma) (in P2, times edit_selected_weight at the slots
+// whose input is the ground truth). The target's embedding and lm_head are
+// frozen.
 //
 // Schedule (docs/RESULTS.md, "A DEdit drafter that pays"):
 //  * P1 alone first (`p1_only_steps` at most), until held-out slot-1
@@ -22,7 +24,9 @@
 //    block-32 drafter serves W = 16 and W = 32.
 //
 // Logged: both losses, the paper's ProposalMix rates (P1 accuracy, GT
-// selection, overwrite) and eta, and on held-out sequences (`heldout_path`:
+// selection, overwrite) and eta, the edit pass's outcomes where it kept
+// P1's guess (p2_fixed: a wrong guess made right, p2_broke: a right one
+// made wrong), and on held-out sequences (`heldout_path`:
 // another distill file, from held-out files and values; else the last
 // records) the mean accepted length tau (bonus included) of P1, P2 and P3
 // drafts against the ground truth per evaluation window, slot-1 P1
@@ -79,6 +83,15 @@ struct DrafterTrainingOptions {
   // the exported config.
   int lookup_seed_ngram = 0;
   double edit_loss_weight = 1.0;
+  // Weight of the edit loss at the slots whose ProposalMix input is the
+  // ground truth (EditLossWeights); 1 = the paper's loss, 0 = the editor is
+  // trained only where its input is P1's own guess.
+  double edit_selected_weight = 1.0;
+  // > 0: the edit pass's input takes the ground truth at a random share of
+  // the slots (uniform per slot) instead of P1's confident ones; eta and
+  // gt_selection_ratio are then not used. An oracle-like input: the editor
+  // sees mostly right neighbours whatever P1's confidence.
+  double edit_truth_share = 0;
   // The share of each sequence's anchors taken where the engine's rounds
   // land (RoundAnchors: kRoundAnchorWalk rounds of the current drafter's P1
   // from uniform starts) instead of uniformly; 0 = all uniform.

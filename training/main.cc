@@ -107,6 +107,14 @@ ABSL_FLAG(bool, proposal_mix, true,
           "drafter: ProposalMix (false = P2 on plain P1 argmax)");
 ABSL_FLAG(bool, causal_editor, false, "drafter: causal mask inside the block");
 ABSL_FLAG(double, edit_loss_weight, 1.0, "drafter: weight of the P2 loss");
+ABSL_FLAG(double, edit_selected_weight, 1.0,
+          "drafter: P2 loss weight at the slots whose ProposalMix input is "
+          "the ground truth (0 = train the editor only where its input is "
+          "P1's own guess)");
+ABSL_FLAG(double, edit_truth_share, 0,
+          "drafter: > 0 puts the ground truth at this random share of the "
+          "edit pass's slots instead of P1's confident ones (eta and "
+          "--gt_selection_ratio unused)");
 ABSL_FLAG(int, sequences_per_step, 4, "drafter: sequences per step");
 ABSL_FLAG(int, blocks_per_sequence, 32, "drafter: blocks per sequence");
 ABSL_FLAG(std::string, train_windows, "",
@@ -301,6 +309,8 @@ int RunDrafter() {
   o.proposal_mix = absl::GetFlag(FLAGS_proposal_mix);
   o.causal_editor = absl::GetFlag(FLAGS_causal_editor);
   o.edit_loss_weight = absl::GetFlag(FLAGS_edit_loss_weight);
+  o.edit_selected_weight = absl::GetFlag(FLAGS_edit_selected_weight);
+  o.edit_truth_share = absl::GetFlag(FLAGS_edit_truth_share);
   o.sequences_per_step = absl::GetFlag(FLAGS_sequences_per_step);
   o.blocks_per_sequence = absl::GetFlag(FLAGS_blocks_per_sequence);
   o.train_windows = IntList(absl::GetFlag(FLAGS_train_windows));

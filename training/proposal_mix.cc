@@ -35,6 +35,7 @@ EditInput BuildEditInput(const at::Tensor& block, const at::Tensor& proposal,
       proposal_mix ? at::where(confident, truth, proposal) : proposal;
   EditInput out;
   out.tokens = at::cat({anchor, mixed}, -1);
+  out.selected = proposal_mix ? confident : at::zeros_like(confident);
   const double n = std::max<double>(valid.sum().item<int64_t>(), 1.0);
   at::Tensor correct = proposal.eq(truth).logical_and(valid);
   out.rates.p1_accuracy = correct.sum().item<int64_t>() / n;
@@ -42,6 +43,14 @@ EditInput BuildEditInput(const at::Tensor& block, const at::Tensor& proposal,
   out.rates.overwrite =
       confident.logical_and(correct.logical_not()).sum().item<int64_t>() / n;
   return out;
+}
+
+at::Tensor EditLossWeights(const at::Tensor& slot_weights,
+                           const at::Tensor& selected, const at::Tensor& valid,
+                           double selected_weight) {
+  // 1 at kept slots, selected_weight at selected ones.
+  at::Tensor scale = selected.to(at::kFloat) * (selected_weight - 1.0) + 1.0;
+  return slot_weights.expand_as(scale) * scale * valid.to(at::kFloat);
 }
 
 double AdaptiveEta(const at::Tensor& proposal, const at::Tensor& confidence,

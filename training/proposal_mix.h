@@ -25,7 +25,9 @@ at::Tensor SlotLossWeights(int window, double gamma);
 
 // Weighted cross-entropy over block slots 1..W-1.
 //   logits: [..., W-1, V] fp32; targets: [..., W-1] int64;
-//   valid:  [..., W-1] bool (slots past the end of a sequence are false).
+//   valid:  [..., W-1] bool (slots past the end of a sequence are false);
+//   slot_weights: [W-1] (SlotLossWeights), or per slot [..., W-1]
+//   (EditLossWeights).
 // Returns sum(w_k * CE) / sum(w_k) over valid slots (0 when none is valid).
 at::Tensor WeightedSlotLoss(const at::Tensor& logits, const at::Tensor& targets,
                             const at::Tensor& valid,
@@ -40,6 +42,9 @@ struct ProposalMixRates {
 
 struct EditInput {
   at::Tensor tokens;  // [..., W] int64: slot 0 = anchor, then the mix
+  // [..., W-1] bool: the slots whose input is the ground truth (valid and
+  // selected; all false without ProposalMix).
+  at::Tensor selected;
   ProposalMixRates rates;
 };
 
@@ -52,6 +57,15 @@ struct EditInput {
 EditInput BuildEditInput(const at::Tensor& block, const at::Tensor& proposal,
                          const at::Tensor& confidence, const at::Tensor& valid,
                          double eta, bool proposal_mix);
+
+// Per-slot weights of the edit pass's loss: slot_weights ([W-1]) at every
+// valid slot, times `selected_weight` at the selected ones, whose input
+// already is the label (copying it is all the loss asks there). 0 trains
+// the editor only where its input is P1's own guess. [..., W-1] fp32, 0 at
+// invalid slots; pass it to WeightedSlotLoss as its slot weights.
+at::Tensor EditLossWeights(const at::Tensor& slot_weights,
+                           const at::Tensor& selected, const at::Tensor& valid,
+                           double selected_weight);
 
 // Adaptive ProposalMix threshold: the eta at which the ground truth is
 // selected for about `ratio` x (P1 accuracy) of the valid slots, i.e. the

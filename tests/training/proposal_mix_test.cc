@@ -69,6 +69,64 @@ TEST(BuildEditInputTest, ConfidentSlotsTakeGroundTruthOthersKeepProposal) {
   EXPECT_DOUBLE_EQ(in.rates.overwrite, 1.0 / 4);     // slot 2
 }
 
+TEST(BuildEditInputTest, MarksTheSlotsThatTookTheGroundTruth) {
+  at::Tensor block = Long({9, 1, 2, 3, 4}).view({1, 5});
+  at::Tensor proposal = Long({1, 7, 3, 8}).view({1, 4});
+  at::Tensor conf =
+      at::tensor(std::vector<float>{0.9f, 0.8f, 0.2f, 0.9f}).view({1, 4});
+  at::Tensor valid =
+      at::tensor(std::vector<int64_t>{1, 1, 1, 0}).view({1, 4}).to(at::kBool);
+  EditInput mixed = BuildEditInput(block, proposal, conf, valid, 0.5, true);
+  // Slots 1 and 2 confident; slot 4 confident but past the end.
+  const std::vector<bool> want = {true, true, false, false};
+  for (int k = 0; k < 4; ++k)
+    EXPECT_EQ(mixed.selected[0][k].item<bool>(), want[k]) << k;
+  EditInput plain = BuildEditInput(block, proposal, conf, valid, 0.5, false);
+  EXPECT_FALSE(plain.selected.any().item<bool>());
+}
+
+// The edit loss can weigh the slots whose input is already the label apart
+// from the ones that hold P1's guess; invalid slots weigh nothing.
+TEST(EditLossWeightsTest, WeighSelectedSlotsApartAndDropInvalidOnes) {
+  at::Tensor w = SlotLossWeights(4, 2.0);  // 3 slots
+  at::Tensor selected = at::tensor(std::vector<int64_t>{1, 0, 1, 0, 1, 0})
+                            .view({2, 3})
+                            .to(at::kBool);
+  at::Tensor valid = at::tensor(std::vector<int64_t>{1, 1, 1, 1, 0, 0})
+                         .view({2, 3})
+                         .to(at::kBool);
+  at::Tensor got = EditLossWeights(w, selected, valid, 0.25);
+  ASSERT_EQ(got.sizes(), selected.sizes());
+  const float want[2][3] = {{0.25f * w[0].item<float>(), w[1].item<float>(),
+                             0.25f * w[2].item<float>()},
+                            {w[0].item<float>(), 0.0f, 0.0f}};
+  for (int b = 0; b < 2; ++b) {
+    for (int k = 0; k < 3; ++k)
+      EXPECT_FLOAT_EQ(got[b][k].item<float>(), want[b][k]) << b << "," << k;
+  }
+  // Weight 1 is the plain slot weighting; weight 0 makes the loss ignore
+  // the selected slots: a wrong prediction there costs nothing.
+  at::Tensor logits = at::randn({2, 3, 5});
+  at::Tensor targets = Long({0, 1, 2, 3, 4, 0}).view({2, 3});
+  EXPECT_NEAR(WeightedSlotLoss(logits, targets, valid,
+                               EditLossWeights(w, selected, valid, 1.0))
+                  .item<double>(),
+              WeightedSlotLoss(logits, targets, valid, w).item<double>(), 1e-6);
+  at::Tensor zero = EditLossWeights(w, selected, valid, 0.0);
+  const double before =
+      WeightedSlotLoss(logits, targets, valid, zero).item<double>();
+  at::Tensor changed = logits.clone();
+  changed[0][0] = at::randn({5}) * 10;  // a selected slot
+  changed[0][2] = at::randn({5}) * 10;
+  EXPECT_NEAR(WeightedSlotLoss(changed, targets, valid, zero).item<double>(),
+              before, 1e-6);
+  changed[0][1] = at::randn({5}) * 10;  // a kept slot
+  EXPECT_GT(
+      std::abs(WeightedSlotLoss(changed, targets, valid, zero).item<double>() -
+               before),
+      1e-4);
+}
+
 TEST(BuildEditInputTest, ThresholdIsInclusive) {
   at::Tensor block = Long({9, 1}).view({1, 2});
   at::Tensor proposal = Long({5}).view({1, 1});

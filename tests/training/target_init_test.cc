@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -337,6 +338,51 @@ TEST_F(TargetInitTest, DrafterTrainsOnRoundAnchors) {
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(refused.status().message(), HasSubstr("--round_anchor_share"));
   EXPECT_FALSE(std::filesystem::exists(root_ + "/rb/model.safetensors"));
+}
+
+// --edit_selected_weight and --edit_truth_share: runs with either train,
+// log what the edit pass did to the guesses it kept, and export; values out
+// of range, or a truth share without ProposalMix, are refused by name
+// before anything is trained.
+TEST_F(TargetInitTest, DrafterEditLossOptions) {
+  ASSERT_NO_FATAL_FAILURE(MakeTargetAndDistill());
+  DrafterTrainingOptions edit = DrafterOptions("ea", 2e-3);
+  edit.edit_selected_weight = 0;
+  edit.edit_truth_share = 0.5;
+  auto trained = RunDrafterTraining(edit);
+  ASSERT_TRUE(trained.ok()) << trained.status();
+  EXPECT_TRUE(TrainableDrafter::Load(root_ + "/ea").ok());
+  auto log = ReadFileToString(root_ + "/ea-work/log.jsonl");
+  ASSERT_TRUE(log.ok());
+  for (absl::string_view line : absl::StrSplit(*log, '\n', absl::SkipEmpty())) {
+    const auto rec = nlohmann::json::parse(line);
+    ASSERT_TRUE(rec.contains("p2_fixed")) << line;  // joint from step 0
+    const double fixed = rec["p2_fixed"].get<double>();
+    const double broke = rec["p2_broke"].get<double>();
+    EXPECT_GE(fixed, 0.0);
+    EXPECT_GE(broke, 0.0);
+    EXPECT_LE(fixed + broke, 1.0);
+    EXPECT_DOUBLE_EQ(rec["eta"].get<double>(), 0.5);  // 1 - share
+  }
+  struct Bad {
+    double selected_weight, truth_share;
+    bool mix;
+    const char* flag;
+  };
+  for (const Bad& bad : {Bad{-1, 0, true, "--edit_selected_weight"},
+                         Bad{std::nan(""), 0, true, "--edit_selected_weight"},
+                         Bad{1, 1.5, true, "--edit_truth_share"},
+                         Bad{1, 0.5, false, "--edit_truth_share"}}) {
+    DrafterTrainingOptions o = DrafterOptions("eb", 2e-3);
+    o.edit_selected_weight = bad.selected_weight;
+    o.edit_truth_share = bad.truth_share;
+    o.proposal_mix = bad.mix;
+    auto refused = RunDrafterTraining(o);
+    ASSERT_FALSE(refused.ok()) << bad.flag;
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(refused.status().message(), HasSubstr(bad.flag));
+    EXPECT_FALSE(std::filesystem::exists(root_ + "/eb/model.safetensors"));
+  }
 }
 
 // The logits of `drafter` for one fixed batch: 2 sequences of 10 context
