@@ -18,9 +18,13 @@
 //                     hand-off between a gRPC thread and the model thread.
 //
 //   dedit-grpc-hops-bench [--calls 2000] [--work_us 600] [--spin_us 500]
+//                         [--transports tcp,unix]
 //
-// Prints one JSON line per shape: the median and p90 round trip in µs, and
-// the median less the work (what the services add per round). The figures
+// Each shape is timed over each transport: loopback TCP (what the services
+// use between pods) and a Unix domain socket (gRPC's "unix:" addresses;
+// services that share a node or a pod can use it). Prints one JSON line per
+// shape and transport: the median and p90 round trip in µs, and the median
+// less the work (what the services add per round). The figures
 // read in bench/README.md ("Where the services' round goes").
 #include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
@@ -33,6 +37,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -51,8 +56,10 @@ ABSL_FLAG(int, spin_us, 500, "the model thread's idle poll in callback_spin");
 ABSL_FLAG(std::string, shapes,
           "callback_inline,callback_handoff,callback_spin,async_poll",
           "server shapes to time, in order");
+ABSL_FLAG(std::string, transports, "tcp,unix",
+          "transports to time each shape over: tcp (loopback), unix");
 ABSL_FLAG(std::string, serve, "", "internal: run the server of this shape");
-ABSL_FLAG(int, port, 0, "internal: the server's port");
+ABSL_FLAG(std::string, address, "", "internal: the server's address");
 
 namespace {
 
@@ -137,11 +144,10 @@ class CallbackTarget final : public Target::CallbackService {
   ModelThread* model_;
 };
 
-[[noreturn]] void Serve(const std::string& shape, int port, int work_us,
-                        int spin_us) {
+[[noreturn]] void Serve(const std::string& shape, const std::string& address,
+                        int work_us, int spin_us) {
   grpc::ServerBuilder builder;
-  builder.AddListeningPort("127.0.0.1:" + std::to_string(port),
-                           grpc::InsecureServerCredentials());
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials());
   if (shape == "async_poll") {
     Target::AsyncService service;
     builder.RegisterService(&service);
@@ -196,12 +202,42 @@ int FreePort() {
   return port;
 }
 
-nlohmann::json TimeShape(const std::string& shape, int calls, int work_us,
-                         int spin_us) {
-  const int port = FreePort();
+// Splits a comma-separated flag value, dropping empty items.
+std::vector<std::string> SplitList(const std::string& list) {
+  std::vector<std::string> items;
+  size_t begin = 0;
+  while (begin <= list.size()) {
+    size_t end = list.find(',', begin);
+    if (end == std::string::npos) end = list.size();
+    if (end > begin) items.push_back(list.substr(begin, end - begin));
+    begin = end + 1;
+  }
+  return items;
+}
+
+nlohmann::json TimeShape(const std::string& shape, const std::string& transport,
+                         int calls, int work_us, int spin_us) {
+  std::string address;
+  std::string socket_dir;
+  if (transport == "tcp") {
+    address = "127.0.0.1:" + std::to_string(FreePort());
+  } else if (transport == "unix") {
+    char dir[] = "/tmp/dedit-hops-XXXXXX";
+    if (mkdtemp(dir) == nullptr) {
+      return {{"shape", shape},
+              {"transport", transport},
+              {"error", "mkdtemp failed"}};
+    }
+    socket_dir = dir;
+    address = "unix:" + socket_dir + "/grpc.sock";
+  } else {
+    return {{"shape", shape},
+            {"transport", transport},
+            {"error", "unknown transport (tcp or unix)"}};
+  }
   const std::string self = "/proc/self/exe";
   std::vector<std::string> args = {"dedit-grpc-hops-bench", "--serve=" + shape,
-                                   "--port=" + std::to_string(port),
+                                   "--address=" + address,
                                    "--work_us=" + std::to_string(work_us),
                                    "--spin_us=" + std::to_string(spin_us)};
   std::vector<char*> argv;
@@ -212,10 +248,11 @@ nlohmann::json TimeShape(const std::string& shape, int calls, int work_us,
       0) {
     return {{"shape", shape}, {"error", "spawn failed"}};
   }
-  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
-                                     grpc::InsecureChannelCredentials());
+  auto channel =
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
   std::unique_ptr<Target::Stub> stub = Target::NewStub(channel);
-  nlohmann::json out = {{"shape", shape}, {"work_us", work_us}};
+  nlohmann::json out = {
+      {"shape", shape}, {"transport", transport}, {"work_us", work_us}};
   if (!channel->WaitForConnected(std::chrono::system_clock::now() +
                                  std::chrono::seconds(10))) {
     out["error"] = "server did not start";
@@ -248,6 +285,10 @@ nlohmann::json TimeShape(const std::string& shape, int calls, int work_us,
   }
   kill(pid, SIGKILL);
   waitpid(pid, nullptr, 0);
+  if (!socket_dir.empty()) {
+    unlink((socket_dir + "/grpc.sock").c_str());
+    rmdir(socket_dir.c_str());
+  }
   return out;
 }
 
@@ -258,23 +299,21 @@ int main(int argc, char** argv) {
   const int work_us = absl::GetFlag(FLAGS_work_us);
   const int spin_us = absl::GetFlag(FLAGS_spin_us);
   if (!absl::GetFlag(FLAGS_serve).empty()) {
-    Serve(absl::GetFlag(FLAGS_serve), absl::GetFlag(FLAGS_port), work_us,
+    Serve(absl::GetFlag(FLAGS_serve), absl::GetFlag(FLAGS_address), work_us,
           spin_us);
   }
-  std::string shapes = absl::GetFlag(FLAGS_shapes);
-  size_t begin = 0;
-  while (begin <= shapes.size()) {
-    size_t end = shapes.find(',', begin);
-    if (end == std::string::npos) end = shapes.size();
-    const std::string shape = shapes.substr(begin, end - begin);
-    if (!shape.empty()) {
+  // Transports alternate within each shape, so that a slow spell of the
+  // machine falls on both.
+  for (const std::string& shape : SplitList(absl::GetFlag(FLAGS_shapes))) {
+    for (const std::string& transport :
+         SplitList(absl::GetFlag(FLAGS_transports))) {
       std::printf("%s\n",
-                  TimeShape(shape, absl::GetFlag(FLAGS_calls), work_us, spin_us)
+                  TimeShape(shape, transport, absl::GetFlag(FLAGS_calls),
+                            work_us, spin_us)
                       .dump()
                       .c_str());
       std::fflush(stdout);
     }
-    begin = end + 1;
   }
   return 0;
 }
