@@ -48,6 +48,8 @@ ABSL_FLAG(int, max_tokens, 64, "new tokens per sequence");
 ABSL_FLAG(int, context, 64, "cached tokens before the timed forwards");
 ABSL_FLAG(int, reps, 30, "repetitions of each timed forward");
 ABSL_FLAG(std::string, method, "model", "speculative method: model or ngram");
+ABSL_FLAG(int, batch_decode, 16,
+          "sequences in the timed batched decode forward (0 or 1: none)");
 ABSL_FLAG(bool, print_ops, false,
           "print the top-level ATen ops of one decode forward and one drafter "
           "pass to stderr");
@@ -198,6 +200,35 @@ int Main() {
   const OpCounts decode_ops = CountOps(counter, [&] { forward(1); });
   const double decode_ms = MedianMs(reps, [&] { forward(1); });
   const double verify_ms = MedianMs(reps, [&] { forward(W); });
+  // One decode forward of `batch` sequences at `ctx` cached tokens each,
+  // one token each: the model's share of a batched target-only step,
+  // without the engine around it.
+  const int batch = absl::GetFlag(FLAGS_batch_decode);
+  double batch_decode_ms = 0;
+  if (batch > 1) {
+    std::vector<TargetSegment> prefills;
+    for (int b = 1; b < batch; ++b) {
+      Check(target.AddSequence(seq + b), "add");
+      prefills.push_back(
+          {seq + b, RandomIds(rng, ctx, c.vocab_size), 0, {ctx - 1}});
+    }
+    Check(target.Forward(prefills).status(), "prefill");
+    auto batch_forward = [&] {
+      std::vector<TargetSegment> steps;
+      for (int b = 0; b < batch; ++b) {
+        steps.push_back({seq + b, RandomIds(rng, 1, c.vocab_size), ctx, {0}});
+      }
+      Check(target.Forward(steps).status(), "batch forward");
+      for (int b = 0; b < batch; ++b) {
+        Check(target.Truncate(seq + b, ctx), "truncate");
+      }
+    };
+    batch_forward();  // warm-up
+    batch_decode_ms = MedianMs(reps, batch_forward);
+    for (int b = 1; b < batch; ++b) {
+      Check(target.RemoveSequence(seq + b), "remove");
+    }
+  }
   nlohmann::json ops = {{"what", "ops"},
                         {"target_layers", c.num_hidden_layers},
                         {"target_decode_ops_all", decode_ops.all},
@@ -210,6 +241,12 @@ int Main() {
                            {"verify_ms", verify_ms},
                            {"window", W},
                            {"verify_over_decode", verify_ms / decode_ms}};
+  if (batch > 1) {
+    timing["batch_decode"] = batch;
+    timing["batch_decode_ms"] = batch_decode_ms;
+    // Tokens per second of the batched forward over one sequence's.
+    timing["batch_decode_scaling"] = batch * decode_ms / batch_decode_ms;
+  }
   if (drafter != nullptr) {
     Check(drafter->AddSequence(seq), "drafter add");
     at::Tensor features = at::randn({ctx, drafter->feature_width()});

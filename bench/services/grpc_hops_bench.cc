@@ -16,6 +16,13 @@
 //   async_poll        the model thread itself takes calls from an async
 //                     service's completion queue, works and Finishes: no
 //                     hand-off between a gRPC thread and the model thread.
+//   stream_inline,    the same messages on one long-lived bidirectional
+//   stream_handoff,   stream (hops_bench.proto), one request and one
+//   stream_spin       response per round: the reactor works and writes on
+//                     the gRPC thread, or hands each request to the model
+//                     thread (sleeping, or polling --spin_us), which works
+//                     and starts the write. No call is set up per round:
+//                     no headers, trailers or call objects.
 //
 //   dedit-grpc-hops-bench [--calls 2000] [--work_us 600] [--spin_us 500]
 //                         [--transports tcp,unix]
@@ -39,6 +46,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -49,12 +57,14 @@
 #include "absl/synchronization/mutex.h"
 #include "base/spin_wait.h"
 #include "dedit/v1/services.grpc.pb.h"
+#include "hops_bench.grpc.pb.h"
 
 ABSL_FLAG(int, calls, 2000, "timed calls per shape (after 100 untimed)");
 ABSL_FLAG(int, work_us, 600, "busy work per call, µs (a forward)");
 ABSL_FLAG(int, spin_us, 500, "the model thread's idle poll in callback_spin");
 ABSL_FLAG(std::string, shapes,
-          "callback_inline,callback_handoff,callback_spin,async_poll",
+          "callback_inline,callback_handoff,callback_spin,async_poll,"
+          "stream_inline,stream_handoff,stream_spin",
           "server shapes to time, in order");
 ABSL_FLAG(std::string, transports, "tcp,unix",
           "transports to time each shape over: tcp (loopback), unix");
@@ -64,6 +74,7 @@ ABSL_FLAG(std::string, address, "", "internal: the server's address");
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using dedit::bench::HopsBench;
 using dedit::v1::StepRequest;
 using dedit::v1::StepResponse;
 using dedit::v1::Target;
@@ -79,23 +90,21 @@ void Answer(StepResponse* response) {
 }
 
 // The model thread of the hand-off shapes: takes queued calls, works and
-// finishes them, sleeping (after an optional poll) while there are none.
+// answers them (`answer` fills the response and finishes or writes it),
+// sleeping (after an optional poll) while there are none.
 class ModelThread {
  public:
   ModelThread(int work_us, int spin_us)
       : work_us_(work_us), spin_(absl::Microseconds(spin_us)) {
     thread_ = std::thread([this] { Run(); });
   }
-  void Queue(grpc::ServerUnaryReactor* reactor, StepResponse* response) {
+  void Queue(std::function<void()> answer) {
     absl::MutexLock lock(&mu_);
-    queue_.push_back({reactor, response});
+    queue_.push_back(std::move(answer));
   }
 
  private:
-  struct Call {
-    grpc::ServerUnaryReactor* reactor;
-    StepResponse* response;
-  };
+  using Call = std::function<void()>;
   void Run() {
     for (;;) {
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -110,8 +119,7 @@ class ModelThread {
         queue_.pop_front();
       }
       Work(work_us_);
-      Answer(call.response);
-      call.reactor->Finish(grpc::Status::OK);
+      call();
     }
   }
   const int work_us_;
@@ -130,7 +138,10 @@ class CallbackTarget final : public Target::CallbackService {
                                  StepResponse* response) override {
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
     if (model_ != nullptr) {
-      model_->Queue(reactor, response);
+      model_->Queue([reactor, response] {
+        Answer(response);
+        reactor->Finish(grpc::Status::OK);
+      });
     } else {
       Work(work_us_);
       Answer(response);
@@ -140,6 +151,61 @@ class CallbackTarget final : public Target::CallbackService {
   }
 
  private:
+  const int work_us_;
+  ModelThread* model_;
+};
+
+// One bidirectional stream per client: read a request, work (inline or on
+// the model thread), write the response, read the next.
+class StreamTarget final : public HopsBench::CallbackService {
+ public:
+  StreamTarget(int work_us, ModelThread* model)
+      : work_us_(work_us), model_(model) {}
+  grpc::ServerBidiReactor<StepRequest, StepResponse>* StepStream(
+      grpc::CallbackServerContext*) override {
+    return new Reactor(work_us_, model_);
+  }
+
+ private:
+  class Reactor final
+      : public grpc::ServerBidiReactor<StepRequest, StepResponse> {
+   public:
+    Reactor(int work_us, ModelThread* model)
+        : work_us_(work_us), model_(model) {
+      StartRead(&request_);
+    }
+    void OnReadDone(bool ok) override {
+      if (!ok) {
+        Finish(grpc::Status::OK);
+        return;
+      }
+      response_.Clear();
+      if (model_ != nullptr) {
+        model_->Queue([this] {
+          Answer(&response_);
+          StartWrite(&response_);
+        });
+      } else {
+        Work(work_us_);
+        Answer(&response_);
+        StartWrite(&response_);
+      }
+    }
+    void OnWriteDone(bool ok) override {
+      if (!ok) {
+        Finish(grpc::Status::OK);
+        return;
+      }
+      StartRead(&request_);
+    }
+    void OnDone() override { delete this; }
+
+   private:
+    const int work_us_;
+    ModelThread* const model_;
+    StepRequest request_;
+    StepResponse response_;
+  };
   const int work_us_;
   ModelThread* model_;
 };
@@ -173,12 +239,15 @@ class CallbackTarget final : public Target::CallbackService {
     }
   }
   std::unique_ptr<ModelThread> model;
-  if (shape != "callback_inline") {
+  if (shape != "callback_inline" && shape != "stream_inline") {
     model = std::make_unique<ModelThread>(
-        work_us, shape == "callback_spin" ? spin_us : 0);
+        work_us,
+        shape == "callback_spin" || shape == "stream_spin" ? spin_us : 0);
   }
   CallbackTarget service(work_us, model.get());
+  StreamTarget stream_service(work_us, model.get());
   builder.RegisterService(&service);
+  builder.RegisterService(&stream_service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   server->Wait();
   std::_Exit(0);
@@ -260,11 +329,24 @@ nlohmann::json TimeShape(const std::string& shape, const std::string& transport,
     StepRequest request;
     request.mutable_verify()->add_items()->set_sequence(1);
     std::vector<double> us;
+    // The streamed shapes: one stream for all the calls, opened untimed.
+    const bool streamed = shape.rfind("stream_", 0) == 0;
+    std::unique_ptr<HopsBench::Stub> stream_stub = HopsBench::NewStub(channel);
+    grpc::ClientContext stream_context;
+    std::unique_ptr<grpc::ClientReaderWriter<StepRequest, StepResponse>> stream;
+    if (streamed) stream = stream_stub->StepStream(&stream_context);
     for (int i = 0; i < calls + 100; ++i) {
       grpc::ClientContext context;
       StepResponse response;
       const auto t0 = Clock::now();
-      const grpc::Status status = stub->Step(&context, request, &response);
+      grpc::Status status;
+      if (streamed) {
+        if (!stream->Write(request) || !stream->Read(&response)) {
+          status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream broke");
+        }
+      } else {
+        status = stub->Step(&context, request, &response);
+      }
       const auto t1 = Clock::now();
       if (!status.ok()) {
         out["error"] = status.error_message();
@@ -281,6 +363,10 @@ nlohmann::json TimeShape(const std::string& shape, const std::string& transport,
       out["median_us"] = median;
       out["p90_us"] = us[us.size() * 9 / 10];
       out["added_us"] = median - work_us;
+    }
+    if (stream != nullptr) {
+      stream->WritesDone();
+      stream->Finish();
     }
   }
   kill(pid, SIGKILL);
