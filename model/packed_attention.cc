@@ -121,6 +121,18 @@ PackedAttention::Group PackedAttention::MakeGroup(
     }
   }
   g.any_blocked = std::find(blocked.begin(), blocked.end(), 1) != blocked.end();
+  // The first key column any row blocks: the columns before it are never
+  // masked, so the matmul path fills only [mask_from, max_k). A verify or
+  // prefill block blocks only the causal triangle over its own keys, not
+  // the context's (a 16-token verify at 300 cached tokens: 15 columns of
+  // 316, where a fill of the whole score tensor cost as much as the scores
+  // product; bench/README.md).
+  g.mask_from = g.max_k;
+  for (int64_t r = 0; r < rows; ++r) {
+    const auto row = blocked.begin() + r * g.max_k;
+    g.mask_from =
+        std::min<int64_t>(g.mask_from, std::find(row, row + g.max_k, 1) - row);
+  }
   const c10::Device dev = pool.keys(0).device();
   auto long_opts = at::TensorOptions().dtype(at::kLong);
   g.q_index = at::tensor(q_index, long_opts).to(dev);
@@ -128,6 +140,10 @@ PackedAttention::Group PackedAttention::MakeGroup(
   g.blocked = at::tensor(blocked, at::TensorOptions().dtype(at::kByte))
                   .to(dev, at::kBool)
                   .view({g.num_slots, 1, 1, g.max_q, g.max_k});
+  g.blocked_tail = g.mask_from == 0
+                       ? g.blocked
+                       : g.blocked.narrow(4, g.mask_from, g.max_k - g.mask_from)
+                             .contiguous();
   const int64_t per_query = g.num_slots * heads_ * g.max_k;
   g.query_chunk =
       std::clamp<int64_t>(max_score_elements / per_query, 1, g.max_q);
@@ -167,11 +183,14 @@ at::Tensor PackedAttention::RunGroup(const Group& g, const at::Tensor& q,
                                                   {slab * hd, 1, hd}, offset);
   at::Tensor values = pool.values(layer).as_strided({bk, g.max_k, hd},
                                                     {slab * hd, hd, 1}, offset);
+  // `blocked`: a query chunk of g.blocked_tail, the mask of the key
+  // columns [mask_from, max_k).
   auto attend = [&](const at::Tensor& qs, const at::Tensor& blocked) {
     at::Tensor scores = at::bmm(qs, keys_t);  // [bk, rows, max_k]
     if (scores.scalar_type() != at::kFloat) scores = scores.to(at::kFloat);
     if (blocked.defined()) {
       scores.view({g.num_slots, kv_heads_, group, -1, g.max_k})
+          .narrow(4, g.mask_from, g.max_k - g.mask_from)
           .masked_fill_(blocked, -std::numeric_limits<float>::infinity());
     }
     at::Tensor probs = at::softmax(scores, -1);
@@ -183,7 +202,7 @@ at::Tensor PackedAttention::RunGroup(const Group& g, const at::Tensor& q,
   if (g.identity_layout && g.max_q == 1) {
     // Decode: one query per slot, heads in kv-major order already.
     at::Tensor out = attend(q.reshape({bk, group, hd}),
-                            g.any_blocked ? g.blocked : at::Tensor());
+                            g.any_blocked ? g.blocked_tail : at::Tensor());
     return out.view({n, heads_ * hd});
   }
   // [slots, max_q, kv, group, hd] → [slots, kv, group, max_q, hd]: query head
@@ -216,7 +235,8 @@ at::Tensor PackedAttention::RunGroup(const Group& g, const at::Tensor& q,
                         .reshape({bk, group * qc, hd});
     at::Tensor blocked;
     if (g.any_blocked) {
-      blocked = qc == g.max_q ? g.blocked : g.blocked.narrow(3, c0, qc);
+      blocked =
+          qc == g.max_q ? g.blocked_tail : g.blocked_tail.narrow(3, c0, qc);
     }
     chunks.push_back(
         attend(qs, blocked).view({g.num_slots, kv_heads_, group, qc, hd}));

@@ -74,6 +74,10 @@ class PackedAttention {
     at::Tensor q_index;    // [slots * max_q] packed row of each padded row
     at::Tensor out_index;  // [tokens] padded row of each of its tokens
     at::Tensor blocked;    // [slots, 1, 1, max_q, max_k] bool
+    // No row blocks a key column before mask_from; blocked_tail is
+    // blocked's columns [mask_from, max_k) (what the matmul path fills).
+    int64_t mask_from = 0;
+    at::Tensor blocked_tail;
     // Padded layout == packed layout (every slot in range has a segment of
     // max_q tokens, in slot and packed order, and this is the only group):
     // no gathers. Nothing blocked (one decode token over its whole slab):

@@ -207,7 +207,12 @@ TEST(PackedAttentionTest, EqualsPerSequenceReference) {
       {{1, 0, 1, true}, {2, 17, 1, true}, {3, 5, 1, true}},
       {{5, 12, 1, true}},
       // A long prefill chunk beside decode steps: two length groups.
-      {{1, 0, 1, true}, {4, 3, 25, true}, {2, 17, 1, true}, {3, 5, 1, true}}};
+      {{1, 0, 1, true}, {4, 3, 25, true}, {2, 17, 1, true}, {3, 5, 1, true}},
+      // A verify block alone, and one beside a bidirectional drafter
+      // block: no row blocks the context's keys, so only the columns from
+      // the first blocked one on are masked.
+      {{5, 12, 7, true}},
+      {{3, 5, 6, false}, {5, 12, 6, true}}};
   for (const std::vector<Case>& batch : batches) {
     for (const int64_t budget : {int64_t{64} << 20, int64_t{200}}) {
       std::vector<AttentionSegment> segs;
