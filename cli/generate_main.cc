@@ -26,6 +26,7 @@
 #include "base/file_util.h"
 #include "base/status.h"
 #include "cli/command_flags.h"
+#include "model/cpu_product_pool.h"
 #include "model/cpu_threads.h"
 #include "model/in_process.h"
 #include "nlohmann/json.hpp"
@@ -75,6 +76,9 @@ ABSL_FLAG(int, batch, 1, "prompts decoded concurrently in --json mode");
 ABSL_FLAG(std::string, device, "cpu", "cpu, cuda, cuda:N");
 ABSL_FLAG(std::string, dtype, "float32", "compute dtype: float32 or bfloat16");
 ABSL_FLAG(int, threads, 2, "CPU threads for libtorch");
+ABSL_FLAG(int, product_threads, 1,
+          "threads per model thread for products of 2-32 rows (1 = the model "
+          "thread alone; model/cpu_product_pool.h)");
 
 namespace dedit {
 namespace {
@@ -270,6 +274,13 @@ void PrintHuman(const GenerationResult& r) {
 
 int Run() {
   SetCpuThreads(absl::GetFlag(FLAGS_threads));
+  if (const absl::Status s =
+          SetCpuProductThreadsFlag(absl::GetFlag(FLAGS_product_threads));
+      !s.ok()) {
+    std::fprintf(stderr, "dedit-generate: %s\n",
+                 std::string(s.message()).c_str());
+    return 2;
+  }
   InProcessStack::Options o;
   o.target_dir = absl::GetFlag(FLAGS_target);
   // The n-gram method needs no drafter; loading one would only add the
@@ -433,7 +444,8 @@ int main(int argc, char** argv) {
        "batch",
        "device",
        "dtype",
-       "threads"}};
+       "threads",
+       "product_threads"}};
   if (std::optional<int> exit = dedit::ParseCommandFlags(
           command, argv[0], std::vector<std::string>(argv + 1, argv + argc))) {
     return *exit;

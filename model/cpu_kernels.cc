@@ -7,6 +7,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+
+#include "model/cpu_product_pool.h"
 
 namespace dedit {
 namespace {
@@ -174,25 +177,69 @@ at::Tensor ByColumnBlocks(const at::Tensor& x, const at::Tensor& w,
   return out;
 }
 
+// The calling thread's product pool when x @ w is a few-row product it
+// takes (model/cpu_product_pool.h), else null.
+CpuProductPool* PoolFor(const at::Tensor& x, const at::Tensor& w) {
+  // One row (a decode step of one sequence) is left alone: its products
+  // take a few microseconds each, and handing half of each to a helper
+  // made a decode step ~19% slower (bench/README.md).
+  constexpr int64_t kMinRows = 2, kMaxRows = 32, kMinColumns = 16;
+  if (CpuProductThreads() <= 1 || x.dim() != 2 || w.dim() != 2 ||
+      x.size(0) < kMinRows || x.size(0) > kMaxRows ||
+      w.size(1) < 2 * kMinColumns || !CpuKernelsApply(x) ||
+      !CpuKernelsApply(w)) {
+    return nullptr;
+  }
+  return CpuProductPool::ForThisThread();
+}
+
+// Like ByColumnBlocks, with the columns dealt into one range of whole
+// 16-column groups per pool thread; each range runs in blocks of at most
+// CpuMmColumnBlock's size, so every block stays on the small kernel.
+template <typename One>
+at::Tensor ByColumnRanges(CpuProductPool* pool, const at::Tensor& x,
+                          const at::Tensor& w, One one) {
+  const int64_t n = w.size(1);
+  const int64_t block = CpuMmColumnBlock(x.size(0), x.size(1), n);
+  const int parts = pool->threads();
+  const int64_t range = ((n + parts - 1) / parts + 15) / 16 * 16;
+  at::Tensor out = at::empty({x.size(0), n}, x.options());
+  pool->Run(parts, [&](int part) {
+    const int64_t end = std::min(n, (part + 1) * range);
+    for (int64_t j = part * range; j < end; j += block) {
+      const int64_t b = std::min(block, end - j);
+      one(out.narrow(1, j, b), j, b);
+    }
+  });
+  return out;
+}
+
 }  // namespace
 
 at::Tensor CpuMm(const at::Tensor& x, const at::Tensor& w) {
+  auto one = [&](at::Tensor out, int64_t j, int64_t b) {
+    at::mm_out(out, x, w.narrow(1, j, b));
+  };
+  if (CpuProductPool* pool = PoolFor(x, w)) {
+    return ByColumnRanges(pool, x, w, one);
+  }
   const int64_t block = SplitBlock(x, w);
   if (block == 0) return at::mm(x, w);
-  return ByColumnBlocks(x, w, block, [&](at::Tensor out, int64_t j, int64_t b) {
-    at::mm_out(out, x, w.narrow(1, j, b));
-  });
+  return ByColumnBlocks(x, w, block, one);
 }
 
 at::Tensor CpuAddmm(const at::Tensor& bias, const at::Tensor& x,
                     const at::Tensor& w) {
-  const int64_t block = SplitBlock(x, w);
-  if (block == 0 || !bias.sizes().equals({x.size(0), w.size(1)})) {
-    return at::addmm(bias, x, w);
-  }
-  return ByColumnBlocks(x, w, block, [&](at::Tensor out, int64_t j, int64_t b) {
+  const bool full_bias = bias.sizes().equals({x.size(0), w.size(1)});
+  auto one = [&](at::Tensor out, int64_t j, int64_t b) {
     at::addmm_out(out, bias.narrow(1, j, b), x, w.narrow(1, j, b));
-  });
+  };
+  if (CpuProductPool* pool = full_bias ? PoolFor(x, w) : nullptr) {
+    return ByColumnRanges(pool, x, w, one);
+  }
+  const int64_t block = SplitBlock(x, w);
+  if (block == 0 || !full_bias) return at::addmm(bias, x, w);
+  return ByColumnBlocks(x, w, block, one);
 }
 
 }  // namespace dedit

@@ -15,6 +15,9 @@ namespace dedit {
 // Sets libtorch's intra-op threads to `threads` (threads <= 0 keeps
 // libtorch's default) and, when the process's BLAS is OpenBLAS, its thread
 // count to the same number; other BLAS libraries are left as they are.
+// The few-row products' own threads are set apart (SetCpuProductThreads,
+// model/cpu_product_pool.h): more intra-op and BLAS threads made a verify
+// slower on a small CPU (bench/README.md).
 void SetCpuThreads(int threads);
 
 // What a model thread sets first and keeps for its life (docs/ARCHITECTURE.md

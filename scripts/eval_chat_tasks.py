@@ -18,7 +18,8 @@ target-only one token for token, scores the answers
       [--router HOST:PORT --stubs build/proto/python]
 
 --configs replaces --methods with named configurations, each
-NAME=METHOD[:w=W][:k=K][:causal][:drafter=DIR][:min=N][:short=X][:conf=C],
+NAME=METHOD[:w=W][:k=K][:causal][:drafter=DIR][:min=N][:short=X][:conf=C]
+[:pt=N],
 e.g.
   --configs ar=ar,ngram=ngram:w=16,k1=model:w=16:k=1,causal3=model:k=3:causal
 METHOD is ar, ngram, model or hybrid (per round, prompt lookup when the
@@ -27,6 +28,8 @@ model's rounds accept under X tokens, default 0.5, else the model; `min`
 and `short` are in-process only, the router has flags for them). `conf`
 (model and hybrid, in-process only; the router's --min_draft_confidence)
 cuts the model's drafts before their first slot less confident than C.
+`pt` (in-process only) is dedit-generate's --product_threads (default
+--product-threads, 1).
 so that one run holds a whole table (the baseline is the config named ar,
 else the first). Each configuration's report also has the acceptance per
 draft position and the edit outcomes (extended / unchanged / shortened)
@@ -76,6 +79,9 @@ def main():
     ap.add_argument("--passes", type=int, default=0)
     ap.add_argument("--max_tokens", type=int, default=448)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--product-threads", type=int, default=1,
+                    help="dedit-generate --product_threads for every "
+                         "configuration without pt=N")
     ap.add_argument("--limit", type=int, default=0,
                     help="first N instances per family (0 = all)")
     ap.add_argument("--interleave", type=int, default=5,
@@ -212,7 +218,8 @@ def main():
 def generate_rows(a, gen, c, lines):
     """dedit-generate --json rows for the prompt lines under config c."""
     cmd = [gen, "--target", a.target, "--json", "--threads",
-           str(a.threads), "--max_tokens", str(a.max_tokens)]
+           str(a.threads), "--max_tokens", str(a.max_tokens),
+           "--product_threads", str(c["pt"])]
     if c["method"] == "ar":
         cmd += ["--ar"]
     elif c["method"] == "ngram":
@@ -242,10 +249,10 @@ def parse_configs(a):
             parts = spec.split(":")
             c = {"method": parts[0], "w": a.window, "k": a.passes,
                  "causal": False, "drafter": a.drafter, "min": 3,
-                 "short": 0.5, "conf": 0.0}
+                 "short": 0.5, "conf": 0.0, "pt": a.product_threads}
             for opt in parts[1:]:
                 key, _, value = opt.partition("=")
-                if key in ("w", "k", "min"):
+                if key in ("w", "k", "min", "pt"):
                     c[key] = int(value)
                 elif key in ("short", "conf"):
                     c[key] = float(value)
@@ -261,7 +268,8 @@ def parse_configs(a):
         for method in a.methods.split(","):
             configs[method] = {"method": method, "w": a.window, "k": a.passes,
                                "causal": False, "drafter": a.drafter,
-                               "min": 3, "short": 0.5, "conf": 0.0}
+                               "min": 3, "short": 0.5, "conf": 0.0,
+                               "pt": a.product_threads}
     for name, c in configs.items():
         if c["method"] not in ("ar", "ngram", "model", "hybrid"):
             sys.exit(f"eval_chat_tasks.py: {name}: unknown method "

@@ -32,12 +32,16 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "model/cpu_product_pool.h"
 #include "model/cpu_threads.h"
 #include "model/in_process.h"
 
 ABSL_FLAG(std::string, target, "", "target model folder");
 ABSL_FLAG(std::string, drafter, "", "drafter model folder (optional)");
 ABSL_FLAG(int, threads, 1, "libtorch threads");
+ABSL_FLAG(int, product_threads, 1,
+          "threads per model thread for products of 2-32 rows (1 = the model "
+          "thread alone; model/cpu_product_pool.h)");
 ABSL_FLAG(std::string, device, "cpu", "cpu, cuda or cuda:N");
 ABSL_FLAG(std::string, dtype, "float32", "float32, bfloat16 or float16");
 ABSL_FLAG(int, window, 16, "W for verify and speculative runs");
@@ -165,6 +169,8 @@ void Check(const absl::Status& s, const char* what) {
 
 int Main() {
   SetCpuThreads(absl::GetFlag(FLAGS_threads));
+  Check(SetCpuProductThreadsFlag(absl::GetFlag(FLAGS_product_threads)),
+        "flags");
   InProcessStack::Options o;
   o.target_dir = absl::GetFlag(FLAGS_target);
   o.drafter_dir = absl::GetFlag(FLAGS_drafter);

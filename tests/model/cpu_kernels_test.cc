@@ -7,7 +7,14 @@
 #include <ATen/core/grad_mode.h>
 #include <c10/core/InferenceMode.h>
 
+#include <atomic>
+#include <chrono>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
 #include "gtest/gtest.h"
+#include "model/cpu_product_pool.h"
 #include "model/tiny_model.h"
 #include "model/transformer_ops.h"
 
@@ -141,6 +148,55 @@ TEST(CpuKernels, SplitProductsMatchOneProduct) {
   EXPECT_LT(RelativeError(CpuAddmm(row, x, wc), at::addmm(row, x, wc)), 1e-6);
   EXPECT_EQ(CpuMm(x.to(at::kBFloat16), wc.to(at::kBFloat16)).scalar_type(),
             at::kBFloat16);
+}
+
+// With --threads 2 the few-row products are split across the model
+// thread's helper: the same products, by column ranges.
+TEST(CpuKernels, ProductsSplitAcrossThreadsMatchOneProduct) {
+  c10::InferenceMode inference;
+  SetCpuProductThreads(2);
+  ASSERT_NE(CpuProductPool::ForThisThread(), nullptr);
+  for (int64_t m : {1, 7, 16, 32, 40}) {
+    for (int64_t n : {2048, 1000, 96, 16}) {
+      const at::Tensor x = at::randn({m, 128});
+      const at::Tensor w = at::randn({128, n}) * 0.1;
+      const at::Tensor bias = at::randn({m, n});
+      EXPECT_LT(RelativeError(CpuMm(x, w), at::mm(x, w)), 1e-6)
+          << m << "x" << n;
+      EXPECT_LT(RelativeError(CpuAddmm(bias, x, w), at::addmm(bias, x, w)),
+                1e-6)
+          << m << "x" << n;
+    }
+  }
+  SetCpuProductThreads(1);
+  EXPECT_EQ(CpuProductPool::ForThisThread(), nullptr);
+}
+
+// Every part runs exactly once, whether the helpers are polling or asleep
+// (a pause past their poll), over many calls; a part's exception reaches
+// the caller and the pool keeps working.
+TEST(CpuProductPoolTest, RunsEveryPartOnceAndRethrows) {
+  CpuProductPool pool(/*helpers=*/2);
+  EXPECT_EQ(pool.threads(), 3);
+  for (int call = 0; call < 400; ++call) {
+    const int parts = 1 + call % 7;
+    std::vector<std::atomic<int>> runs(parts);
+    pool.Run(parts, [&](int part) { runs[part].fetch_add(1); });
+    for (int p = 0; p < parts; ++p) {
+      ASSERT_EQ(runs[p].load(), 1) << "call " << call << " part " << p;
+    }
+    if (call % 50 == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  }
+  EXPECT_THROW(pool.Run(4,
+                        [](int part) {
+                          if (part == 2) throw std::runtime_error("part 2");
+                        }),
+               std::runtime_error);
+  std::atomic<int> after{0};
+  pool.Run(3, [&](int) { after.fetch_add(1); });
+  EXPECT_EQ(after.load(), 3);
 }
 
 TEST(CpuKernels, DecoderLayerAtInferenceMatchesTheTrainersComposition) {
