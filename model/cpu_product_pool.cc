@@ -108,6 +108,7 @@ void CpuProductPool::HelperLoop() {
 }
 
 void CpuProductPool::Run(int parts, const std::function<void(int)>& part) {
+  runs_.fetch_add(1);
   Job job;
   job.part = &part;
   job.parts = parts;

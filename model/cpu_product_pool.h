@@ -60,6 +60,8 @@ class CpuProductPool {
   CpuProductPool& operator=(const CpuProductPool&) = delete;
 
   int threads() const { return static_cast<int>(helpers_.size()) + 1; }
+  // Calls to Run so far.
+  int64_t runs() const { return runs_.load(); }
 
   // Runs part(0) .. part(parts - 1), each once, on this thread and the
   // helpers; returns when all have returned. An exception from a part is
@@ -87,6 +89,7 @@ class CpuProductPool {
   std::atomic<int> active_{0};
   std::atomic<bool> stop_{false};
   std::atomic<int> sleepers_{0};
+  std::atomic<int64_t> runs_{0};
   absl::Mutex mu_;
   absl::CondVar wake_;
 };

@@ -10,9 +10,11 @@
 #include <set>
 #include <string>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/cpu_product_pool.h"
 #include "model/local_backends.h"
 #include "tests/model/test_util.h"
 
@@ -153,6 +155,32 @@ TEST_F(EngineTest, LosslessForEveryWindowAndPassCount) {
       EXPECT_EQ(pair_->drafter->num_sequences(), 0u);
     }
   }
+}
+
+// With the few-row products split across helper threads (--product_threads
+// 2, model/cpu_product_pool.h) the rounds stay lossless: verify and drafter
+// blocks take the split path, the greedy reference is one-row decoding.
+TEST_F(EngineTest, LosslessWithProductThreads) {
+  const std::vector<std::vector<int32_t>> prompts = {RandomPrompt(5, 128, 11),
+                                                     RandomPrompt(40, 128, 12),
+                                                     RandomPrompt(17, 128, 13)};
+  const int kNew = 32;
+  const std::vector<std::vector<int32_t>> reference = References(prompts, kNew);
+  SetCpuProductThreads(2);
+  absl::Cleanup off = [] { SetCpuProductThreads(1); };
+  LocalDrafter drafter(pair_->drafter.get());
+  LocalVerifier verifier(pair_->target.get(), &drafter);
+  SpeculativeEngine engine(&verifier, &drafter, EngineOptions(spec_));
+  for (int w : {4, 16}) {
+    std::vector<GenerationRequest> reqs = Requests(prompts, kNew, w);
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      reqs[i].passes = 1 + static_cast<int>(i) % 3;
+    }
+    GenerateLossless(engine, reqs, reference, absl::StrCat("W=", w));
+  }
+  // The split path ran (this thread's pool took products).
+  ASSERT_NE(CpuProductPool::ForThisThread(), nullptr);
+  EXPECT_GT(CpuProductPool::ForThisThread()->runs(), 0);
 }
 
 // Drafts cut at their first unconfident slot (min_draft_confidence), with
