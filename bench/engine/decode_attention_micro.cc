@@ -5,7 +5,7 @@
 // whether the engine should carry its own attention kernel; it should not,
 // see bench/README.md, "A batched decode forward"):
 //
-//   clang++-14 -O2 -std=gnu++17 -D_GLIBCXX_USE_CXX11_ABI=1 \
+//   clang++-14 -O2 -std=gnu++17 -D_GLIBCXX_USE_CXX11_ABI=1 -I. \
 //     -isystem /usr/include/torch/csrc/api/include \
 //     bench/engine/decode_attention_micro.cc -o /tmp/att \
 //     -ltorch -ltorch_cpu -lc10 && /tmp/att
@@ -21,20 +21,12 @@
 #include <cmath>
 #include <cstdio>
 #include <vector>
-using Clock = std::chrono::steady_clock;
+
+#include "bench/engine/micro_timing.h"
+
 template <class F>
 double Us(F f, int n = 2000) {
-  for (int i = 0; i < 100; ++i) f();
-  std::vector<double> v;
-  for (int r = 0; r < 7; ++r) {
-    auto t = Clock::now();
-    for (int i = 0; i < n; ++i) f();
-    v.push_back(
-        std::chrono::duration<double, std::micro>(Clock::now() - t).count() /
-        n);
-  }
-  std::sort(v.begin(), v.end());
-  return v[3];
+  return dedit::bench::MedianUs(f, n, 100, 7);
 }
 inline float Dot(const float* a, const float* b, int n) {
   float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};

@@ -4,7 +4,7 @@
 // a helper thread that spins between jobs (bench/README.md, "Few-row
 // products on two cores"). Standalone, not built by CMake:
 //
-//   clang++-14 -O2 -std=gnu++17 -D_GLIBCXX_USE_CXX11_ABI=1 \
+//   clang++-14 -O2 -std=gnu++17 -D_GLIBCXX_USE_CXX11_ABI=1 -I. \
 //     -isystem /usr/include/torch/csrc/api/include \
 //     -I/usr/include/x86_64-linux-gnu/openblas-pthread \
 //     bench/engine/two_core_products.cc -o /tmp/two_core \
@@ -25,20 +25,12 @@
 #include <functional>
 #include <thread>
 #include <vector>
-using Clock = std::chrono::steady_clock;
+
+#include "bench/engine/micro_timing.h"
+
 template <class F>
 double Us(F f, int n = 2000) {
-  for (int i = 0; i < 200; ++i) f();
-  std::vector<double> v;
-  for (int r = 0; r < 9; ++r) {
-    auto t = Clock::now();
-    for (int i = 0; i < n; ++i) f();
-    v.push_back(
-        std::chrono::duration<double, std::micro>(Clock::now() - t).count() /
-        n);
-  }
-  std::sort(v.begin(), v.end());
-  return v[4];
+  return dedit::bench::MedianUs(f, n, 200, 9);
 }
 struct Helper {
   std::atomic<const std::function<void()>*> job{nullptr};
