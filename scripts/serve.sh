@@ -12,7 +12,9 @@
 # --tokenizer PATH (default <target-dir>/tokenizer.json if present),
 # --router-port/--target-port/--drafter-port (50050/50051/50052),
 # --metrics-ports R,T,D (9100,9101,9102), --threads N (libtorch CPU threads
-# per model service; 0 = default), --idle-spin-us N (the model services
+# per model service; 0 = default), --product-threads N (threads per model
+# thread for products of 2-32 rows; model/cpu_product_pool.h; default 1),
+# --idle-spin-us N (the model services
 # poll N µs for the next call before sleeping; base/spin_wait.h; default
 # 0), --min-draft-confidence C (the router cuts drafter drafts before
 # their first slot less confident than C; 0 = off), --no-drafter, --detach (start,
@@ -37,6 +39,7 @@ WITH_DRAFTER=1
 DETACH=0
 HOST=127.0.0.1
 THREADS=0
+PRODUCT_THREADS=1
 IDLE_SPIN_US=0
 MIN_DRAFT_CONFIDENCE=0
 
@@ -56,6 +59,7 @@ while [ $# -gt 0 ]; do
     --metrics-ports) METRICS_PORTS=$2; shift 2 ;;
     --host) HOST=$2; shift 2 ;;
     --threads) THREADS=$2; shift 2 ;;
+    --product-threads) PRODUCT_THREADS=$2; shift 2 ;;
     --idle-spin-us) IDLE_SPIN_US=$2; shift 2 ;;
     --min-draft-confidence) MIN_DRAFT_CONFIDENCE=$2; shift 2 ;;
     --no-drafter) WITH_DRAFTER=0; shift ;;
@@ -122,7 +126,7 @@ start() {  # name, args...
 }
 
 TARGET_ARGS=(--target_dir "$TARGET_DIR" --device "$TARGET_DEVICE" --dtype "$DTYPE" --threads "$THREADS"
-             --host "$HOST" --port "$TARGET_PORT" --metrics_port "$TARGET_METRICS"
+             --product_threads "$PRODUCT_THREADS" --host "$HOST" --port "$TARGET_PORT" --metrics_port "$TARGET_METRICS"
              --idle_spin_us "$IDLE_SPIN_US")
 ROUTER_ARGS=(--target "$HOST:$TARGET_PORT" --host "$HOST" --port "$ROUTER_PORT"
              --metrics_port "$ROUTER_METRICS")
@@ -130,7 +134,8 @@ ROUTER_ARGS=(--target "$HOST:$TARGET_PORT" --host "$HOST" --port "$ROUTER_PORT"
 ROUTER_ARGS+=(--min_draft_confidence "$MIN_DRAFT_CONFIDENCE")
 if [ "$WITH_DRAFTER" = 1 ]; then
   start drafter --drafter_dir "$DRAFTER_DIR" --target_dir "$TARGET_DIR" \
-      --device "$DRAFTER_DEVICE" --dtype "$DTYPE" --threads "$THREADS" --host "$HOST" \
+      --device "$DRAFTER_DEVICE" --dtype "$DTYPE" --threads "$THREADS" \
+      --product_threads "$PRODUCT_THREADS" --host "$HOST" \
       --port "$DRAFTER_PORT" --metrics_port "$DRAFTER_METRICS" \
       --idle_spin_us "$IDLE_SPIN_US"
   TARGET_ARGS+=(--drafter "$HOST:$DRAFTER_PORT" --drafter_dir "$DRAFTER_DIR")
