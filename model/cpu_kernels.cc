@@ -136,15 +136,21 @@ at::Tensor CpuSiluMul(const at::Tensor& gu) {
   return out;
 }
 
+namespace {
+
+// Past 32 rows splitting a product by columns stopped paying (64 x 128 x
+// 768: 100 us as one product, 106 us split), and blocks under 16 columns
+// waste the small kernel's vector width. CpuMmColumnBlock's blocks and the
+// product pool's ranges are both made of whole 16-column groups.
+constexpr int64_t kMaxRows = 32, kMinColumns = 16;
+
+}  // namespace
+
 int64_t CpuMmColumnBlock(int64_t m, int64_t k, int64_t n) {
   // OpenBLAS's small-matrix limit (sgemm_small_kernel_permit, SkylakeX):
   // m * n * k <= 100^3. Measured on this project's CPU: 10 x 128 x 768
   // (983k) 14 us, 12 x 128 x 768 (1.18M) 60 us.
   constexpr int64_t kSmallProduct = 1000000;
-  // Past 32 rows the split stopped paying (64 x 128 x 768: 100 us as one
-  // product, 106 us split), and blocks under 16 columns waste the
-  // kernel's vector width.
-  constexpr int64_t kMaxRows = 32, kMinColumns = 16;
   if (m <= 0 || k <= 0 || m * k * n <= kSmallProduct || m > kMaxRows) return n;
   const int64_t block = kSmallProduct / (m * k) / kMinColumns * kMinColumns;
   return block < kMinColumns ? n : std::min(block, n);
@@ -163,17 +169,23 @@ int64_t SplitBlock(const at::Tensor& x, const at::Tensor& w) {
   return block < w.size(1) ? block : 0;
 }
 
-// One [x.size(0), w.size(1)] output, filled block by block:
-// `one(out[:, j:j+b], j, b)` for the column blocks of w.
+// `one(out[:, j:j+b], j, b)` for the blocks of at most `block` columns
+// that cover columns [begin, end).
+template <typename One>
+void EachColumnBlock(const at::Tensor& out, int64_t begin, int64_t end,
+                     int64_t block, One& one) {
+  for (int64_t j = begin; j < end; j += block) {
+    const int64_t b = std::min(block, end - j);
+    one(out.narrow(1, j, b), j, b);
+  }
+}
+
+// One [x.size(0), w.size(1)] output, filled block by block.
 template <typename One>
 at::Tensor ByColumnBlocks(const at::Tensor& x, const at::Tensor& w,
                           int64_t block, One one) {
-  const int64_t n = w.size(1);
-  at::Tensor out = at::empty({x.size(0), n}, x.options());
-  for (int64_t j = 0; j < n; j += block) {
-    const int64_t b = std::min(block, n - j);
-    one(out.narrow(1, j, b), j, b);
-  }
+  at::Tensor out = at::empty({x.size(0), w.size(1)}, x.options());
+  EachColumnBlock(out, 0, w.size(1), block, one);
   return out;
 }
 
@@ -183,7 +195,7 @@ CpuProductPool* PoolFor(const at::Tensor& x, const at::Tensor& w) {
   // One row (a decode step of one sequence) is left alone: its products
   // take a few microseconds each, and handing half of each to a helper
   // made a decode step ~19% slower (bench/README.md).
-  constexpr int64_t kMinRows = 2, kMaxRows = 32, kMinColumns = 16;
+  constexpr int64_t kMinRows = 2;
   if (CpuProductThreads() <= 1 || x.dim() != 2 || w.dim() != 2 ||
       x.size(0) < kMinRows || x.size(0) > kMaxRows ||
       w.size(1) < 2 * kMinColumns || !CpuKernelsApply(x) ||
@@ -194,7 +206,7 @@ CpuProductPool* PoolFor(const at::Tensor& x, const at::Tensor& w) {
 }
 
 // Like ByColumnBlocks, with the columns dealt into one range of whole
-// 16-column groups per pool thread; each range runs in blocks of at most
+// kMinColumns groups per pool thread; each range runs in blocks of at most
 // CpuMmColumnBlock's size, so every block stays on the small kernel.
 template <typename One>
 at::Tensor ByColumnRanges(CpuProductPool* pool, const at::Tensor& x,
@@ -202,14 +214,12 @@ at::Tensor ByColumnRanges(CpuProductPool* pool, const at::Tensor& x,
   const int64_t n = w.size(1);
   const int64_t block = CpuMmColumnBlock(x.size(0), x.size(1), n);
   const int parts = pool->threads();
-  const int64_t range = ((n + parts - 1) / parts + 15) / 16 * 16;
+  const int64_t range =
+      ((n + parts - 1) / parts + kMinColumns - 1) / kMinColumns * kMinColumns;
   at::Tensor out = at::empty({x.size(0), n}, x.options());
   pool->Run(parts, [&](int part) {
-    const int64_t end = std::min(n, (part + 1) * range);
-    for (int64_t j = part * range; j < end; j += block) {
-      const int64_t b = std::min(block, end - j);
-      one(out.narrow(1, j, b), j, b);
-    }
+    EachColumnBlock(out, part * range, std::min(n, (part + 1) * range), block,
+                    one);
   });
   return out;
 }
