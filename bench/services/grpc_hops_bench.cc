@@ -54,6 +54,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "base/spin_wait.h"
 #include "dedit/v1/services.grpc.pb.h"
@@ -271,19 +272,6 @@ int FreePort() {
   return port;
 }
 
-// Splits a comma-separated flag value, dropping empty items.
-std::vector<std::string> SplitList(const std::string& list) {
-  std::vector<std::string> items;
-  size_t begin = 0;
-  while (begin <= list.size()) {
-    size_t end = list.find(',', begin);
-    if (end == std::string::npos) end = list.size();
-    if (end > begin) items.push_back(list.substr(begin, end - begin));
-    begin = end + 1;
-  }
-  return items;
-}
-
 nlohmann::json TimeShape(const std::string& shape, const std::string& transport,
                          int calls, int work_us, int spin_us) {
   std::string address;
@@ -390,9 +378,12 @@ int main(int argc, char** argv) {
   }
   // Transports alternate within each shape, so that a slow spell of the
   // machine falls on both.
-  for (const std::string& shape : SplitList(absl::GetFlag(FLAGS_shapes))) {
-    for (const std::string& transport :
-         SplitList(absl::GetFlag(FLAGS_transports))) {
+  const std::vector<std::string> shapes =
+      absl::StrSplit(absl::GetFlag(FLAGS_shapes), ',', absl::SkipEmpty());
+  const std::vector<std::string> transports =
+      absl::StrSplit(absl::GetFlag(FLAGS_transports), ',', absl::SkipEmpty());
+  for (const std::string& shape : shapes) {
+    for (const std::string& transport : transports) {
       std::printf("%s\n",
                   TimeShape(shape, transport, absl::GetFlag(FLAGS_calls),
                             work_us, spin_us)
