@@ -62,6 +62,10 @@ ABSL_FLAG(double, min_draft_confidence, 0,
           "is below this; a draft cut to nothing makes the round a decode "
           "step and the sequence skips the drafter for a few rounds (0 = "
           "off)");
+ABSL_FLAG(int, verify_chunk, 0,
+          "model drafts are verified this many block rows at a time, the "
+          "rest of a draft next round when every verified token was "
+          "accepted (0 = whole drafts; at least 2 otherwise)");
 ABSL_FLAG(int, max_tokens, 64, "new tokens per prompt");
 ABSL_FLAG(double, temperature, 0.0, "sampling temperature (0 = greedy)");
 ABSL_FLAG(int, top_k, 0, "top-k (0 = off)");
@@ -220,6 +224,7 @@ Json ResultJson(const GenerationResult& r) {
   j["lookup_rounds"] = s.lookup_rounds;
   j["cut_rounds"] = s.cut_rounds;
   j["skipped_rounds"] = s.skipped_rounds;
+  j["reused_rounds"] = s.reused_rounds;
   j["mean_acceptance_length"] = s.mean_acceptance_length();
   j["accepted_per_position"] = s.accepted_per_position;
   Json edits = Json::array();
@@ -297,6 +302,12 @@ int Run() {
   o.min_draft_confidence = absl::GetFlag(FLAGS_min_draft_confidence);
   if (!(o.min_draft_confidence >= 0 && o.min_draft_confidence <= 1)) {
     std::cerr << "dedit-generate: --min_draft_confidence must be in [0, 1]\n";
+    return 2;
+  }
+  o.verify_chunk = absl::GetFlag(FLAGS_verify_chunk);
+  if (absl::Status s = ValidateVerifyChunk(o.verify_chunk, "--verify_chunk");
+      !s.ok()) {
+    std::cerr << "dedit-generate: " << s.message() << "\n";
     return 2;
   }
   if (o.target_dir.empty()) {
@@ -432,6 +443,7 @@ int main(int argc, char** argv) {
        "hybrid_min_ngram",
        "hybrid_short_match_below",
        "min_draft_confidence",
+       "verify_chunk",
        "max_tokens",
        "temperature",
        "top_k",

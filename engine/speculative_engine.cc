@@ -44,6 +44,15 @@ bool CutUnconfident(double min_confidence, DraftResult* draft) {
 
 }  // namespace
 
+absl::Status ValidateVerifyChunk(int chunk, absl::string_view flag) {
+  if (chunk == 0 || (chunk >= 2 && chunk <= kMaxVerifyChunk)) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      flag, " must be 0 (verify whole drafts) or in [2, ", kMaxVerifyChunk,
+      "], got ", chunk));
+}
+
 bool SpeculativeEngine::WellFormedDraft(const Drafter& drafter,
                                         const DraftRequest& request,
                                         const DraftResult& draft) const {
@@ -127,6 +136,7 @@ void AcceptanceSummary::Add(const RoundRecord& r) {
   if (r.looked_up) ++lookup_rounds;
   if (r.cut) ++cut_rounds;
   if (r.skipped) ++skipped_rounds;
+  if (r.reused) ++reused_rounds;
   draft_seconds += r.draft_seconds;
   verify_seconds += r.verify_seconds;
   if (r.window < 2) return;
@@ -390,9 +400,25 @@ absl::Status SpeculativeEngine::Step() {
   std::map<Drafter*, std::vector<DraftRequest>> draft_requests;
   std::map<SequenceId, DraftResult> drafts;
   std::set<SequenceId> looked_up, skipped, cut;
+  // Blocks Options::verify_chunk applies to: the model's drafts, and the
+  // rests of earlier ones (`reused`).
+  std::set<SequenceId> modeled, reused;
   for (SequenceId id : round_ids) {
     Sequence& seq = sequences_.at(id);
     int w = WindowFor(seq);
+    std::vector<int32_t> held = std::move(seq.held);
+    seq.held.clear();
+    if (w >= 2 && !held.empty()) {
+      // The rest of the model's last draft, whose every verified token was
+      // accepted: this round's block, with no Draft call.
+      if (held.size() > static_cast<size_t>(w - 1)) held.resize(w - 1);
+      DraftResult rest;
+      rest.passes.push_back({std::move(held), {}});
+      drafts[id] = std::move(rest);
+      reused.insert(id);
+      window[id] = w;
+      continue;
+    }
     if (w >= 2 && seq.request.method == DraftMethod::kHybrid) {
       // The lookup first: a match of hybrid_min_ngram tokens or more is
       // this round's block, with no drafter call; a shorter one only once
@@ -457,7 +483,10 @@ absl::Status SpeculativeEngine::Step() {
             continue;
           }
         }
-        if (drafter == drafter_) sequences_.at(r.sequence).next_skip = 1;
+        if (drafter == drafter_) {
+          sequences_.at(r.sequence).next_skip = 1;
+          modeled.insert(r.sequence);
+        }
         drafts[r.sequence] = std::move(draft);
         continue;
       }
@@ -481,13 +510,23 @@ absl::Status SpeculativeEngine::Step() {
          seq.request.sampling, seq.reuse, FeedsContext(seq)});
   }
   std::vector<VerifyWork> verifies;
+  // Options::verify_chunk: drafted tokens past this round's chunk.
+  std::map<SequenceId, std::vector<int32_t>> beyond_chunk;
   for (SequenceId id : round_ids) {
     const Sequence& seq = sequences_.at(id);
     VerifyWork v{id, seq.start, {seq.bonus}};
     auto d = drafts.find(id);
     if (d != drafts.end()) {
       const std::vector<int32_t>& proposal = d->second.passes.back().tokens;
-      v.block.insert(v.block.end(), proposal.begin(), proposal.end());
+      size_t verified = proposal.size();
+      if (options_.verify_chunk >= 2 &&
+          (modeled.count(id) > 0 || reused.count(id) > 0) &&
+          verified > static_cast<size_t>(options_.verify_chunk - 1)) {
+        verified = options_.verify_chunk - 1;
+        beyond_chunk[id].assign(proposal.begin() + verified, proposal.end());
+      }
+      v.block.insert(v.block.end(), proposal.begin(),
+                     proposal.begin() + verified);
     }
     verifies.push_back(std::move(v));
   }
@@ -557,8 +596,9 @@ absl::Status SpeculativeEngine::Step() {
     record.looked_up = looked_up.count(id) > 0;
     record.cut = cut.count(id) > 0;
     record.skipped = skipped.count(id) > 0;
+    record.reused = reused.count(id) > 0;
     if (seq.request.method == DraftMethod::kHybrid && !record.looked_up &&
-        record.window >= 2) {
+        !record.reused && record.window >= 2) {
       // A moving mean over about the last ten model rounds.
       seq.model_accepted_mean =
           seq.model_accepted_mean < 0
@@ -570,15 +610,29 @@ absl::Status SpeculativeEngine::Step() {
         verifies[i].block.begin() + 1,
         verifies[i].block.begin() + 1 + out.accepted);
     committed.push_back(out.target_tokens[out.accepted]);
+    auto rest = beyond_chunk.find(id);
+    if (rest != beyond_chunk.end() &&
+        out.accepted + 1 == static_cast<int>(verifies[i].block.size()) &&
+        committed.back() == rest->second.front()) {
+      // The whole chunk was accepted and the target's next token is the
+      // draft's: the rest of the draft is still a proposal for what follows.
+      seq.held.assign(rest->second.begin() + 1, rest->second.end());
+    }
     auto d = drafts.find(id);
     if (d != drafts.end()) {
       record.draft_seconds = draft_seconds[id];
       // Target choices are valid up to slot acc (the correction), so pass k's
-      // own accepted length is known exactly up to acc + 1.
+      // own accepted length is known exactly up to acc + 1, and only over
+      // the slots this round verified (a cut or chunked draft verifies
+      // fewer than pass k proposed).
       const auto& passes = d->second.passes;
+      const size_t verified = verifies[i].block.size() - 1;
       for (size_t k = 0; k + 1 < passes.size(); ++k) {
-        const int acc_k =
-            AcceptedPrefixLength(passes[k].tokens, out.target_tokens);
+        const std::vector<int32_t> pass_k(
+            passes[k].tokens.begin(),
+            passes[k].tokens.begin() +
+                std::min(verified, passes[k].tokens.size()));
+        const int acc_k = AcceptedPrefixLength(pass_k, out.target_tokens);
         const int capped = std::min(acc_k, out.accepted + 1);
         record.edits.push_back(capped < out.accepted ? EditOutcome::kExtended
                                : capped == out.accepted

@@ -106,6 +106,9 @@ struct RoundRecord {
   // round after drafts cut to nothing (window 1, no Draft call).
   bool cut = false;
   bool skipped = false;
+  // Options::verify_chunk: the block was the rest of an earlier model
+  // draft, verified with no Draft call.
+  bool reused = false;
   double draft_seconds = 0;   // this round's share of the batched draft call
   double verify_seconds = 0;  // ... and of the target step
 };
@@ -137,6 +140,7 @@ struct AcceptanceSummary {
   // Options::min_draft_confidence: drafts cut short (or to nothing), and
   // rounds that skipped the drafter after drafts cut to nothing.
   int64_t cut_rounds = 0, skipped_rounds = 0;
+  int64_t reused_rounds = 0;  // Options::verify_chunk: no Draft call
   int64_t draft_tokens = 0;     // sum of W-1
   int64_t accepted_tokens = 0;  // sum of acc
   std::vector<int64_t>
@@ -149,6 +153,11 @@ struct AcceptanceSummary {
   void Add(const RoundRecord& round);
 };
 AcceptanceSummary Summarize(const std::vector<RoundRecord>& rounds);
+
+// SpeculativeEngine::Options::verify_chunk as a flag takes 0 (off) or
+// 2..kMaxVerifyChunk; INVALID_ARGUMENT naming `flag` otherwise.
+inline constexpr int kMaxVerifyChunk = 1024;
+absl::Status ValidateVerifyChunk(int chunk, absl::string_view flag);
 
 // Called with each batch of newly committed tokens of a sequence (before
 // stop handling cuts them: only tokens that belong to the output).
@@ -189,6 +198,21 @@ class SpeculativeEngine {
     // a verify of W tokens. Verification is unchanged, so the output is
     // too (docs/RESULTS.md, "Confident drafts").
     double min_draft_confidence = 0;
+    // Model drafts (kModel, and kHybrid's model rounds) longer than
+    // verify_chunk - 1 tokens are verified verify_chunk block rows at a
+    // time: a round verifies the bonus and the first verify_chunk - 1
+    // drafted tokens, and when the target accepts all of them and its own
+    // next token is the draft's next one, the next round verifies the rest
+    // of the same draft (again in chunks) with no Draft call. The tokens
+    // produced per Draft call are those of verifying the whole draft at
+    // once, so the output and the drafter's work are unchanged; only the
+    // verify rows change. It pays where a forward's cost grows with its
+    // rows (a CPU: ~0.1 ms per row of the bundled target against ~0.7 ms
+    // for a decode step; bench/README.md "Verifying a draft in chunks")
+    // and most drafts are rejected early; where a forward costs the same
+    // for 1 and 16 rows (a GPU) it only adds rounds. 0 (or >= W) verifies
+    // every draft whole.
+    int verify_chunk = 0;
     // Called on the stepping thread for every finished round (after its
     // record is complete, before its tokens are emitted), e.g. to update
     // per-round metrics while requests are still running. May be empty.
@@ -252,6 +276,9 @@ class SpeculativeEngine {
     // many the next cut-to-nothing draft skips.
     int skip_model_rounds = 0;
     int next_skip = 1;
+    // Options::verify_chunk: what the model drafted past the tokens the
+    // last round verified and accepted, verified next round.
+    std::vector<int32_t> held;
     double first_token_time = 0;
     // Sessions: every token of the sequence (prompt, then each committed
     // token); its first `start` are in the KV cache. Kept only with

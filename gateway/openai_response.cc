@@ -63,6 +63,7 @@ json OpenAiResponse::Usage(const v1::GenerateResponse& last) {
       {"lookup_rounds", a.lookup_rounds()},
       {"cut_rounds", a.cut_rounds()},
       {"skipped_rounds", a.skipped_rounds()},
+      {"reused_rounds", a.reused_rounds()},
       {"draft_tokens", a.draft_tokens()},
       {"accepted_tokens", a.accepted_tokens()},
       {"mean_acceptance_length", a.mean_acceptance_length()},

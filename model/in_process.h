@@ -33,6 +33,7 @@ class InProcessStack {
     int hybrid_min_ngram = 3;
     double hybrid_short_match_below = 0.5;
     double min_draft_confidence = 0;  // SpeculativeEngine::Options
+    int verify_chunk = 0;             // SpeculativeEngine::Options
   };
 
   static absl::StatusOr<std::unique_ptr<InProcessStack>> Load(

@@ -36,6 +36,7 @@ void FillAcceptance(const AcceptanceSummary& s, v1::AcceptanceStats* out) {
   out->set_lookup_rounds(s.lookup_rounds);
   out->set_cut_rounds(s.cut_rounds);
   out->set_skipped_rounds(s.skipped_rounds);
+  out->set_reused_rounds(s.reused_rounds);
   out->set_draft_tokens(s.draft_tokens);
   out->set_accepted_tokens(s.accepted_tokens);
   out->set_mean_acceptance_length(s.mean_acceptance_length());
@@ -233,6 +234,7 @@ bool GenerationLoop::ConnectTarget() {
   o.hybrid_min_ngram = options_.hybrid_min_ngram;
   o.hybrid_short_match_below = options_.hybrid_short_match_below;
   o.min_draft_confidence = options_.min_draft_confidence;
+  o.verify_chunk = options_.verify_chunk;
   o.on_round = [this](SequenceId, const RoundRecord& round) {
     const int block = backends_.drafter_health != nullptr
                           ? backends_.drafter_health->block_size()

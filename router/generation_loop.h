@@ -139,6 +139,8 @@ class GenerationLoop {
     double hybrid_short_match_below = 0.5;
     // SpeculativeEngine::Options::min_draft_confidence.
     double min_draft_confidence = 0;
+    // SpeculativeEngine::Options::verify_chunk.
+    int verify_chunk = 0;
     // Names this loop's stack in the per-stack metrics (`stack` label);
     // empty → no per-stack metrics.
     std::string stack_name;

@@ -11,6 +11,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
+#include "engine/speculative_engine.h"
 #include "router/router_server.h"
 #include "serving/shutdown_signals.h"
 
@@ -93,6 +94,12 @@ ABSL_FLAG(double, min_draft_confidence, 0,
           "first slot whose confidence is below this; a draft cut to "
           "nothing makes the round a decode step, and the request skips the "
           "drafter for 1, 2, 4, then 8 rounds (0 = off)");
+ABSL_FLAG(int, verify_chunk, 0,
+          "drafter drafts (model and hybrid methods) are verified this many "
+          "block rows per Target.Step; when every verified token is "
+          "accepted, the next round verifies the rest of the same draft "
+          "with no Draft call (0 = whole drafts; pays where a verify's cost "
+          "grows with its rows, as on a CPU)");
 ABSL_FLAG(int64_t, target_timeout_ms, 60000,
           "deadline of Prefill/Verify calls");
 ABSL_FLAG(int64_t, draft_timeout_ms, 2000,
@@ -189,6 +196,13 @@ int main(int argc, char** argv) {
   if (!(o.loop.min_draft_confidence >= 0 && o.loop.min_draft_confidence <= 1)) {
     std::fprintf(stderr,
                  "dedit-router: --min_draft_confidence must be in [0, 1]\n");
+    return 2;
+  }
+  o.loop.verify_chunk = absl::GetFlag(FLAGS_verify_chunk);
+  if (absl::Status s = dedit::ValidateVerifyChunk(o.loop.verify_chunk,
+                                           "--verify_chunk");
+      !s.ok()) {
+    std::fprintf(stderr, "dedit-router: %s\n", std::string(s.message()).c_str());
     return 2;
   }
   if (o.loop.hybrid_min_ngram < 1) {

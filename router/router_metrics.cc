@@ -122,6 +122,12 @@ RouterMetrics::RouterMetrics(prometheus::Registry& r, const std::string& model,
                                 "cut to nothing (--min_draft_confidence)")
                           .Register(r)
                           .Add({{"model", model}})),
+      reused_rounds_(prometheus::BuildCounter()
+                         .Name("dedit_reused_draft_rounds_total")
+                         .Help("Rounds that verified the rest of an earlier "
+                               "draft with no Draft call (--verify_chunk)")
+                         .Register(r)
+                         .Add({{"model", model}})),
       session_turns_(prometheus::BuildCounter()
                          .Name("dedit_session_turns_total")
                          .Help("Session turns completed")
@@ -229,6 +235,7 @@ void RouterMetrics::OnRound(const RoundRecord& round, int block_size) {
   if (round.looked_up) lookup_rounds_.Increment();
   if (round.cut) cut_rounds_.Increment();
   if (round.skipped) skipped_rounds_.Increment();
+  if (round.reused) reused_rounds_.Increment();
   if (round.window < 2) return;
   if (stack_series_.drafts != nullptr) {
     stack_series_.drafts->Increment();

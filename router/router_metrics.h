@@ -81,6 +81,7 @@ class RouterMetrics {
   prometheus::Counter& lookup_rounds_;
   prometheus::Counter& cut_rounds_;
   prometheus::Counter& skipped_rounds_;
+  prometheus::Counter& reused_rounds_;
   prometheus::Counter& session_turns_;
   prometheus::Counter& session_tokens_saved_;
   prometheus::Counter& session_reprefills_;

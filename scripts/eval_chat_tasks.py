@@ -19,7 +19,7 @@ target-only one token for token, scores the answers
 
 --configs replaces --methods with named configurations, each
 NAME=METHOD[:w=W][:k=K][:causal][:drafter=DIR][:min=N][:short=X][:conf=C]
-[:pt=N],
+[:pt=N][:chunk=N][:rport=N],
 e.g.
   --configs ar=ar,ngram=ngram:w=16,k1=model:w=16:k=1,causal3=model:k=3:causal
 METHOD is ar, ngram, model or hybrid (per round, prompt lookup when the
@@ -29,7 +29,12 @@ and `short` are in-process only, the router has flags for them). `conf`
 (model and hybrid, in-process only; the router's --min_draft_confidence)
 cuts the model's drafts before their first slot less confident than C.
 `pt` (in-process only) is dedit-generate's --product_threads (default
---product-threads, 1).
+--product-threads, 1). `chunk` (model and hybrid, in-process only; the
+router's --verify_chunk) verifies the model's drafts N block rows per
+round, the rest of a draft next round. `rport` (with --router) sends
+that configuration's requests to the router on port N of --router's
+host instead, e.g. a second router over the same target and drafter
+started with other flags (--verify_chunk, --min_draft_confidence).
 so that one run holds a whole table (the baseline is the config named ar,
 else the first). Each configuration's report also has the acceptance per
 draft position and the edit outcomes (extended / unchanged / shortened)
@@ -189,6 +194,13 @@ def main():
                 per[family] = {"tau": round(tau, 3),
                                "speedup": round(m_rate / b_rate, 3) if b_rate else 0,
                                "tokens": tokens}
+                # chunk=N splits one draft's verification over several
+                # rounds (the reused ones), so tau per round falls while
+                # the tokens per Draft call stay those of the whole draft.
+                reused = sum(r.get("reused_rounds", 0) for r in m_rows)
+                if reused and drafted > reused:
+                    per[family]["tau_per_draft"] = round(
+                        tau * drafted / (drafted - reused), 3)
                 # Tokens per round over all rounds: tau counts drafted
                 # rounds only, and the n-gram method skips the draft when
                 # its lookup misses, so tau flatters it against a drafter
@@ -234,6 +246,8 @@ def generate_rows(a, gen, c, lines):
             cmd += ["--passes", str(c["k"])]
         if c["conf"] > 0:
             cmd += ["--min_draft_confidence", str(c["conf"])]
+        if c["chunk"] > 0:
+            cmd += ["--verify_chunk", str(c["chunk"])]
         if c["causal"]:
             cmd += ["--causal_editor"]
     return [json.loads(l) for l in run(cmd, lines).splitlines() if l]
@@ -249,10 +263,11 @@ def parse_configs(a):
             parts = spec.split(":")
             c = {"method": parts[0], "w": a.window, "k": a.passes,
                  "causal": False, "drafter": a.drafter, "min": 3,
-                 "short": 0.5, "conf": 0.0, "pt": a.product_threads}
+                 "short": 0.5, "conf": 0.0, "pt": a.product_threads,
+                 "chunk": 0, "rport": 0}
             for opt in parts[1:]:
                 key, _, value = opt.partition("=")
-                if key in ("w", "k", "min", "pt"):
+                if key in ("w", "k", "min", "pt", "chunk", "rport"):
                     c[key] = int(value)
                 elif key in ("short", "conf"):
                     c[key] = float(value)
@@ -297,7 +312,8 @@ def acceptance_details(rows):
     out = {"drafted_rounds": sum(r.get("drafted_rounds", 0) for r in rows),
            "lookup_rounds": sum(r.get("lookup_rounds", 0) for r in rows),
            "cut_rounds": sum(r.get("cut_rounds", 0) for r in rows),
-           "skipped_rounds": sum(r.get("skipped_rounds", 0) for r in rows)}
+           "skipped_rounds": sum(r.get("skipped_rounds", 0) for r in rows),
+           "reused_rounds": sum(r.get("reused_rounds", 0) for r in rows)}
     if positions:
         out["accepted_per_position"] = positions
     if edits:
@@ -318,7 +334,10 @@ def router_rows(a, c, prompt_ids):
     except ImportError as e:
         sys.exit(f"eval_chat_tasks.py: --router needs Debian's python3-grpcio "
                  f"and protobuf (run it with /usr/bin/python3): {e}")
-    stub = services_pb2_grpc.GenerationStub(grpc.insecure_channel(a.router))
+    address = a.router
+    if c["rport"]:
+        address = f"{a.router.rsplit(':', 1)[0]}:{c['rport']}"
+    stub = services_pb2_grpc.GenerationStub(grpc.insecure_channel(address))
     rows = []
     for ids in prompt_ids:
         req = generation_pb2.GenerateRequest(max_tokens=a.max_tokens)
@@ -349,6 +368,7 @@ def router_rows(a, c, prompt_ids):
                      "timings": {"decode_s": (last - first) if first else 0.0},
                      "drafted_rounds": acc.drafted_rounds,
                      "lookup_rounds": acc.lookup_rounds,
+                     "reused_rounds": acc.reused_rounds,
                      "rounds": acc.rounds,
                      "mean_acceptance_length": acc.mean_acceptance_length})
     return rows

@@ -54,6 +54,9 @@ ABSL_FLAG(int, reps, 30, "repetitions of each timed forward");
 ABSL_FLAG(std::string, method, "model", "speculative method: model or ngram");
 ABSL_FLAG(int, batch_decode, 16,
           "sequences in the timed batched decode forward (0 or 1: none)");
+ABSL_FLAG(std::string, verify_rows, "",
+          "comma-separated block sizes: time a forward of each, interleaved "
+          "rep by rep (the cost curve staged verification trades on)");
 ABSL_FLAG(bool, print_ops, false,
           "print the top-level ATen ops of one decode forward and one drafter "
           "pass to stderr");
@@ -76,9 +79,12 @@ struct OpCounter {
 OpCounter* g_counter = nullptr;
 constexpr char kLayerScope[] = "dedit::decoder_layer";
 
-void InstallOpCounter(OpCounter* counter) {
+// Installed only while CountOps counts: a global callback, even an idle
+// one, makes every ATen op build a RecordFunction, which slowed a decode
+// forward (~1,100 ops) far more than a verify and skewed their ratio.
+at::CallbackHandle InstallOpCounter(OpCounter* counter) {
   g_counter = counter;
-  at::addGlobalCallback(
+  return at::addGlobalCallback(
       at::RecordFunctionCallback(
           [](const at::RecordFunction& fn)
               -> std::unique_ptr<at::ObserverContext> {
@@ -124,9 +130,11 @@ OpCounts CountOps(OpCounter& c, Fn fn) {
   c.all = c.top = c.layer_all = c.layer_top = c.layers = 0;
   c.depth = 0;
   c.in_layer = false;
+  const at::CallbackHandle handle = InstallOpCounter(&c);
   c.active = true;
   fn();
   c.active = false;
+  at::removeCallback(handle);
   const int64_t layers = std::max<int64_t>(c.layers, 1);
   return {c.all, c.top, c.layer_all / layers, c.layer_top / layers};
 }
@@ -187,7 +195,6 @@ int Main() {
   std::mt19937 rng(7);
   OpCounter counter;
   counter.print_names = absl::GetFlag(FLAGS_print_ops);
-  InstallOpCounter(&counter);
 
   // One sequence with `ctx` cached tokens; decode(1) and verify(W) forwards
   // roll back after each repetition.
@@ -206,6 +213,35 @@ int Main() {
   const OpCounts decode_ops = CountOps(counter, [&] { forward(1); });
   const double decode_ms = MedianMs(reps, [&] { forward(1); });
   const double verify_ms = MedianMs(reps, [&] { forward(W); });
+  // Forwards of several block sizes, each rep running every size once, so
+  // that a slow spell of the machine touches every size alike.
+  if (!absl::GetFlag(FLAGS_verify_rows).empty()) {
+    std::vector<int> sizes;
+    for (absl::string_view part : absl::StrSplit(
+             absl::GetFlag(FLAGS_verify_rows), ',', absl::SkipEmpty())) {
+      int n = 0;
+      if (!absl::SimpleAtoi(part, &n) || n < 1 || ctx + n > c.max_position_embeddings) {
+        std::cerr << "dedit-engine-bench: bad --verify_rows entry " << part << "\n";
+        return 1;
+      }
+      sizes.push_back(n);
+    }
+    std::vector<std::vector<double>> ms(sizes.size());
+    for (int r = 0; r < reps; ++r) {
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        const auto t0 = Clock::now();
+        forward(sizes[i]);
+        ms[i].push_back(std::chrono::duration<double, std::milli>(
+                            Clock::now() - t0).count());
+      }
+    }
+    nlohmann::json rows = {{"what", "verify_rows_ms"}, {"context", ctx}};
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      std::sort(ms[i].begin(), ms[i].end());
+      rows[std::to_string(sizes[i])] = ms[i][ms[i].size() / 2];
+    }
+    std::cout << rows.dump() << std::endl;
+  }
   // One decode forward of `batch` sequences at `ctx` cached tokens each,
   // one token each: the model's share of a batched target-only step,
   // without the engine around it.

@@ -1,6 +1,7 @@
-// SpeculativeEngine::Options::min_draft_confidence over a scripted target
-// (torch-free): drafts are cut before their first unconfident slot, a
-// draft cut to nothing makes a decode step and backs the drafter off, and
+// SpeculativeEngine::Options::min_draft_confidence and verify_chunk over a
+// scripted target (torch-free): drafts are cut before their first
+// unconfident slot, a draft cut to nothing makes a decode step and backs
+// the drafter off, a chunked draft is verified a few rows per round, and
 // the output is the target's whatever the drafter says or claims.
 #include <cstdint>
 #include <utility>
@@ -61,12 +62,14 @@ struct Outcome {
 Outcome Generate(const std::vector<int32_t>& answer,
                  const std::vector<bool>& known, float sure, float unsure,
                  double min_confidence,
-                 DraftMethod method = DraftMethod::kModel) {
+                 DraftMethod method = DraftMethod::kModel,
+                 int verify_chunk = 0) {
   const std::vector<int32_t> prompt = {1, 2, 3, 4};
   ScriptedTarget target(kPromptLength, answer);
   ScriptedDrafter drafter(&target, known, sure, unsure);
   SpeculativeEngine::Options o;
   o.min_draft_confidence = min_confidence;
+  o.verify_chunk = verify_chunk;
   SpeculativeEngine engine(&target, &drafter, o);
   GenerationRequest r;
   r.prompt = prompt;
@@ -176,6 +179,29 @@ TEST(ConfidentDraftsTest, HybridCutsOnlyTheModelsRounds) {
   for (const RoundRecord& r : out.result.rounds) {
     if (r.looked_up) EXPECT_FALSE(r.cut);
   }
+}
+
+TEST(ConfidentDraftsTest, ChunksVerifyTheConfidentPrefixOnly) {
+  // Right and sure on 5 answer positions of every 6, unsure and wrong on
+  // the 6th: the cut keeps up to 5 tokens, verified 2 drafts per round,
+  // and a reused rest never holds a cut slot.
+  const std::vector<int32_t> answer = Answer(60);
+  std::vector<bool> known(answer.size(), true);
+  for (size_t i = 5; i < known.size(); i += 6) known[i] = false;
+  Outcome whole = Generate(answer, known, 0.9f, 0.1f, 0.5);
+  Outcome chunked =
+      Generate(answer, known, 0.9f, 0.1f, 0.5, DraftMethod::kModel, 3);
+  EXPECT_EQ(chunked.draft_calls, whole.draft_calls);
+  const AcceptanceSummary s = Summarize(chunked.result.rounds);
+  EXPECT_GT(s.reused_rounds, 0);
+  for (const RoundRecord& r : chunked.result.rounds) {
+    EXPECT_LE(r.window, 3);
+    // Every verified draft token was confident, so right: all accepted.
+    EXPECT_EQ(r.accepted, r.window - 1);
+    if (r.reused) EXPECT_FALSE(r.cut);
+  }
+  EXPECT_EQ(Summarize(whole.result.rounds).rounds + s.reused_rounds,
+            s.rounds);
 }
 
 }  // namespace

@@ -278,6 +278,107 @@ TEST_F(EngineTest, LosslessWithOracleAndCorruptedOracleDrafters) {
   }
 }
 
+// Options::verify_chunk: drafts verified a few rows at a time, the rest of
+// a draft in the next round when all its verified tokens were accepted.
+// The output is the target's, the drafter is asked exactly as often as
+// when whole drafts are verified, and no verified block exceeds the chunk.
+TEST_F(EngineTest, ChunkedVerificationIsLosslessAndDraftsAsOften) {
+  const std::vector<int32_t> prompt = RandomPrompt(9, 128, 7);
+  const int kNew = 70;
+  const std::vector<int32_t> ref =
+      GreedyReference(*pair_->target, prompt, kNew + 40);
+  for (int corrupt_every : {0, 5, 3, 2}) {
+    int whole_requests = -1;
+    for (int chunk : {0, 2, 3, 6, 16}) {
+      const int64_t prompt_len = prompt.size();
+      int requests = 0;
+      ScriptedDrafter oracle(
+          32, [&](const DraftRequest& r) -> absl::StatusOr<DraftResult> {
+            ++requests;
+            DraftPass pass;
+            for (int j = 1; j < r.window; ++j) {
+              const int64_t idx = r.start + j - prompt_len;
+              int32_t t = ref[idx];
+              if (corrupt_every > 0 && idx % corrupt_every == 0) {
+                t = (t + 1) % 128;
+              }
+              pass.tokens.push_back(t);
+              pass.confidences.push_back(1.0f);
+            }
+            DraftResult d;
+            d.passes.assign(r.passes, pass);
+            return d;
+          });
+      LocalVerifier verifier(pair_->target.get(), &oracle);
+      SpeculativeEngine::Options o = EngineOptions(spec_);
+      o.verify_chunk = chunk;
+      SpeculativeEngine engine(&verifier, &oracle, o);
+      GenerationRequest req;
+      req.prompt = prompt;
+      req.max_new_tokens = kNew;
+      req.window = 16;
+      req.passes = 2;
+      auto results = engine.Generate({req});
+      ASSERT_TRUE(results.ok()) << results.status();
+      const GenerationResult& r = (*results)[0];
+      const std::string where =
+          absl::StrCat("corrupt every ", corrupt_every, ", chunk ", chunk);
+      EXPECT_EQ(r.tokens,
+                std::vector<int32_t>(ref.begin(), ref.begin() + kNew))
+          << where;
+      if (whole_requests < 0) whole_requests = requests;
+      EXPECT_EQ(requests, whole_requests) << where;
+      const AcceptanceSummary s = Summarize(r.rounds);
+      for (const RoundRecord& round : r.rounds) {
+        if (chunk > 0) EXPECT_LE(round.window, chunk) << where;
+      }
+      // The rest of a draft is verified only when the chunk's drafts and
+      // the next one are right: `chunk` right tokens in a row.
+      const bool reuses = chunk > 0 && chunk < 16 &&
+                          (corrupt_every == 0 || chunk < corrupt_every);
+      EXPECT_EQ(s.reused_rounds > 0, reuses) << where;
+      EXPECT_EQ(s.drafted_rounds - s.reused_rounds, requests) << where;
+      // Two identical passes: every edit over the verified slots is
+      // "unchanged" (a reused rest has one pass, no edit).
+      EXPECT_EQ(s.edit_outcomes[0][static_cast<int>(EditOutcome::kUnchanged)],
+                requests)
+          << where;
+      EXPECT_EQ(pair_->target->num_sequences(), 0u);
+    }
+  }
+  // The model drafter on a mixed batch (model K = 3, hybrid K = 2 and
+  // n-gram requests): only the model's drafts are chunked.
+  const std::vector<std::vector<int32_t>> prompts = {
+      RandomPrompt(5, 128, 11), RandomPrompt(17, 128, 12),
+      RandomPrompt(33, 128, 13)};
+  const std::vector<std::vector<int32_t>> reference = References(prompts, 40);
+  LocalDrafter drafter(pair_->drafter.get());
+  LocalVerifier verifier(pair_->target.get(), &drafter);
+  SpeculativeEngine::Options o = EngineOptions(spec_);
+  o.verify_chunk = 3;
+  SpeculativeEngine engine(&verifier, &drafter, o);
+  std::vector<GenerationRequest> reqs = Requests(prompts, 40, 16);
+  const DraftMethod methods[] = {DraftMethod::kModel, DraftMethod::kHybrid,
+                                 DraftMethod::kNgram};
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    reqs[i].passes = 3 - static_cast<int>(i);
+    reqs[i].method = methods[i];
+  }
+  const std::vector<GenerationResult> results =
+      GenerateLossless(engine, reqs, reference, "mixed batch, chunk 3");
+  ASSERT_EQ(results.size(), 3u);
+  bool ngram_whole = false;
+  for (const RoundRecord& round : results[2].rounds) {
+    ngram_whole |= round.window > 3;
+  }
+  EXPECT_TRUE(ngram_whole) << "an n-gram block was chunked";
+  for (const RoundRecord& round : results[0].rounds) {
+    EXPECT_LE(round.window, 3);
+  }
+  EXPECT_EQ(pair_->target->num_sequences(), 0u);
+  EXPECT_EQ(pair_->drafter->num_sequences(), 0u);
+}
+
 // Broken drafters cost speed, never correctness: failures, wrong lengths,
 // out-of-vocabulary ids and NaN confidences all fall back to target-only.
 TEST_F(EngineTest, BrokenDraftersFallBackAndStayLossless) {

@@ -447,6 +447,7 @@ class GenerationLoopTest : public ::testing::Test {
       options.max_prefill_tokens_per_round = max_prefill_tokens_per_round_;
     }
     options.min_draft_confidence = min_draft_confidence_;
+    options.verify_chunk = verify_chunk_;
     loop_ = std::make_unique<GenerationLoop>(backends, shared_->tokenizer.get(),
                                              registry_, options);
     loop_->Start();
@@ -487,6 +488,8 @@ class GenerationLoopTest : public ::testing::Test {
   int64_t max_prefill_tokens_per_round_ = 0;
   // GenerationLoop::Options::min_draft_confidence.
   double min_draft_confidence_ = 0;
+  // GenerationLoop::Options::verify_chunk.
+  int verify_chunk_ = 0;
   std::unique_ptr<GenerationLoop> loop_;  // destroyed first
 };
 
@@ -1068,6 +1071,28 @@ TEST_F(GenerationLoopTest, UnconfidentDraftsAreCutAndCounted) {
   EXPECT_EQ(CounterValue(*registry_, "dedit_cut_rounds_total"), a.cut_rounds());
   EXPECT_EQ(CounterValue(*registry_, "dedit_skipped_rounds_total"),
             a.skipped_rounds());
+}
+
+// --verify_chunk: an oracle's drafts are verified 3 block rows per
+// Target.Step, the rest of each draft in the next rounds with no Draft
+// call; the response and the metrics count those rounds, and the output
+// is the target's.
+TEST_F(GenerationLoopTest, ChunkedDraftsReuseTheirRestAndAreCounted) {
+  verify_chunk_ = 3;
+  ScriptedDrafter inner(block_size(), Oracle(1));
+  StartLoop(&inner, nullptr);
+  auto sink = Submit(MakeRequest(prompt(1), 40, 8, 1, {}));
+  ASSERT_TRUE(sink->WaitFinished());
+  ASSERT_TRUE(sink->status().ok()) << sink->status();
+  EXPECT_THAT(sink->tokens(), ElementsAreArray(Reference(1, 40)));
+  const v1::AcceptanceStats a = sink->last().acceptance();
+  EXPECT_GT(a.reused_rounds(), 0);
+  EXPECT_EQ(a.drafted_rounds(), a.reused_rounds() + drafter_->calls());
+  // Every block holds the bonus and at most 2 drafts, all accepted.
+  EXPECT_LE(a.draft_tokens(), 2 * a.drafted_rounds());
+  EXPECT_EQ(a.accepted_tokens(), a.draft_tokens());
+  EXPECT_EQ(CounterValue(*registry_, "dedit_reused_draft_rounds_total"),
+            a.reused_rounds());
 }
 
 TEST(RequestBuilderTest, SpeculativeMethodPicksTheDrafterAndItsLimits) {
