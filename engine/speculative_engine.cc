@@ -48,9 +48,9 @@ absl::Status ValidateVerifyChunk(int chunk, absl::string_view flag) {
   if (chunk == 0 || (chunk >= 2 && chunk <= kMaxVerifyChunk)) {
     return absl::OkStatus();
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      flag, " must be 0 (verify whole drafts) or in [2, ", kMaxVerifyChunk,
-      "], got ", chunk));
+  return absl::InvalidArgumentError(
+      absl::StrCat(flag, " must be 0 (verify whole drafts) or in [2, ",
+                   kMaxVerifyChunk, "], got ", chunk));
 }
 
 bool SpeculativeEngine::WellFormedDraft(const Drafter& drafter,

@@ -140,7 +140,7 @@ struct AcceptanceSummary {
   // Options::min_draft_confidence: drafts cut short (or to nothing), and
   // rounds that skipped the drafter after drafts cut to nothing.
   int64_t cut_rounds = 0, skipped_rounds = 0;
-  int64_t reused_rounds = 0;  // Options::verify_chunk: no Draft call
+  int64_t reused_rounds = 0;    // Options::verify_chunk: no Draft call
   int64_t draft_tokens = 0;     // sum of W-1
   int64_t accepted_tokens = 0;  // sum of acc
   std::vector<int64_t>

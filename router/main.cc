@@ -199,10 +199,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   o.loop.verify_chunk = absl::GetFlag(FLAGS_verify_chunk);
-  if (absl::Status s = dedit::ValidateVerifyChunk(o.loop.verify_chunk,
-                                           "--verify_chunk");
+  if (absl::Status s =
+          dedit::ValidateVerifyChunk(o.loop.verify_chunk, "--verify_chunk");
       !s.ok()) {
-    std::fprintf(stderr, "dedit-router: %s\n", std::string(s.message()).c_str());
+    std::fprintf(stderr, "dedit-router: %s\n",
+                 std::string(s.message()).c_str());
     return 2;
   }
   if (o.loop.hybrid_min_ngram < 1) {

@@ -220,8 +220,10 @@ int Main() {
     for (absl::string_view part : absl::StrSplit(
              absl::GetFlag(FLAGS_verify_rows), ',', absl::SkipEmpty())) {
       int n = 0;
-      if (!absl::SimpleAtoi(part, &n) || n < 1 || ctx + n > c.max_position_embeddings) {
-        std::cerr << "dedit-engine-bench: bad --verify_rows entry " << part << "\n";
+      if (!absl::SimpleAtoi(part, &n) || n < 1 ||
+          ctx + n > c.max_position_embeddings) {
+        std::cerr << "dedit-engine-bench: bad --verify_rows entry " << part
+                  << "\n";
         return 1;
       }
       sizes.push_back(n);
@@ -231,8 +233,9 @@ int Main() {
       for (size_t i = 0; i < sizes.size(); ++i) {
         const auto t0 = Clock::now();
         forward(sizes[i]);
-        ms[i].push_back(std::chrono::duration<double, std::milli>(
-                            Clock::now() - t0).count());
+        ms[i].push_back(
+            std::chrono::duration<double, std::milli>(Clock::now() - t0)
+                .count());
       }
     }
     nlohmann::json rows = {{"what", "verify_rows_ms"}, {"context", ctx}};

@@ -200,8 +200,7 @@ TEST(ConfidentDraftsTest, ChunksVerifyTheConfidentPrefixOnly) {
     EXPECT_EQ(r.accepted, r.window - 1);
     if (r.reused) EXPECT_FALSE(r.cut);
   }
-  EXPECT_EQ(Summarize(whole.result.rounds).rounds + s.reused_rounds,
-            s.rounds);
+  EXPECT_EQ(Summarize(whole.result.rounds).rounds + s.reused_rounds, s.rounds);
 }
 
 }  // namespace

@@ -323,8 +323,7 @@ TEST_F(EngineTest, ChunkedVerificationIsLosslessAndDraftsAsOften) {
       const GenerationResult& r = (*results)[0];
       const std::string where =
           absl::StrCat("corrupt every ", corrupt_every, ", chunk ", chunk);
-      EXPECT_EQ(r.tokens,
-                std::vector<int32_t>(ref.begin(), ref.begin() + kNew))
+      EXPECT_EQ(r.tokens, std::vector<int32_t>(ref.begin(), ref.begin() + kNew))
           << where;
       if (whole_requests < 0) whole_requests = requests;
       EXPECT_EQ(requests, whole_requests) << where;
@@ -348,9 +347,9 @@ TEST_F(EngineTest, ChunkedVerificationIsLosslessAndDraftsAsOften) {
   }
   // The model drafter on a mixed batch (model K = 3, hybrid K = 2 and
   // n-gram requests): only the model's drafts are chunked.
-  const std::vector<std::vector<int32_t>> prompts = {
-      RandomPrompt(5, 128, 11), RandomPrompt(17, 128, 12),
-      RandomPrompt(33, 128, 13)};
+  const std::vector<std::vector<int32_t>> prompts = {RandomPrompt(5, 128, 11),
+                                                     RandomPrompt(17, 128, 12),
+                                                     RandomPrompt(33, 128, 13)};
   const std::vector<std::vector<int32_t>> reference = References(prompts, 40);
   LocalDrafter drafter(pair_->drafter.get());
   LocalVerifier verifier(pair_->target.get(), &drafter);
