@@ -58,6 +58,29 @@ class ScriptedDrafter : public Drafter, public ContextSink {
   Script script_;
 };
 
+// Drafts the greedy reference `ref` (the output after a prompt of
+// `prompt_len` tokens), every output index divisible by `corrupt_every`
+// (0 = none) made wrong; K identical passes, all confident.
+ScriptedDrafter::Script CorruptedOracle(const std::vector<int32_t>* ref,
+                                        int64_t prompt_len, int corrupt_every) {
+  return [ref, prompt_len,
+          corrupt_every](const DraftRequest& r) -> absl::StatusOr<DraftResult> {
+    DraftPass pass;
+    for (int j = 1; j < r.window; ++j) {
+      // Slot j proposes the token at position start + j, i.e. output index
+      // start + j - prompt_len (the bonus is output start - prompt_len).
+      const int64_t idx = r.start + j - prompt_len;
+      int32_t t = (*ref)[idx];
+      if (corrupt_every > 0 && idx % corrupt_every == 0) t = (t + 1) % 128;
+      pass.tokens.push_back(t);
+      pass.confidences.push_back(1.0f);
+    }
+    DraftResult d;
+    d.passes.assign(r.passes, pass);
+    return d;
+  };
+}
+
 SpeculativeEngine::Options EngineOptions(const TinyModelSpec& spec) {
   SpeculativeEngine::Options o;
   o.vocab_size = spec.target.vocab_size;
@@ -233,25 +256,9 @@ TEST_F(EngineTest, LosslessWithOracleAndCorruptedOracleDrafters) {
   const std::vector<int32_t> ref =
       GreedyReference(*pair_->target, prompt, kNew + 40);
   for (int corrupt_every : {0, 5, 2}) {
-    const int64_t prompt_len = prompt.size();
     ScriptedDrafter oracle(
-        32, [&](const DraftRequest& r) -> absl::StatusOr<DraftResult> {
-          DraftResult d;
-          DraftPass pass;
-          for (int j = 1; j < r.window; ++j) {
-            // Slot j proposes the token at position start + j, i.e. output
-            // index start + j - prompt_len (the bonus is output start -
-            // prompt_len).
-            const int64_t idx = r.start + j - prompt_len;
-            int32_t t = ref[idx];
-            if (corrupt_every > 0 && idx % corrupt_every == 0)
-              t = (t + 1) % 128;
-            pass.tokens.push_back(t);
-            pass.confidences.push_back(1.0f);
-          }
-          d.passes.assign(r.passes, pass);
-          return d;
-        });
+        32, CorruptedOracle(&ref, static_cast<int64_t>(prompt.size()),
+                            corrupt_every));
     LocalVerifier verifier(pair_->target.get(), &oracle);
     SpeculativeEngine engine(&verifier, &oracle, EngineOptions(spec_));
     GenerationRequest req;
@@ -290,24 +297,13 @@ TEST_F(EngineTest, ChunkedVerificationIsLosslessAndDraftsAsOften) {
   for (int corrupt_every : {0, 5, 3, 2}) {
     int whole_requests = -1;
     for (int chunk : {0, 2, 3, 6, 16}) {
-      const int64_t prompt_len = prompt.size();
       int requests = 0;
       ScriptedDrafter oracle(
-          32, [&](const DraftRequest& r) -> absl::StatusOr<DraftResult> {
+          32, [&, script =
+                      CorruptedOracle(&ref, static_cast<int64_t>(prompt.size()),
+                                      corrupt_every)](const DraftRequest& r) {
             ++requests;
-            DraftPass pass;
-            for (int j = 1; j < r.window; ++j) {
-              const int64_t idx = r.start + j - prompt_len;
-              int32_t t = ref[idx];
-              if (corrupt_every > 0 && idx % corrupt_every == 0) {
-                t = (t + 1) % 128;
-              }
-              pass.tokens.push_back(t);
-              pass.confidences.push_back(1.0f);
-            }
-            DraftResult d;
-            d.passes.assign(r.passes, pass);
-            return d;
+            return script(r);
           });
       LocalVerifier verifier(pair_->target.get(), &oracle);
       SpeculativeEngine::Options o = EngineOptions(spec_);
