@@ -626,13 +626,11 @@ absl::Status SpeculativeEngine::Step() {
       // the slots this round verified (a cut or chunked draft verifies
       // fewer than pass k proposed).
       const auto& passes = d->second.passes;
-      const size_t verified = verifies[i].block.size() - 1;
+      const int verified = static_cast<int>(verifies[i].block.size()) - 1;
       for (size_t k = 0; k + 1 < passes.size(); ++k) {
-        const std::vector<int32_t> pass_k(
-            passes[k].tokens.begin(),
-            passes[k].tokens.begin() +
-                std::min(verified, passes[k].tokens.size()));
-        const int acc_k = AcceptedPrefixLength(pass_k, out.target_tokens);
+        const int acc_k =
+            std::min(AcceptedPrefixLength(passes[k].tokens, out.target_tokens),
+                     verified);
         const int capped = std::min(acc_k, out.accepted + 1);
         record.edits.push_back(capped < out.accepted ? EditOutcome::kExtended
                                : capped == out.accepted

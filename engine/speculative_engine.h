@@ -208,7 +208,7 @@ class SpeculativeEngine {
     // once, so the output and the drafter's work are unchanged; only the
     // verify rows change. It pays where a forward's cost grows with its
     // rows (a CPU: ~0.1 ms per row of the bundled target against ~0.7 ms
-    // for a decode step; bench/README.md "Verifying a draft in chunks")
+    // for a decode step; bench/README.md "Verifying drafts in chunks")
     // and most drafts are rejected early; where a forward costs the same
     // for 1 and 16 rows (a GPU) it only adds rounds. 0 (or >= W) verifies
     // every draft whole.

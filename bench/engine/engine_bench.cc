@@ -139,17 +139,24 @@ OpCounts CountOps(OpCounter& c, Fn fn) {
   return {c.all, c.top, c.layer_all / layers, c.layer_top / layers};
 }
 
+// Milliseconds one call of fn takes.
+template <typename Fn>
+double TimeMs(Fn fn) {
+  const auto t0 = Clock::now();
+  fn();
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+double Median(std::vector<double> ms) {
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
 template <typename Fn>
 double MedianMs(int reps, Fn fn) {
   std::vector<double> ms;
-  for (int i = 0; i < reps; ++i) {
-    const auto t0 = Clock::now();
-    fn();
-    ms.push_back(
-        std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-  }
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+  for (int i = 0; i < reps; ++i) ms.push_back(TimeMs(fn));
+  return Median(std::move(ms));
 }
 
 std::vector<int32_t> RandomIds(std::mt19937& rng, int n, int vocab) {
@@ -231,17 +238,12 @@ int Main() {
     std::vector<std::vector<double>> ms(sizes.size());
     for (int r = 0; r < reps; ++r) {
       for (size_t i = 0; i < sizes.size(); ++i) {
-        const auto t0 = Clock::now();
-        forward(sizes[i]);
-        ms[i].push_back(
-            std::chrono::duration<double, std::milli>(Clock::now() - t0)
-                .count());
+        ms[i].push_back(TimeMs([&] { forward(sizes[i]); }));
       }
     }
     nlohmann::json rows = {{"what", "verify_rows_ms"}, {"context", ctx}};
     for (size_t i = 0; i < sizes.size(); ++i) {
-      std::sort(ms[i].begin(), ms[i].end());
-      rows[std::to_string(sizes[i])] = ms[i][ms[i].size() / 2];
+      rows[std::to_string(sizes[i])] = Median(std::move(ms[i]));
     }
     std::cout << rows.dump() << std::endl;
   }
