@@ -143,6 +143,7 @@ void DrafterServiceImpl::Detach(ContextStreamReader* reader) {
 }
 
 void DrafterServiceImpl::FinishStreams() {
+  rounds_.Drain();
   // Under the lock: a reader deletes itself after Detach, so only the lock
   // keeps each one alive here. FinishOnce never blocks, and gRPC never runs
   // a read reactor's OnDone (which takes the lock) inline in Finish.
@@ -155,14 +156,18 @@ grpc::ServerReadReactor<v1::ContextChunk>* DrafterServiceImpl::StreamContext(
   return new ContextStreamReader(this, summary);
 }
 
-grpc::ServerUnaryReactor* DrafterServiceImpl::Draft(
-    grpc::CallbackServerContext* context, const v1::DraftRequest* request,
-    v1::DraftResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (RefusePoisoned(reactor)) return reactor;
+void DrafterServiceImpl::RunDraft(const v1::DraftRequest& request,
+                                  v1::DraftResponse* response,
+                                  const std::string& peer,
+                                  std::function<void(absl::Status)> done) {
+  const absl::Status poisoned = worker_->poisoned();
+  if (!poisoned.ok()) {
+    done(poisoned);
+    return;
+  }
   std::vector<DraftRequest> requests;
-  requests.reserve(request->items_size());
-  for (const v1::DraftItem& d : request->items()) {
+  requests.reserve(request.items_size());
+  for (const v1::DraftItem& d : request.items()) {
     requests.push_back(
         {d.sequence(), d.start(), d.bonus(), d.window(), d.passes()});
     // Bounded by the request size; CheckRequest holds it to window - 1.
@@ -170,7 +175,8 @@ grpc::ServerUnaryReactor* DrafterServiceImpl::Draft(
   }
   worker_->Draft(
       std::move(requests),
-      [reactor, response](std::vector<absl::StatusOr<DraftResult>> results) {
+      [response, done = std::move(done)](
+          std::vector<absl::StatusOr<DraftResult>> results) {
         for (absl::StatusOr<DraftResult>& r : results) {
           v1::DraftOutput* out = response->add_results();
           if (!r.ok()) {
@@ -185,11 +191,32 @@ grpc::ServerUnaryReactor* DrafterServiceImpl::Draft(
                                           pass.confidences.end());
           }
         }
-        reactor->Finish(grpc::Status::OK);
+        done(absl::OkStatus());
       },
       // Fair share per caller: a router's connection (DrafterWorker).
-      context->peer());
+      peer);
+}
+
+grpc::ServerUnaryReactor* DrafterServiceImpl::Draft(
+    grpc::CallbackServerContext* context, const v1::DraftRequest* request,
+    v1::DraftResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  RunDraft(*request, response, context->peer(),
+           [reactor](absl::Status status) {
+             reactor->Finish(ToGrpcStatus(status));
+           });
   return reactor;
+}
+
+grpc::ServerBidiReactor<v1::DraftRequest, v1::DraftResponse>*
+DrafterServiceImpl::Rounds(grpc::CallbackServerContext* context) {
+  return new RoundStreamReactor<v1::DraftRequest, v1::DraftResponse>(
+      &rounds_, [this, peer = context->peer()](
+                    const v1::DraftRequest& request,
+                    v1::DraftResponse* response,
+                    std::function<void(absl::Status)> done) {
+        RunDraft(request, response, peer, std::move(done));
+      });
 }
 
 grpc::ServerUnaryReactor* DrafterServiceImpl::Release(
@@ -228,6 +255,7 @@ grpc::ServerUnaryReactor* DrafterServiceImpl::Info(
     absl::MutexLock lock(&mu_);
     response->set_context_streams(static_cast<int>(readers_.size()));
   }
+  response->set_round_streams(rounds_.size());
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }

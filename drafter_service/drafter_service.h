@@ -20,6 +20,7 @@
 #include "absl/synchronization/mutex.h"
 #include "dedit/v1/services.grpc.pb.h"
 #include "drafter_service/drafter_worker.h"
+#include "serving/round_stream.h"
 
 namespace dedit {
 
@@ -46,6 +47,9 @@ class DrafterServiceImpl final : public v1::Drafter::CallbackService {
   grpc::ServerUnaryReactor* Draft(grpc::CallbackServerContext* context,
                                   const v1::DraftRequest* request,
                                   v1::DraftResponse* response) override;
+  // Draft calls on one long-lived stream (serving/round_stream.h).
+  grpc::ServerBidiReactor<v1::DraftRequest, v1::DraftResponse>* Rounds(
+      grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* Release(
       grpc::CallbackServerContext* context,
       const v1::DrafterReleaseRequest* request,
@@ -55,7 +59,7 @@ class DrafterServiceImpl final : public v1::Drafter::CallbackService {
                                  v1::DrafterInfoResponse* response) override;
 
   // Ends every context stream (graceful shutdown: the target reconnects
-  // elsewhere or later).
+  // elsewhere or later), and every round stream after its call in flight.
   void FinishStreams() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
@@ -63,6 +67,11 @@ class DrafterServiceImpl final : public v1::Drafter::CallbackService {
   // A poisoned worker (model/model_thread.h) fails Draft and Release at
   // once with its INTERNAL error; Info still answers, context is dropped.
   bool RefusePoisoned(grpc::ServerUnaryReactor* reactor);
+  // One Draft call (unary or a Rounds message) from the router at `peer`
+  // (the worker's fair-share key): `done` gets its status, once.
+  void RunDraft(const v1::DraftRequest& request, v1::DraftResponse* response,
+                const std::string& peer,
+                std::function<void(absl::Status)> done);
   void Attach(ContextStreamReader* reader) ABSL_LOCKS_EXCLUDED(mu_);
   void Detach(ContextStreamReader* reader) ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -75,6 +84,7 @@ class DrafterServiceImpl final : public v1::Drafter::CallbackService {
   std::set<ContextStreamReader*> readers_ ABSL_GUARDED_BY(mu_);
   // Ids of context streams (DrafterWorker::AddContext), from 1.
   std::atomic<uint64_t> next_stream_id_{1};
+  RoundStreams rounds_;
 };
 
 }  // namespace dedit

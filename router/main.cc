@@ -101,7 +101,11 @@ ABSL_FLAG(int, verify_chunk, 0,
           "with no Draft call (0 = whole drafts; pays where a verify's cost "
           "grows with its rows, as on a CPU)");
 ABSL_FLAG(int64_t, target_timeout_ms, 60000,
-          "deadline of Prefill/Verify calls");
+          "deadline of a round's Step on the target");
+ABSL_FLAG(bool, round_streams, true,
+          "send rounds (Target Step, Drafter Draft) on one long-lived stream "
+          "per service instead of a unary call each (docs/SERVICES.md "
+          "\"Round streams\")");
 ABSL_FLAG(int64_t, draft_timeout_ms, 2000,
           "deadline of Draft calls; slower drafts fall back to target-only");
 ABSL_FLAG(int64_t, drafter_probe_ms, 200,
@@ -234,6 +238,8 @@ int main(int argc, char** argv) {
   o.auth.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
   o.verifier.rpc_timeout_ms = absl::GetFlag(FLAGS_target_timeout_ms);
   o.drafter.draft_timeout_ms = absl::GetFlag(FLAGS_draft_timeout_ms);
+  o.verifier.round_streams = absl::GetFlag(FLAGS_round_streams);
+  o.drafter.round_streams = absl::GetFlag(FLAGS_round_streams);
   o.drafter.probe_interval_ms = absl::GetFlag(FLAGS_drafter_probe_ms);
   dedit::ExitAfterServing("dedit-router", dedit::RunRouterServer(o));
 }

@@ -23,7 +23,16 @@ RemoteDrafter::RemoteDrafter(std::shared_ptr<grpc::Channel> channel,
     : stub_(v1::Drafter::NewStub(channel)),
       health_stub_(grpc::health::v1::Health::NewStub(channel)),
       options_(options),
-      nonce_(nonce) {}
+      nonce_(nonce) {
+  if (options_.round_streams) {
+    rounds_ = std::make_unique<
+        RoundStreamClient<v1::DraftRequest, v1::DraftResponse>>(
+        [stub = stub_.get()](grpc::ClientContext* context,
+                             grpc::CompletionQueue* cq) {
+          return stub->PrepareAsyncRounds(context, cq);
+        });
+  }
+}
 
 RemoteDrafter::~RemoteDrafter() { Stop(); }
 
@@ -111,13 +120,19 @@ absl::StatusOr<std::vector<DraftResult>> RemoteDrafter::Draft(
     item->set_passes(r.passes);
     item->mutable_seed()->Add(r.seed.begin(), r.seed.end());
   }
-  grpc::ClientContext context;
-  context.set_deadline(In(options_.draft_timeout_ms));
   v1::DraftResponse response;
-  const grpc::Status status = stub_->Draft(&context, request, &response);
+  absl::Status status;
+  if (rounds_ != nullptr) {
+    status = rounds_->Call(request, &response, In(options_.draft_timeout_ms));
+    if (status.ok()) status = StatusFromCode(response.code(), response.message());
+  } else {
+    grpc::ClientContext context;
+    context.set_deadline(In(options_.draft_timeout_ms));
+    status = FromGrpcStatus(stub_->Draft(&context, request, &response));
+  }
   if (!status.ok()) {
     SetHealthy(false);
-    return Annotate(FromGrpcStatus(status), "drafter Draft");
+    return Annotate(status, "drafter Draft");
   }
   if (response.results_size() != static_cast<int>(requests.size())) {
     SetHealthy(false);

@@ -34,6 +34,7 @@
 #include "engine/round_interfaces.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "router/router_backends.h"
+#include "serving/round_stream.h"
 
 namespace dedit {
 
@@ -41,6 +42,8 @@ class RemoteDrafter : public Drafter, public DrafterHealth {
  public:
   struct Options {
     int64_t draft_timeout_ms = 2000;
+    // Draft calls on one Drafter.Rounds stream instead of a unary call each.
+    bool round_streams = true;
     int64_t probe_interval_ms = 200;  // while unhealthy
     int64_t healthy_probe_interval_ms = 1000;
   };
@@ -71,6 +74,9 @@ class RemoteDrafter : public Drafter, public DrafterHealth {
   void SetHealthy(bool healthy);
 
   std::unique_ptr<v1::Drafter::Stub> stub_;
+  // Null with `round_streams` off.
+  std::unique_ptr<RoundStreamClient<v1::DraftRequest, v1::DraftResponse>>
+      rounds_;
   std::unique_ptr<grpc::health::v1::Health::Stub> health_stub_;
   Options options_;
   uint32_t nonce_;

@@ -9,7 +9,16 @@
 namespace dedit {
 RemoteVerifier::RemoteVerifier(std::shared_ptr<grpc::Channel> channel,
                                Options options, uint32_t nonce)
-    : stub_(v1::Target::NewStub(channel)), options_(options), nonce_(nonce) {}
+    : stub_(v1::Target::NewStub(channel)), options_(options), nonce_(nonce) {
+  if (options_.round_streams) {
+    rounds_ =
+        std::make_unique<RoundStreamClient<v1::StepRequest, v1::StepResponse>>(
+            [stub = stub_.get()](grpc::ClientContext* context,
+                                 grpc::CompletionQueue* cq) {
+              return stub->PrepareAsyncRounds(context, cq);
+            });
+  }
+}
 
 absl::StatusOr<TargetInfo> RemoteVerifier::FetchInfo(int64_t timeout_ms) {
   grpc::ClientContext context;
@@ -52,8 +61,7 @@ RemoteVerifier::Clock::time_point RemoteVerifier::CallDeadline(
 absl::StatusOr<TargetStepResult> RemoteVerifier::Step(
     const std::vector<PrefillWork>& prefills,
     const std::vector<VerifyWork>& verifies) {
-  // One call per round (Target.Step): the target runs it in one forward.
-  grpc::ClientContext context;
+  // One message per round: the target runs it in one forward.
   v1::StepRequest request;
   v1::StepResponse response;
   std::vector<SequenceId> ids;
@@ -93,17 +101,25 @@ absl::StatusOr<TargetStepResult> RemoteVerifier::Step(
     ids.push_back(v.sequence);
   }
   if (prefills.empty() && verifies.empty()) return TargetStepResult{};
-  context.set_deadline(CallDeadline(ids));
+  const Clock::time_point deadline = CallDeadline(ids);
   // A failed call fails the round when it has verify blocks, otherwise
   // every prompt in it.
-  const grpc::Status status = stub_->Step(&context, request, &response);
+  absl::Status status;
+  if (rounds_ != nullptr) {
+    status = rounds_->Call(request, &response, deadline);
+    if (status.ok()) status = StatusFromCode(response.code(), response.message());
+  } else {
+    grpc::ClientContext context;
+    context.set_deadline(deadline);
+    status = FromGrpcStatus(stub_->Step(&context, request, &response));
+  }
   const v1::VerifyResponse& verify_response = response.verify();
   const v1::PrefillResponse& prefill_response = response.prefill();
 
   TargetStepResult result;
   if (!verifies.empty()) {
     if (!status.ok()) {
-      return Annotate(FromGrpcStatus(status), "target Step");
+      return Annotate(status, "target Step");
     }
     if (verify_response.results_size() != static_cast<int>(verifies.size())) {
       return absl::InternalError(
@@ -128,7 +144,7 @@ absl::StatusOr<TargetStepResult> RemoteVerifier::Step(
     const absl::Status call_error =
         status.ok() ? absl::InternalError(
                           "target Step returned a wrong prefill result count")
-                    : Annotate(FromGrpcStatus(status), "target Step");
+                    : Annotate(status, "target Step");
     for (size_t i = 0; i < prefills.size(); ++i) {
       if (!call_ok) {
         result.first_tokens.push_back(-1);

@@ -1,9 +1,10 @@
 // The Verifier side of the round logic over dedit-target (gRPC), and the
 // router's TargetControl (what the target serves, per-request limits).
 //
-// One Step() sends the round's prefills and verify blocks as two concurrent
-// RPCs (Prefill, Verify); the target's model thread packs them into one
-// forward when they arrive together. A prompt the target refuses (KV
+// One Step() sends the round's prefills and verify blocks as one message,
+// which the target's model thread runs in one forward: by default on a
+// long-lived Target.Rounds stream (serving/round_stream.h), else as a unary
+// Target.Step (`round_streams = false`). A prompt the target refuses (KV
 // capacity) fails alone via TargetStepResult::prefill_status.
 //
 // Sequence ids on the wire are (router nonce << 32 | engine id), so that
@@ -31,6 +32,7 @@
 #include "dedit/v1/services.grpc.pb.h"
 #include "engine/round_interfaces.h"
 #include "router/router_backends.h"
+#include "serving/round_stream.h"
 
 namespace dedit {
 
@@ -42,7 +44,9 @@ inline uint64_t WireSequenceId(uint32_t nonce, SequenceId id) {
 class RemoteVerifier : public Verifier, public TargetControl {
  public:
   struct Options {
-    int64_t rpc_timeout_ms = 60000;  // Prefill / Verify
+    int64_t rpc_timeout_ms = 60000;  // a round's Step
+    // Rounds on one Target.Rounds stream instead of a unary Step each.
+    bool round_streams = true;
   };
   using Clock = std::chrono::system_clock;
 
@@ -76,6 +80,9 @@ class RemoteVerifier : public Verifier, public TargetControl {
 
   std::unique_ptr<v1::Target::Stub> stub_;
   Options options_;
+  // Null with `round_streams` off.
+  std::unique_ptr<RoundStreamClient<v1::StepRequest, v1::StepResponse>>
+      rounds_;
   uint32_t nonce_;
   std::unordered_map<SequenceId, Limits> limits_;
   // KeepIdle calls not answered yet. Shared with their callbacks (gRPC

@@ -194,6 +194,7 @@ absl::Status RunTargetServer(const TargetServerOptions& options) {
   serve.readiness = &readiness;
   ServeHooks hooks;
   hooks.warm_up = [&worker] { return worker.AwaitWarmUp(); };
+  hooks.before_drain = [&service] { service.DrainRounds(); };
   hooks.after_drain = [&] {
     worker.Stop();
     if (stream) stream->Stop(1000);

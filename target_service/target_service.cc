@@ -73,29 +73,34 @@ void FillVerifyResponse(const std::vector<VerifyOutcome>& outcomes,
 
 }  // namespace
 
-grpc::ServerUnaryReactor* TargetServiceImpl::Step(
-    grpc::CallbackServerContext* context, const v1::StepRequest* request,
-    v1::StepResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (RefusePoisoned(reactor)) return reactor;
-  std::vector<TargetPrefillItem> prefills = PrefillItems(request->prefill());
-  std::vector<VerifyWork> verifies = VerifyItems(request->verify());
+void TargetServiceImpl::RunStep(const v1::StepRequest& request,
+                                v1::StepResponse* response,
+                                std::function<void(absl::Status)> done) {
+  const absl::Status poisoned = worker_->poisoned();
+  if (!poisoned.ok()) {
+    done(poisoned);
+    return;
+  }
+  std::vector<TargetPrefillItem> prefills = PrefillItems(request.prefill());
+  std::vector<VerifyWork> verifies = VerifyItems(request.verify());
   // Answered once both halves are done (each half's callback runs once, on
   // the model thread).
   struct Pending {
-    explicit Pending(int halves) : remaining(halves) {}
+    Pending(int halves, std::function<void(absl::Status)> done)
+        : remaining(halves), done(std::move(done)) {}
     std::atomic<int> remaining;
     absl::Status verify_status;  // written before the decrement
+    std::function<void(absl::Status)> done;
   };
   const int halves = (prefills.empty() ? 0 : 1) + (verifies.empty() ? 0 : 1);
   if (halves == 0) {
-    reactor->Finish(grpc::Status::OK);
-    return reactor;
+    done(absl::OkStatus());
+    return;
   }
-  auto pending = std::make_shared<Pending>(halves);
-  auto finish_half = [reactor, pending]() {
+  auto pending = std::make_shared<Pending>(halves, std::move(done));
+  auto finish_half = [pending]() {
     if (pending->remaining.fetch_sub(1) == 1) {
-      reactor->Finish(ToGrpcStatus(pending->verify_status));
+      pending->done(pending->verify_status);
     }
   };
   worker_->Step(
@@ -114,7 +119,26 @@ grpc::ServerUnaryReactor* TargetServiceImpl::Step(
         }
         finish_half();
       });
+}
+
+grpc::ServerUnaryReactor* TargetServiceImpl::Step(
+    grpc::CallbackServerContext* context, const v1::StepRequest* request,
+    v1::StepResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  RunStep(*request, response, [reactor](absl::Status status) {
+    reactor->Finish(ToGrpcStatus(status));
+  });
   return reactor;
+}
+
+grpc::ServerBidiReactor<v1::StepRequest, v1::StepResponse>*
+TargetServiceImpl::Rounds(grpc::CallbackServerContext*) {
+  return new RoundStreamReactor<v1::StepRequest, v1::StepResponse>(
+      &rounds_, [this](const v1::StepRequest& request,
+                       v1::StepResponse* response,
+                       std::function<void(absl::Status)> done) {
+        RunStep(request, response, std::move(done));
+      });
 }
 
 grpc::ServerUnaryReactor* TargetServiceImpl::Prefill(
@@ -222,6 +246,7 @@ grpc::ServerUnaryReactor* TargetServiceImpl::Info(
   response->set_sequence_lease_seconds(
       absl::ToDoubleSeconds(worker_->sequence_lease()));
   response->set_expired_sequences(s.expired_sequences);
+  response->set_round_streams(rounds_.size());
   response->set_context_stream_connected(stream_ != nullptr &&
                                          stream_->connected());
   reactor->Finish(grpc::Status::OK);

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "dedit/v1/services.grpc.pb.h"
+#include "serving/round_stream.h"
 #include "target_service/context_stream_client.h"
 #include "target_service/target_worker.h"
 
@@ -29,6 +30,9 @@ class TargetServiceImpl final : public v1::Target::CallbackService {
   grpc::ServerUnaryReactor* Step(grpc::CallbackServerContext* context,
                                  const v1::StepRequest* request,
                                  v1::StepResponse* response) override;
+  // Step's rounds on one long-lived stream (serving/round_stream.h).
+  grpc::ServerBidiReactor<v1::StepRequest, v1::StepResponse>* Rounds(
+      grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* Prefill(grpc::CallbackServerContext* context,
                                     const v1::PrefillRequest* request,
                                     v1::PrefillResponse* response) override;
@@ -48,7 +52,14 @@ class TargetServiceImpl final : public v1::Target::CallbackService {
                                  const v1::TargetInfoRequest* request,
                                  v1::TargetInfoResponse* response) override;
 
+  // Graceful shutdown, before the server's drain: each round stream ends
+  // UNAVAILABLE after its round in flight (a unary Step's refusal).
+  void DrainRounds() { rounds_.Drain(); }
+
  private:
+  // One round (Step or a Rounds message): `done` gets its status, once.
+  void RunStep(const v1::StepRequest& request, v1::StepResponse* response,
+               std::function<void(absl::Status)> done);
   // A poisoned worker (model/model_thread.h) fails Prefill, Verify and
   // Release at once with its INTERNAL error; Info still answers.
   bool RefusePoisoned(grpc::ServerUnaryReactor* reactor);
@@ -56,6 +67,7 @@ class TargetServiceImpl final : public v1::Target::CallbackService {
   TargetWorker* worker_;
   const ContextStreamClient* stream_;
   Identity identity_;
+  RoundStreams rounds_;
 };
 
 }  // namespace dedit

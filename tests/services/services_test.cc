@@ -34,6 +34,7 @@ using ::testing::HasSubstr;
 using testing::IdsRequest;
 using testing::RandomPrompt;
 using testing::ServiceCluster;
+using testing::ServiceProcess;
 using testing::WaitFor;
 
 // Target-only greedy tokens and the in-process engine's tokens for (W, K).
@@ -114,6 +115,9 @@ class ServicesTest : public ::testing::Test {
     EXPECT_TRUE(stub->Info(&c, {}, &info).ok());
     return info;
   }
+  // T = 0 through the services, several W/K and target-only: the in-process
+  // engine's tokens, which are the target's greedy tokens.
+  void ExpectMatchesInProcessEngine();
   bool RouterSeesDrafter() {
     grpc::ClientContext c;
     c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
@@ -128,6 +132,32 @@ class ServicesTest : public ::testing::Test {
 // T = 0: the services produce the in-process engine's tokens, which are the
 // target's greedy tokens, for several W/K (and target-only).
 TEST_F(ServicesTest, MatchesInProcessEngineAndGreedyDecoding) {
+  ExpectMatchesInProcessEngine();
+  // The router's rounds went on one stream to each model service
+  // (serving/round_stream.h).
+  EXPECT_EQ(TargetInfo().round_streams(), 1);
+  EXPECT_EQ(DrafterInfo().round_streams(), 1);
+}
+
+// --round_streams=false: a unary Target.Step and Drafter.Draft per round,
+// the same tokens.
+class UnaryRoundsServicesTest : public ServicesTest {
+ protected:
+  UnaryRoundsServicesTest() : ServicesTest(UnaryOptions()) {}
+  static ServiceCluster::Options UnaryOptions() {
+    ServiceCluster::Options o;
+    o.router_flags = {"--round_streams=false"};
+    return o;
+  }
+};
+
+TEST_F(UnaryRoundsServicesTest, MatchesInProcessEngineAndGreedyDecoding) {
+  ExpectMatchesInProcessEngine();
+  EXPECT_EQ(TargetInfo().round_streams(), 0);
+  EXPECT_EQ(DrafterInfo().round_streams(), 0);
+}
+
+void ServicesTest::ExpectMatchesInProcessEngine() {
   ASSERT_TRUE(WaitFor([&] { return RouterSeesDrafter(); }, 10000));
   Reference ref(cluster_);
   const int kNew = 24;
@@ -493,6 +523,37 @@ TEST_F(ServicesTest, TargetKilledAfterItsRouterDrafterDropsTheContexts) {
             kStreams);
   EXPECT_EQ(ServiceCluster::MetricValue(*metrics, "dedit_drafter_sequences"),
             0);
+}
+
+// SIGTERM to the model services while the router holds a round stream to
+// each: the idle streams end at once (UNAVAILABLE, "draining"), so neither
+// service waits out its 30 s drain timeout, and the router fails the next
+// request UNAVAILABLE.
+class LongDrainServicesTest : public ServicesTest {
+ protected:
+  LongDrainServicesTest() : ServicesTest(LongDrainOptions()) {}
+  static ServiceCluster::Options LongDrainOptions() {
+    ServiceCluster::Options o;
+    o.target_flags = {"--drain_timeout_ms=30000"};
+    o.drafter_flags = {"--drain_timeout_ms=30000"};
+    return o;
+  }
+};
+
+TEST_F(LongDrainServicesTest, ModelServicesDrainWithOpenRoundStreams) {
+  ASSERT_TRUE(WaitFor([&] { return RouterSeesDrafter(); }, 10000));
+  Generated g = Generate(stub_.get(), IdsRequest(RandomPrompt(5, 300, 12), 16, 8, 1));
+  ASSERT_TRUE(g.status.ok()) << g.status.error_message();
+  ASSERT_EQ(TargetInfo().round_streams(), 1);
+  ASSERT_EQ(DrafterInfo().round_streams(), 1);
+  for (ServiceProcess* service : {cluster_.drafter(), cluster_.target()}) {
+    const auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(service->Terminate(60000), 0);
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(15));
+  }
+  Generated after = Generate(stub_.get(), IdsRequest({1, 2, 3}, 8));
+  EXPECT_EQ(after.status.error_code(), grpc::StatusCode::UNAVAILABLE)
+      << after.status.error_message();
 }
 
 // A client that cancels mid-stream leaves nothing behind in either service.
