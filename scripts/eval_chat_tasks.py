@@ -9,7 +9,8 @@ target-only one token for token, scores the answers
 (chat_tasks.py score) and prints one JSON report:
 
   {"accuracy": {family: {correct, instances, accuracy}, "overall": ...},
-   "speculation": {method: {family: {tau, speedup, tokens}}},
+   "speculation": {method: {family: {tau, speedup, tokens, tokens_per_s,
+                                    ms_per_round, ...}}},
    "lossless": true}
 
   scripts/eval_chat_tasks.py --build build --target DIR --tasks TASKS_DIR
@@ -208,6 +209,12 @@ def main():
                 rounds = sum(r.get("rounds", 0) for r in m_rows)
                 if rounds:
                     per[family]["tokens_per_round"] = round(tokens / rounds, 3)
+                # Absolute figures, for services-vs-in-process comparisons
+                # (same run): decode tokens/s, and ms per round.
+                per[family]["tokens_per_s"] = round(m_rate, 1)
+                if rounds and m_rate:
+                    per[family]["ms_per_round"] = round(
+                        1000.0 * tokens / m_rate / rounds, 4)
             per["overall"].update(acceptance_details(rows))
             per["overall"]["speedup_per_slice"] = []
             for pick in slices:
