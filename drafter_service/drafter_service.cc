@@ -201,20 +201,19 @@ grpc::ServerUnaryReactor* DrafterServiceImpl::Draft(
     grpc::CallbackServerContext* context, const v1::DraftRequest* request,
     v1::DraftResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  RunDraft(*request, response, context->peer(),
-           [reactor](absl::Status status) {
-             reactor->Finish(ToGrpcStatus(status));
-           });
+  RunDraft(*request, response, context->peer(), [reactor](absl::Status status) {
+    reactor->Finish(ToGrpcStatus(status));
+  });
   return reactor;
 }
 
 grpc::ServerBidiReactor<v1::DraftRequest, v1::DraftResponse>*
 DrafterServiceImpl::Rounds(grpc::CallbackServerContext* context) {
   return new RoundStreamReactor<v1::DraftRequest, v1::DraftResponse>(
-      &rounds_, [this, peer = context->peer()](
-                    const v1::DraftRequest& request,
-                    v1::DraftResponse* response,
-                    std::function<void(absl::Status)> done) {
+      &rounds_,
+      [this, peer = context->peer()](const v1::DraftRequest& request,
+                                     v1::DraftResponse* response,
+                                     std::function<void(absl::Status)> done) {
         RunDraft(request, response, peer, std::move(done));
       });
 }

@@ -81,8 +81,7 @@ class RemoteVerifier : public Verifier, public TargetControl {
   std::unique_ptr<v1::Target::Stub> stub_;
   Options options_;
   // Null with `round_streams` off.
-  std::unique_ptr<RoundStreamClient<v1::StepRequest, v1::StepResponse>>
-      rounds_;
+  std::unique_ptr<RoundStreamClient<v1::StepRequest, v1::StepResponse>> rounds_;
   uint32_t nonce_;
   std::unordered_map<SequenceId, Limits> limits_;
   // KeepIdle calls not answered yet. Shared with their callbacks (gRPC

@@ -155,7 +155,7 @@ class RoundStreamReactor final
   Request request_;
   Response response_;
   absl::Mutex mu_;
-  bool attached_ = false;  // set in the constructor only
+  bool attached_ = false;                      // set in the constructor only
   bool reading_ ABSL_GUARDED_BY(mu_) = false;  // a read is outstanding
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;

@@ -134,9 +134,9 @@ grpc::ServerUnaryReactor* TargetServiceImpl::Step(
 grpc::ServerBidiReactor<v1::StepRequest, v1::StepResponse>*
 TargetServiceImpl::Rounds(grpc::CallbackServerContext*) {
   return new RoundStreamReactor<v1::StepRequest, v1::StepResponse>(
-      &rounds_, [this](const v1::StepRequest& request,
-                       v1::StepResponse* response,
-                       std::function<void(absl::Status)> done) {
+      &rounds_,
+      [this](const v1::StepRequest& request, v1::StepResponse* response,
+             std::function<void(absl::Status)> done) {
         RunStep(request, response, std::move(done));
       });
 }

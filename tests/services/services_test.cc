@@ -542,7 +542,8 @@ class LongDrainServicesTest : public ServicesTest {
 
 TEST_F(LongDrainServicesTest, ModelServicesDrainWithOpenRoundStreams) {
   ASSERT_TRUE(WaitFor([&] { return RouterSeesDrafter(); }, 10000));
-  Generated g = Generate(stub_.get(), IdsRequest(RandomPrompt(5, 300, 12), 16, 8, 1));
+  Generated g =
+      Generate(stub_.get(), IdsRequest(RandomPrompt(5, 300, 12), 16, 8, 1));
   ASSERT_TRUE(g.status.ok()) << g.status.error_message();
   ASSERT_EQ(TargetInfo().round_streams(), 1);
   ASSERT_EQ(DrafterInfo().round_streams(), 1);

@@ -36,9 +36,9 @@ class FakeTarget final : public v1::Target::CallbackService {
       grpc::CallbackServerContext*) override {
     opened_.fetch_add(1);
     return new RoundStreamReactor<v1::StepRequest, v1::StepResponse>(
-        &streams(), [this](const v1::StepRequest& request,
-                          v1::StepResponse* response,
-                          std::function<void(absl::Status)> done) {
+        &streams(),
+        [this](const v1::StepRequest& request, v1::StepResponse* response,
+               std::function<void(absl::Status)> done) {
           const v1::VerifyItem& item = request.verify().items(0);
           const int delay_ms = static_cast<int>(item.start());
           const int code = item.block(0);
@@ -141,14 +141,15 @@ class RoundStreamTest : public ::testing::Test {
 TEST_F(RoundStreamTest, RoundsAnswerInOrderOnOneStreamAndFailuresKeepIt) {
   for (int i = 0; i < 12; ++i) {
     // Every third round fails with its own code.
-    const int code = i % 3 == 2 ? static_cast<int>(absl::StatusCode::kNotFound)
-                                : 0;
+    const int code =
+        i % 3 == 2 ? static_cast<int>(absl::StatusCode::kNotFound) : 0;
     v1::StepResponse response;
     ASSERT_TRUE(client().Call(Round(i, code), &response, In(5000)).ok());
     ASSERT_EQ(response.verify().results_size(), 1);
     EXPECT_EQ(response.verify().results(0).accepted(), i);
     EXPECT_EQ(response.code(), code);
-    if (code != 0) EXPECT_EQ(response.message(), absl::StrCat("round failed ", code));
+    if (code != 0)
+      EXPECT_EQ(response.message(), absl::StrCat("round failed ", code));
   }
   EXPECT_EQ(fake_->opened(), 1);
   EXPECT_EQ(fake_->streams().size(), 1);
@@ -217,18 +218,17 @@ TEST_F(RoundStreamTest, DrainEndsIdleStreamsAndStreamsAfterTheirRoundInFlight) {
   v1::StepResponse response;
   ASSERT_TRUE(client().Call(Round(0), &response, In(5000)).ok());
   // A second client, idle when the drain comes.
-  Client idle([stub = stub_.get()](grpc::ClientContext* c,
-                                   grpc::CompletionQueue* cq) {
-    return stub->PrepareAsyncRounds(c, cq);
-  });
+  Client idle(
+      [stub = stub_.get()](grpc::ClientContext* c, grpc::CompletionQueue* cq) {
+        return stub->PrepareAsyncRounds(c, cq);
+      });
   v1::StepResponse idle_response;
   ASSERT_TRUE(idle.Call(Round(0), &idle_response, In(5000)).ok());
   ASSERT_EQ(fake_->streams().size(), 2);
 
   absl::Status in_flight;
-  std::thread round([&] {
-    in_flight = client().Call(Round(400), &response, In(5000));
-  });
+  std::thread round(
+      [&] { in_flight = client().Call(Round(400), &response, In(5000)); });
   std::this_thread::sleep_for(std::chrono::milliseconds(150));
   fake_->streams().Drain();
   round.join();
@@ -240,8 +240,7 @@ TEST_F(RoundStreamTest, DrainEndsIdleStreamsAndStreamsAfterTheirRoundInFlight) {
   for (Client* c : {&client(), &idle}) {
     const absl::Status refused = c->Call(Round(0), &response, In(5000));
     EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable) << refused;
-    EXPECT_NE(refused.message().find("draining"), std::string::npos)
-        << refused;
+    EXPECT_NE(refused.message().find("draining"), std::string::npos) << refused;
   }
 }
 
