@@ -18,7 +18,8 @@
 // (the reactor path, answered at once), an empty Target.KeepAlive (also
 // a hand-off to the target's model thread and back), and a one-token
 // decode Step of a 32-token sequence (a target-only round without the
-// router; compare with the target's forward histogram).
+// router; compare with the target's forward histogram), taking turns token
+// by token with the same decoding on a Target.Rounds stream.
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -36,6 +37,7 @@
 #include "absl/flags/parse.h"
 #include "dedit/v1/services.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "serving/round_stream.h"
 
 ABSL_FLAG(std::string, router, "127.0.0.1:50050", "dedit-router address");
 ABSL_FLAG(int, concurrency, 1, "concurrent clients");
@@ -107,8 +109,8 @@ int Ping(const std::string& address, int n) {
   // what a router round costs without the router (a fresh sequence id;
   // released at the end).
   const uint64_t sequence = 0x7e57000000000000ull + std::random_device()();
-  // Within a 1024-token context: 32 prompt + 50 untimed + these.
-  const int decode_calls = std::min(n, 400);
+  // Within a 1024-token context: 32 prompt + 2 x (50 untimed + these).
+  const int decode_calls = std::min(n, 400);  // per transport
   {
     grpc::ClientContext context;
     dedit::v1::StepRequest request;
@@ -116,7 +118,7 @@ int Ping(const std::string& address, int n) {
     dedit::v1::PrefillItem* item = request.mutable_prefill()->add_items();
     item->set_sequence(sequence);
     for (int i = 0; i < 32; ++i) item->add_prompt(1 + i);
-    item->set_reserve_tokens(32 + decode_calls + 60);
+    item->set_reserve_tokens(32 + 2 * (decode_calls + 50) + 10);
     item->set_no_context(true);
     const grpc::Status status = target->Step(&context, request, &response);
     if (!status.ok() || response.prefill().results_size() != 1 ||
@@ -127,21 +129,57 @@ int Ping(const std::string& address, int n) {
     }
     int32_t bonus = response.prefill().results(0).first_token();
     int64_t start = 32;
-    out["decode_step"] = TimeCalls(decode_calls, [&] {
-      grpc::ClientContext call;
+    // The same decoding, each token sent as a unary Step or as a message
+    // on one Target.Rounds stream (the router's default), the two taking
+    // turns token by token so that a slow spell of the machine falls on
+    // both.
+    dedit::RoundStreamClient<dedit::v1::StepRequest, dedit::v1::StepResponse>
+        rounds([&target](grpc::ClientContext* c, grpc::CompletionQueue* cq) {
+          return target->PrepareAsyncRounds(c, cq);
+        });
+    std::vector<double> unary_us, stream_us;
+    grpc::Status failed;
+    for (int i = 0; i < 2 * (decode_calls + 50) && failed.ok(); ++i) {
       dedit::v1::StepRequest step;
       dedit::v1::StepResponse answer;
       dedit::v1::VerifyItem* v = step.mutable_verify()->add_items();
       v->set_sequence(sequence);
       v->set_start(start);
       v->add_block(bonus);
-      grpc::Status s = target->Step(&call, step, &answer);
-      if (s.ok() && answer.verify().results_size() == 1) {
+      const bool streamed = i % 2 == 1;
+      const auto t0 = Clock::now();
+      if (streamed) {
+        const absl::Status s =
+            rounds.Call(step, &answer,
+                        std::chrono::system_clock::now() +
+                            std::chrono::seconds(10));
+        if (!s.ok() || answer.code() != 0) {
+          failed = grpc::Status(grpc::StatusCode::INTERNAL,
+                                s.ok() ? answer.message()
+                                       : std::string(s.message()));
+        }
+      } else {
+        grpc::ClientContext call;
+        failed = target->Step(&call, step, &answer);
+      }
+      const double us = 1e6 * Seconds(Clock::now() - t0);
+      if (failed.ok() && answer.verify().results_size() == 1) {
         bonus = answer.verify().results(0).target_tokens(0);
         ++start;
       }
-      return s;
-    });
+      if (i >= 100) (streamed ? stream_us : unary_us).push_back(us);
+    }
+    auto summary = [](std::vector<double> us) -> nlohmann::json {
+      std::sort(us.begin(), us.end());
+      return {{"median_us", us[us.size() / 2]},
+              {"p90_us", us[us.size() * 9 / 10]}};
+    };
+    if (!failed.ok()) {
+      out["decode_step"] = {{"error", failed.error_message()}};
+    } else {
+      out["decode_step"] = summary(unary_us);
+      out["decode_round_stream"] = summary(stream_us);
+    }
     grpc::ClientContext release_context;
     dedit::v1::ReleaseRequest release;
     dedit::v1::ReleaseResponse released;
