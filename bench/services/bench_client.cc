@@ -149,14 +149,13 @@ int Ping(const std::string& address, int n) {
       const bool streamed = i % 2 == 1;
       const auto t0 = Clock::now();
       if (streamed) {
-        const absl::Status s =
-            rounds.Call(step, &answer,
-                        std::chrono::system_clock::now() +
-                            std::chrono::seconds(10));
+        const absl::Status s = rounds.Call(
+            step, &answer,
+            std::chrono::system_clock::now() + std::chrono::seconds(10));
         if (!s.ok() || answer.code() != 0) {
-          failed = grpc::Status(grpc::StatusCode::INTERNAL,
-                                s.ok() ? answer.message()
-                                       : std::string(s.message()));
+          failed = grpc::Status(
+              grpc::StatusCode::INTERNAL,
+              s.ok() ? answer.message() : std::string(s.message()));
         }
       } else {
         grpc::ClientContext call;

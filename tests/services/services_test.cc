@@ -20,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "model/in_process.h"
 #include "model/tiny_model.h"
+#include "serving/round_stream.h"
 #include "tests/model/test_util.h"
 #include "tests/services/service_cluster.h"
 #include "tests/services/stream_client.h"
@@ -750,9 +751,9 @@ int64_t ProcStatusKb(pid_t pid, const std::string& field) {
 }
 
 // Issue 15, defect 3: the target's port takes messages up to
-// --max_receive_bytes (a router keeps its Step calls under it with
+// --max_receive_bytes (a router keeps its rounds under it with
 // --max_prefill_tokens_per_round), not 1 GiB; a larger one is refused
-// unread and the target serves on.
+// unread, as a unary Step or on a round stream, and the target serves on.
 TEST(ServicesLimitsTest, TargetRefusesMessagesOverItsReceiveLimit) {
   auto cluster = StartLimitsCluster({"--max_receive_bytes=1048576"});
   ASSERT_NE(cluster, nullptr);
@@ -769,6 +770,22 @@ TEST(ServicesLimitsTest, TargetRefusesMessagesOverItsReceiveLimit) {
   const grpc::Status status = target->Step(&c, huge, &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
       << status.error_message();
+  // The same round on a Target.Rounds stream ends that stream, also
+  // RESOURCE_EXHAUSTED; the next round on a new stream is answered.
+  RoundStreamClient<v1::StepRequest, v1::StepResponse> rounds(
+      [&target](grpc::ClientContext* c, grpc::CompletionQueue* cq) {
+        return target->PrepareAsyncRounds(c, cq);
+      });
+  const auto in_10s = [] {
+    return std::chrono::system_clock::now() + std::chrono::seconds(10);
+  };
+  const absl::Status streamed = rounds.Call(huge, &response, in_10s());
+  EXPECT_EQ(streamed.code(), absl::StatusCode::kResourceExhausted) << streamed;
+  v1::StepRequest empty;
+  response.Clear();
+  const absl::Status next = rounds.Call(empty, &response, in_10s());
+  EXPECT_TRUE(next.ok()) << next;
+  EXPECT_EQ(response.code(), 0);
   // Nothing was admitted, and requests through the router still work.
   grpc::ClientContext ic;
   v1::TargetInfoResponse info;
