@@ -25,6 +25,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <thread>
 
@@ -44,6 +45,8 @@ class RemoteDrafter : public Drafter, public DrafterHealth {
     int64_t draft_timeout_ms = 2000;
     // Draft calls on one Drafter.Rounds stream instead of a unary call each.
     bool round_streams = true;
+    // Runs each time a round stream is opened (may be empty).
+    std::function<void()> on_round_stream_open;
     int64_t probe_interval_ms = 200;  // while unhealthy
     int64_t healthy_probe_interval_ms = 1000;
   };

@@ -16,7 +16,8 @@ RemoteVerifier::RemoteVerifier(std::shared_ptr<grpc::Channel> channel,
             [stub = stub_.get()](grpc::ClientContext* context,
                                  grpc::CompletionQueue* cq) {
               return stub->PrepareAsyncRounds(context, cq);
-            });
+            },
+            options_.on_round_stream_open);
   }
 }
 

@@ -23,6 +23,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <unordered_map>
 #include <unordered_set>
@@ -47,6 +48,8 @@ class RemoteVerifier : public Verifier, public TargetControl {
     int64_t rpc_timeout_ms = 60000;  // a round's Step
     // Rounds on one Target.Rounds stream instead of a unary Step each.
     bool round_streams = true;
+    // Runs each time a round stream is opened (may be empty).
+    std::function<void()> on_round_stream_open;
   };
   using Clock = std::chrono::system_clock;
 

@@ -14,7 +14,17 @@ StackSet::StackSet(const Tokenizer* tokenizer,
                    Options options)
     : tokenizer_(tokenizer),
       registry_(std::move(registry)),
-      options_(std::move(options)) {}
+      options_(std::move(options)) {
+  auto& opened = prometheus::BuildCounter()
+                     .Name("dedit_round_streams_opened_total")
+                     .Help(
+                         "Round streams (Target.Rounds, Drafter.Rounds) "
+                         "the router opened, the first and every reopening "
+                         "after a broken stream; all stacks")
+                     .Register(*registry_);
+  target_streams_opened_ = &opened.Add({{"service", "target"}});
+  drafter_streams_opened_ = &opened.Add({{"service", "drafter"}});
+}
 
 StackSet::~StackSet() { Stop(); }
 
@@ -28,13 +38,19 @@ std::unique_ptr<StackSet::Stack> StackSet::MakeStack(
   auto stack = std::make_unique<Stack>();
   stack->address = address;
   const grpc::ChannelArguments args = InternalChannelArguments();
+  RemoteVerifier::Options verifier = options_.verifier;
+  verifier.on_round_stream_open = [c = target_streams_opened_] {
+    c->Increment();
+  };
   stack->verifier = std::make_unique<RemoteVerifier>(
-      options_.auth.Channel(address.target_address, args), options_.verifier,
-      nonce);
+      options_.auth.Channel(address.target_address, args), verifier, nonce);
   if (!address.drafter_address.empty()) {
+    RemoteDrafter::Options drafter = options_.drafter;
+    drafter.on_round_stream_open = [c = drafter_streams_opened_] {
+      c->Increment();
+    };
     stack->drafter = std::make_unique<RemoteDrafter>(
-        options_.auth.Channel(address.drafter_address, args), options_.drafter,
-        nonce);
+        options_.auth.Channel(address.drafter_address, args), drafter, nonce);
     stack->drafter->Start();
   }
   GenerationLoop::Options loop_options = options_.loop;

@@ -25,6 +25,9 @@
 #ifndef DEDIT_ROUTER_STACK_SET_H_
 #define DEDIT_ROUTER_STACK_SET_H_
 
+#include <prometheus/counter.h>
+#include <prometheus/registry.h>
+
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -140,6 +143,10 @@ class StackSet : public DrafterHealth {
   const Tokenizer* tokenizer_;
   std::shared_ptr<prometheus::Registry> registry_;
   Options options_;
+  // dedit_round_streams_opened_total{service="target"|"drafter"}, over
+  // all stacks: a rate above the stacks' count means streams keep breaking.
+  prometheus::Counter* target_streams_opened_;
+  prometheus::Counter* drafter_streams_opened_;
 
   mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

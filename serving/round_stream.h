@@ -171,7 +171,10 @@ class RoundStreamClient {
   using Open = std::function<std::unique_ptr<Stream>(grpc::ClientContext*,
                                                      grpc::CompletionQueue*)>;
 
-  explicit RoundStreamClient(Open open) : open_(std::move(open)) {}
+  // `on_open` (may be empty) runs each time a stream is opened: the first
+  // round's and every reopening's (a metric of stream churn).
+  explicit RoundStreamClient(Open open, std::function<void()> on_open = {})
+      : open_(std::move(open)), on_open_(std::move(on_open)) {}
   RoundStreamClient(const RoundStreamClient&) = delete;
   RoundStreamClient& operator=(const RoundStreamClient&) = delete;
 
@@ -204,6 +207,7 @@ class RoundStreamClient {
         stream_->context.set_initial_metadata_corked(true);
         stream_->rw = open_(&stream_->context, &cq_);
         stream_->rw->StartCall(nullptr);
+        if (on_open_) on_open_();
       }
       stream_->rw->Write(request, Tag(kWrite));
       stream_->rw->Read(response, Tag(kRead));
@@ -271,6 +275,7 @@ class RoundStreamClient {
   }
 
   const Open open_;
+  const std::function<void()> on_open_;
   absl::Mutex mu_;
   grpc::CompletionQueue cq_;
   std::unique_ptr<OpenStream> stream_ ABSL_GUARDED_BY(mu_);

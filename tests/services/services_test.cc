@@ -138,6 +138,15 @@ TEST_F(ServicesTest, MatchesInProcessEngineAndGreedyDecoding) {
   // (serving/round_stream.h).
   EXPECT_EQ(TargetInfo().round_streams(), 1);
   EXPECT_EQ(DrafterInfo().round_streams(), 1);
+  const std::string metrics = RouterMetrics();
+  EXPECT_EQ(
+      ServiceCluster::MetricValue(metrics, "dedit_round_streams_opened_total",
+                                  "service=\"target\""),
+      1);
+  EXPECT_EQ(
+      ServiceCluster::MetricValue(metrics, "dedit_round_streams_opened_total",
+                                  "service=\"drafter\""),
+      1);
 }
 
 // --round_streams=false: a unary Target.Step and Drafter.Draft per round,
@@ -156,6 +165,9 @@ TEST_F(UnaryRoundsServicesTest, MatchesInProcessEngineAndGreedyDecoding) {
   ExpectMatchesInProcessEngine();
   EXPECT_EQ(TargetInfo().round_streams(), 0);
   EXPECT_EQ(DrafterInfo().round_streams(), 0);
+  EXPECT_EQ(ServiceCluster::MetricValue(RouterMetrics(),
+                                        "dedit_round_streams_opened_total"),
+            0);
 }
 
 void ServicesTest::ExpectMatchesInProcessEngine() {
@@ -403,6 +415,12 @@ TEST_F(ServicesTest, DrafterKilledMidStreamThenRestarted) {
   EXPECT_EQ(after.tokens, ref.Greedy(prompts[1], 24));
   EXPECT_GT(after.last.acceptance().drafted_rounds(), 0);
   EXPECT_EQ(after.last.acceptance().fallback_rounds(), 0);
+  // The router's Draft calls reach the new drafter on a new round stream.
+  EXPECT_EQ(DrafterInfo().round_streams(), 1);
+  EXPECT_GE(ServiceCluster::MetricValue(RouterMetrics(),
+                                        "dedit_round_streams_opened_total",
+                                        "service=\"drafter\""),
+            2);
 }
 
 grpc::health::v1::HealthCheckResponse::ServingStatus Health(
