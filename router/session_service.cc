@@ -1,6 +1,7 @@
 #include "router/session_service.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <deque>
 #include <optional>
@@ -34,6 +35,12 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   }
 
   v1::SessionRequest* read_buffer() { return &read_; }
+  // Gives the session's --max_sessions slot back, once: when its final
+  // status is sent (so a client that saw its session end can open another
+  // at once), or at OnDone for a stream that ended otherwise.
+  void LeaveOnce() {
+    if (!left_.exchange(true)) manager_->Leave();
+  }
   void OnReadDone(bool ok);
   void OnWriteDone(bool ok);
   void OnCancel();  // the client went away (or its deadline passed)
@@ -79,6 +86,7 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   void Perform(Actions& actions);
 
   SessionManager* const manager_;
+  std::atomic<bool> left_{false};
   std::string id_;
   v1::SessionRequest read_;  // the reactor's read buffer (one read at a time)
 
@@ -187,7 +195,10 @@ void SessionCore::Perform(Actions& a) {
   // The reactor stays alive until our own Finish: gRPC calls OnDone after.
   if (a.write != nullptr) reactor->StartWrite(a.write);
   if (a.read) reactor->StartRead(&read_);
-  if (a.finish) reactor->Finish(a.status);
+  if (a.finish) {
+    LeaveOnce();
+    reactor->Finish(a.status);
+  }
 }
 
 void SessionCore::QueueLocked(v1::SessionResponse response, Actions& a) {
@@ -574,7 +585,7 @@ void SessionCore::OnDone() {
     a.write = nullptr;
   }
   Perform(a);
-  manager_->Leave();
+  LeaveOnce();
 }
 
 void SessionCore::ExpireIfIdle(Clock::time_point now, Clock::duration timeout) {
@@ -636,7 +647,7 @@ SessionManager::Open(grpc::CallbackServerContext* context) {
   absl::Status refused;
   {
     absl::MutexLock lock(&mu_);
-    ++open_;  // Leave() runs at OnDone, refused or not
+    ++open_;  // Leave() runs once: at the final status, or at OnDone
     if (open_ > options_.max_sessions) {
       refused = absl::ResourceExhaustedError(
           absl::StrCat("too many sessions: ", options_.max_sessions,
@@ -651,6 +662,7 @@ SessionManager::Open(grpc::CallbackServerContext* context) {
     if (open_gauge_ != nullptr) open_gauge_->Set(open_);
   }
   if (!refused.ok()) {
+    reactor->core()->LeaveOnce();
     reactor->Finish(ToGrpcStatus(refused));
     return reactor;
   }

@@ -458,10 +458,9 @@ TEST_F(SessionsTest, BadSessionsAreRefusedClearly) {
     EXPECT_EQ(second.tokens, want.tokens);
     EXPECT_TRUE(c.Close().ok());
   }
-  // Sessions per router (the ones above count until the router has
-  // finished them, just after their status reached the client).
-  ASSERT_TRUE(
-      WaitFor([&] { return RouterMetric("dedit_sessions_open") == 0; }, 5000));
+  // Sessions per router (a session's slot is free once its status has
+  // reached the client).
+  EXPECT_EQ(RouterMetric("dedit_sessions_open"), 0);
   {
     SessionClient a(stub_.get()), b(stub_.get());
     ASSERT_TRUE(a.Open(SpeculativeOpen(true)));
@@ -473,6 +472,37 @@ TEST_F(SessionsTest, BadSessionsAreRefusedClearly) {
   EXPECT_TRUE(WaitFor([&] { return ServicesEmpty(); }, 5000));
   EXPECT_TRUE(
       WaitFor([&] { return RouterMetric("dedit_sessions_open") == 0; }, 5000));
+}
+
+// A session's --max_sessions slot is given back before its final status is
+// sent: a client that saw one session end (closed, refused or failed) can
+// open the next at once, with no wait for the router's clean-up.
+TEST_F(SessionsTest, AnEndedSessionFreesItsSlotBeforeTheClientSeesTheEnd) {
+  ServiceCluster::Options options;
+  options.router_flags = {"--max_sessions=1", "--max_session_turns=1"};
+  StartCluster(options);
+  for (int i = 0; i < 25; ++i) {
+    SessionClient c(stub_.get());
+    ASSERT_TRUE(c.Open(SpeculativeOpen(true))) << "session " << i;
+    if (i % 2 == 0) {
+      Generated turn = c.Turn(TokensTurn({1, 2, 3}, 2));
+      ASSERT_TRUE(turn.status.ok()) << turn.status.error_message();
+    }
+    ASSERT_TRUE(c.Close().ok()) << "session " << i;
+  }
+  // A refused session (too many turns) frees its slot as well.
+  for (int i = 0; i < 5; ++i) {
+    SessionClient c(stub_.get());
+    ASSERT_TRUE(c.Open(SpeculativeOpen(true)));
+    Generated first = c.Turn(TokensTurn({1, 2, 3}, 2));
+    ASSERT_TRUE(first.status.ok()) << first.status.error_message();
+    Generated second = c.Turn(TokensTurn({4, 5}, 2));
+    EXPECT_EQ(second.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+        << second.status.error_message();
+  }
+  SessionClient last(stub_.get());
+  EXPECT_TRUE(last.Open(SpeculativeOpen(true)));
+  EXPECT_TRUE(last.Close().ok());
 }
 
 // Runs `command` in a shell, returns its stdout.
