@@ -125,8 +125,6 @@ absl::StatusOr<std::vector<DraftResult>> RemoteDrafter::Draft(
   absl::Status status;
   if (rounds_ != nullptr) {
     status = rounds_->Call(request, &response, In(options_.draft_timeout_ms));
-    if (status.ok())
-      status = StatusFromCode(response.code(), response.message());
   } else {
     grpc::ClientContext context;
     context.set_deadline(In(options_.draft_timeout_ms));

@@ -108,8 +108,6 @@ absl::StatusOr<TargetStepResult> RemoteVerifier::Step(
   absl::Status status;
   if (rounds_ != nullptr) {
     status = rounds_->Call(request, &response, deadline);
-    if (status.ok())
-      status = StatusFromCode(response.code(), response.message());
   } else {
     grpc::ClientContext context;
     context.set_deadline(deadline);

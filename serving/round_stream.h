@@ -190,11 +190,12 @@ class RoundStreamClient {
     }
   }
 
-  // Sends one round and reads its response. A transport failure (the
-  // service down, draining, the stream broken) comes back as the stream's
-  // status, and a round past `deadline` as DEADLINE_EXCEEDED; either
-  // closes the stream, and the next round opens a new one. The response's
-  // own `code` is the caller's to read.
+  // Sends one round and reads its response; returns the round's status,
+  // as a unary call would: the response's `code` and `message` (a failed
+  // round keeps the stream), or a transport failure (the service down,
+  // draining, the stream broken) as the stream's status, or a round past
+  // `deadline` as DEADLINE_EXCEEDED. A transport failure closes the
+  // stream, and the next round opens a new one.
   absl::Status Call(const Request& request, Response* response,
                     Clock::time_point deadline) ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
@@ -235,7 +236,9 @@ class RoundStreamClient {
           read_ok = ok;
         }
       }
-      if (write_ok && read_ok) return absl::OkStatus();
+      if (write_ok && read_ok) {
+        return StatusFromCode(response->code(), response->message());
+      }
       const absl::Status broken = Close(/*cancel=*/false);
       // A stream that served earlier rounds may have ended between rounds
       // without this process noticing yet (the service restarted or

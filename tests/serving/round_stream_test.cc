@@ -144,12 +144,16 @@ TEST_F(RoundStreamTest, RoundsAnswerInOrderOnOneStreamAndFailuresKeepIt) {
     const int code =
         i % 3 == 2 ? static_cast<int>(absl::StatusCode::kNotFound) : 0;
     v1::StepResponse response;
-    ASSERT_TRUE(client().Call(Round(i, code), &response, In(5000)).ok());
+    const absl::Status status =
+        client().Call(Round(i, code), &response, In(5000));
+    // The round's own status, from the response's code and message.
+    EXPECT_EQ(static_cast<int>(status.code()), code) << status;
+    if (code != 0) {
+      EXPECT_EQ(status.message(), absl::StrCat("round failed ", code));
+    }
+    EXPECT_EQ(response.code(), code);
     ASSERT_EQ(response.verify().results_size(), 1);
     EXPECT_EQ(response.verify().results(0).accepted(), i);
-    EXPECT_EQ(response.code(), code);
-    if (code != 0)
-      EXPECT_EQ(response.message(), absl::StrCat("round failed ", code));
   }
   EXPECT_EQ(fake_->opened(), 1);
   EXPECT_EQ(fake_->streams().size(), 1);
