@@ -178,7 +178,9 @@ bool DrafterWorker::TakeWork(Inbox& inbox) {
 void DrafterWorker::Run() {
   Inbox inbox;
   while (TakeWork(inbox)) {
-    for (ContextEvent& e : inbox.context) ApplyContext(e);
+    ContextBatch batch;
+    for (ContextEvent& e : inbox.context) ApplyContext(e, batch);
+    FlushContext(batch);
     ApplyReleases(inbox.releases);
     for (DraftJob& job : inbox.drafts) waiting_.push_back(std::move(job));
     inbox = Inbox();
@@ -240,13 +242,10 @@ void DrafterWorker::RemoveSequence(SequenceId id) {
   if (drafter_->HasSequence(id)) (void)drafter_->RemoveSequence(id);
 }
 
-void DrafterWorker::ApplyContext(ContextEvent& e) {
+void DrafterWorker::ApplyContext(ContextEvent& e, ContextBatch& batch) {
   if (!poisoned().ok()) return;  // the device is not used again
-  if (e.release) {
-    RemoveSequence(e.sequence);
-    return;
-  }
   if (e.end_stream) {
+    FlushContext(batch);
     std::vector<SequenceId> orphans;
     for (const auto& [id, owner] : owner_) {
       if (owner == e.stream) orphans.push_back(id);
@@ -255,32 +254,70 @@ void DrafterWorker::ApplyContext(ContextEvent& e) {
     orphaned_contexts_ += static_cast<int64_t>(orphans.size());
     return;
   }
-  if (e.start == 0) {
-    // A prompt's first chunk (re)creates the sequence.
+  auto queued = batch.ends.find(e.sequence);
+  const bool continues =
+      !e.release && queued != batch.ends.end() && e.start == queued->second;
+  // Anything but an append right after the queued ones changes what the
+  // queue would extend: apply the queue first.
+  if (queued != batch.ends.end() && !continues) FlushContext(batch);
+  if (e.release) {
     RemoveSequence(e.sequence);
-    owner_[e.sequence] = e.stream;
-    if (!drafter_->AddSequence(e.sequence).ok()) return;
-  } else if (owner_[e.sequence] = e.stream;
-             !drafter_->HasSequence(e.sequence)) {
-    // Its earlier context was lost (e.g. this drafter restarted).
-    broken_.insert(e.sequence);
     return;
   }
-  auto length = drafter_->ContextLength(e.sequence);
-  // A chunk that starts inside the context continues a kept sequence (a
-  // session's next turn keeps that prefix on the target and re-prefills
-  // the rest): the context is cut back to match. One past it is a gap.
-  absl::Status status = length.ok() && e.start <= *length
-                            ? drafter_->TruncateContext(e.sequence, e.start)
-                            : absl::DataLossError("context gap");
-  if (status.ok()) {
-    status = drafter_->AppendContext(e.sequence, e.start, e.features);
+  if (!continues) {
+    if (e.start == 0) {
+      // A prompt's first chunk (re)creates the sequence.
+      RemoveSequence(e.sequence);
+      owner_[e.sequence] = e.stream;
+      if (!drafter_->AddSequence(e.sequence).ok()) return;
+    } else if (owner_[e.sequence] = e.stream;
+               !drafter_->HasSequence(e.sequence)) {
+      // Its earlier context was lost (e.g. this drafter restarted).
+      broken_.insert(e.sequence);
+      return;
+    }
+    // A chunk that starts inside the context continues a kept sequence (a
+    // session's next turn keeps that prefix on the target and re-prefills
+    // the rest): the context is cut back to match. One past it is a gap.
+    auto length = drafter_->ContextLength(e.sequence);
+    if (!length.ok() || e.start > *length) {
+      BreakSequence(e.sequence);
+      return;
+    }
+    if (!drafter_->TruncateContext(e.sequence, e.start).ok()) {
+      BreakSequence(e.sequence);
+      return;
+    }
+  } else {
+    owner_[e.sequence] = e.stream;
   }
+  DEditDrafter::ContextChunk chunk{e.sequence, e.start, std::move(e.features)};
+  const absl::Status checked = drafter_->CheckContextChunk(chunk, e.start);
+  if (!checked.ok()) {
+    // Too long for the drafter, or malformed: this sequence alone is lost.
+    BreakSequence(e.sequence);
+    return;
+  }
+  batch.ends[e.sequence] = e.start + chunk.features.size(0);
+  batch.chunks.push_back(std::move(chunk));
+}
+
+void DrafterWorker::FlushContext(ContextBatch& batch) {
+  if (batch.chunks.empty()) return;
+  const absl::Status status = drafter_->AppendContexts(batch.chunks);
   if (!status.ok()) {
+    // A device error (the chunks were checked as they were queued): every
+    // sequence in the batch lacks context now.
     NoteModelError(status);
-    (void)drafter_->RemoveSequence(e.sequence);
-    broken_.insert(e.sequence);
+    for (const auto& [id, end] : batch.ends) BreakSequence(id);
   }
+  batch.chunks.clear();
+  batch.ends.clear();
+}
+
+void DrafterWorker::BreakSequence(SequenceId id) {
+  if (drafter_->HasSequence(id)) (void)drafter_->RemoveSequence(id);
+  broken_.insert(id);
 }
 
 absl::Status DrafterWorker::CheckRequest(const DraftRequest& r) const {

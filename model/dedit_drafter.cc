@@ -6,6 +6,7 @@
 #include <c10/core/InferenceMode.h>
 
 #include <algorithm>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "absl/strings/str_cat.h"
@@ -123,55 +124,89 @@ absl::Status DEditDrafter::TruncateContext(SequenceId id, int64_t length) {
 
 absl::Status DEditDrafter::AppendContext(SequenceId id, int64_t start,
                                          const at::Tensor& features) {
-  if (!pool_->Contains(id)) {
-    return absl::NotFoundError(absl::StrCat("unknown sequence ", id));
-  }
-  if (start != pool_->Length(id)) {
+  return AppendContexts({{id, start, features}});
+}
+
+absl::Status DEditDrafter::CheckContextChunk(const ContextChunk& chunk,
+                                             int64_t cached) const {
+  const SequenceId id = chunk.sequence;
+  if (chunk.start != cached) {
     return absl::InvalidArgumentError(
-        absl::StrCat("context for sequence ", id, " starts at ", start, " but ",
-                     pool_->Length(id), " tokens are cached"));
+        absl::StrCat("context for sequence ", id, " starts at ", chunk.start,
+                     " but ", cached, " tokens are cached"));
   }
-  if (!features.defined() || features.dim() != 2 ||
-      features.size(1) != feature_width()) {
+  const at::Tensor& f = chunk.features;
+  if (!f.defined() || f.dim() != 2 || f.size(1) != feature_width()) {
     return absl::InvalidArgumentError(
         absl::StrCat("context features must be [n, ", feature_width(), "]"));
   }
-  const int64_t n = features.size(0);
-  if (n == 0) return absl::OkStatus();
-  if (start + n > max_context_tokens()) {
+  if (chunk.start + f.size(0) > max_context_tokens()) {
     return absl::OutOfRangeError(absl::StrCat(
-        "context for sequence ", id, " would hold ", start + n,
+        "context for sequence ", id, " would hold ", chunk.start + f.size(0),
         " tokens, past the drafter's limit of ", max_context_tokens()));
   }
+  return absl::OkStatus();
+}
+
+absl::Status DEditDrafter::AppendContexts(
+    const std::vector<ContextChunk>& chunks) {
+  // Check every chunk against the context it will extend.
+  std::unordered_map<SequenceId, int64_t> ends;
+  int64_t rows_total = 0, longest = 0;
+  for (const ContextChunk& chunk : chunks) {
+    const SequenceId id = chunk.sequence;
+    if (!pool_->Contains(id)) {
+      return absl::NotFoundError(absl::StrCat("unknown sequence ", id));
+    }
+    const int64_t end = ends.try_emplace(id, pool_->Length(id)).first->second;
+    RETURN_IF_ERROR(CheckContextChunk(chunk, end));
+    const int64_t n = chunk.features.size(0);
+    ends[id] = chunk.start + n;
+    rows_total += n;
+    longest = std::max(longest, chunk.start + n);
+  }
+  if (rows_total == 0) return absl::OkStatus();
   const Qwen3Config& c = config_.layers;
   c10::InferenceMode inference_mode;
   return GuardTorch([&] {
-    at::Tensor f = features.to(options_.device, options_.dtype);
+    std::vector<at::Tensor> parts;
+    std::vector<int64_t> positions;
+    positions.reserve(rows_total);
+    for (const ContextChunk& chunk : chunks) {
+      const int64_t n = chunk.features.size(0);
+      if (n == 0) continue;
+      parts.push_back(chunk.features.to(options_.device, options_.dtype));
+      for (int64_t p = chunk.start; p < chunk.start + n; ++p) {
+        positions.push_back(p);
+      }
+    }
+    const at::Tensor f = parts.size() == 1 ? parts[0] : at::cat(parts);
     // ctx = hidden_norm(fc(features)); each layer projects the same fused
     // vector with its own k_proj/v_proj (no input_layernorm: DFlash).
     at::Tensor ctx = RmsNorm(at::linear(f, fc_), hidden_norm_, c.rms_norm_eps);
-    at::Tensor pos =
-        at::arange(start, start + n, at::TensorOptions().dtype(at::kLong))
-            .to(options_.device);
+    auto long_opts = at::TensorOptions().dtype(at::kLong);
     at::Tensor cos, sin;
-    rotary_.Tables(pos, options_.dtype, &cos, &sin);
-    pool_->Reserve(start + n);  // before any slot index is taken
+    rotary_.Tables(at::tensor(positions, long_opts).to(options_.device),
+                   options_.dtype, &cos, &sin);
+    pool_->Reserve(longest);  // before any slot index is taken
     std::vector<int64_t> rows;
-    pool_->AppendRows(pool_->Slot(id), start, n, &rows);
+    for (const ContextChunk& chunk : chunks) {
+      const int64_t n = chunk.features.size(0);
+      pool_->AppendRows(pool_->Slot(chunk.sequence), chunk.start, n, &rows);
+      pool_->MarkWritten(chunk.sequence, chunk.start + n);
+    }
     const at::Tensor flat_rows =
-        at::tensor(rows, at::TensorOptions().dtype(at::kLong))
-            .to(options_.device);
-    pool_->MarkWritten(id, start + n);
+        at::tensor(rows, long_opts).to(options_.device);
     for (int l = 0; l < c.num_hidden_layers; ++l) {
       const DecoderLayerWeights& w = layers_[l];
       at::Tensor k =
           NormAndRotateHeads(at::linear(ctx, w.k_proj), c.num_key_value_heads,
                              c.head_dim, w.k_norm, c.rms_norm_eps, cos, sin);
       at::Tensor v = at::linear(ctx, w.v_proj)
-                         .view({n, c.num_key_value_heads, c.head_dim});
+                         .view({rows_total, c.num_key_value_heads, c.head_dim});
       pool_->Write(l, flat_rows, k, v);
     }
-    pool_->SetLength(id, start + n);
+    for (const auto& [id, end] : ends) pool_->SetLength(id, end);
   });
 }
 

@@ -83,6 +83,26 @@ class DEditDrafter {
   // REQUIRES start == ContextLength(id).
   absl::Status AppendContext(SequenceId id, int64_t start,
                              const at::Tensor& features);
+  // Context rows of one sequence, for AppendContexts.
+  struct ContextChunk {
+    SequenceId sequence = 0;
+    int64_t start = 0;
+    at::Tensor features;  // [n, feature_width], any dtype/device
+  };
+  // Appends several chunks, of one or many sequences, in one batched
+  // projection per layer: a round's context costs one set of ops, not one
+  // per chunk (a sequence gets a chunk per verify, and a drafter serving
+  // 16 sequences gets 16 per round). Chunks of one sequence follow each
+  // other: each starts where the sequence's context (with the chunks
+  // before it in the list) ends. Every chunk is checked before any is
+  // written, so a refused call changes nothing; the rows come out as
+  // AppendContext's, chunk by chunk.
+  absl::Status AppendContexts(const std::vector<ContextChunk>& chunks);
+  // Whether `chunk` may extend its sequence's context once that holds
+  // `cached` tokens: its start, its shape, the limit (the checks
+  // AppendContexts makes, for a caller that queues chunks).
+  absl::Status CheckContextChunk(const ContextChunk& chunk,
+                                 int64_t cached) const;
   // Drops context at positions >= length (a session's next turn reuses a
   // prefix). REQUIRES length <= ContextLength(id).
   absl::Status TruncateContext(SequenceId id, int64_t length);

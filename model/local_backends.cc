@@ -1,5 +1,7 @@
 #include "model/local_backends.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
 #include "model/verify_commit.h"
@@ -78,10 +80,18 @@ absl::Status LocalVerifier::Release(SequenceId sequence) {
 
 absl::StatusOr<std::vector<DraftResult>> LocalDrafter::Draft(
     const std::vector<DraftRequest>& requests) {
+  RETURN_IF_ERROR(FlushContext());
   return drafter_->Draft(requests);
 }
 
 absl::Status LocalDrafter::Release(SequenceId sequence) {
+  if (queued_ends_.erase(sequence) > 0) {
+    queued_.erase(std::remove_if(queued_.begin(), queued_.end(),
+                                 [&](const DEditDrafter::ContextChunk& c) {
+                                   return c.sequence == sequence;
+                                 }),
+                  queued_.end());
+  }
   if (!drafter_->HasSequence(sequence)) return absl::OkStatus();
   return drafter_->RemoveSequence(sequence);
 }
@@ -91,7 +101,26 @@ absl::Status LocalDrafter::OnContext(SequenceId sequence, int64_t start,
   if (start == 0 && !drafter_->HasSequence(sequence)) {
     RETURN_IF_ERROR(drafter_->AddSequence(sequence));
   }
-  return drafter_->AppendContext(sequence, start, features);
+  auto queued = queued_ends_.find(sequence);
+  int64_t cached = 0;
+  if (queued != queued_ends_.end()) {
+    cached = queued->second;
+  } else {
+    ASSIGN_OR_RETURN(cached, drafter_->ContextLength(sequence));
+  }
+  DEditDrafter::ContextChunk chunk{sequence, start, features};
+  RETURN_IF_ERROR(drafter_->CheckContextChunk(chunk, cached));
+  queued_ends_[sequence] = start + features.size(0);
+  queued_.push_back(std::move(chunk));
+  return absl::OkStatus();
+}
+
+absl::Status LocalDrafter::FlushContext() {
+  if (queued_.empty()) return absl::OkStatus();
+  std::vector<DEditDrafter::ContextChunk> chunks;
+  chunks.swap(queued_);
+  queued_ends_.clear();
+  return drafter_->AppendContexts(chunks);
 }
 
 }  // namespace dedit

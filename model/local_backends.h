@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <unordered_map>
+#include <vector>
 
 #include "engine/round_interfaces.h"
 #include "model/context_sink.h"
@@ -44,7 +45,10 @@ class LocalVerifier : public Verifier {
 };
 
 // Drafter side over a DEditDrafter; also the sink for the target's features.
-// A sequence is created by its first context (start 0).
+// A sequence is created by its first context (start 0). Context is checked
+// when it arrives and appended at the next Draft, every queued chunk in one
+// DEditDrafter::AppendContexts call: a round of 16 sequences' verifies
+// costs one context projection, not 16.
 class LocalDrafter : public Drafter, public ContextSink {
  public:
   explicit LocalDrafter(DEditDrafter* drafter) : drafter_(drafter) {}
@@ -60,7 +64,13 @@ class LocalDrafter : public Drafter, public ContextSink {
                          const at::Tensor& features) override;
 
  private:
+  // Appends the queued context.
+  absl::Status FlushContext();
+
   DEditDrafter* drafter_;
+  std::vector<DEditDrafter::ContextChunk> queued_;
+  // Per sequence with queued chunks: where its context will end.
+  std::unordered_map<SequenceId, int64_t> queued_ends_;
 };
 
 }  // namespace dedit

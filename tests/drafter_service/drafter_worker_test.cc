@@ -287,6 +287,56 @@ TEST_F(DrafterWorkerTest, ContextPastTheMaxPositionsIsRefused) {
   EXPECT_EQ(worker->snapshot().context_tokens, 9);
 }
 
+// Context events that reach the model thread together are appended in one
+// batched call; every kind of event among them keeps its meaning and its
+// order: chunks that continue each other, a session's chunk that cuts the
+// context back, a release and a new first chunk, a gap, a stream's end.
+TEST_F(DrafterWorkerTest, ContextTakenTogetherKeepsEveryEventsMeaning) {
+  DrafterWorkerOptions options;
+  options.context_wait_ms = 50;
+  // Not started: every event below is in the model thread's first inbox.
+  auto worker = MakeWorker(options, /*start=*/false);
+  ASSERT_NE(worker, nullptr);
+  const at::Tensor a = Features(RandomPrompt(9, 128, 11));
+  const at::Tensor b = Features(RandomPrompt(8, 128, 12));
+  const at::Tensor c = Features(RandomPrompt(7, 128, 13));
+  worker->AddContext(1, 0, a.narrow(0, 0, 5));
+  worker->AddContext(2, 0, b.narrow(0, 0, 6));
+  worker->AddContext(3, 0, c.narrow(0, 0, 4));
+  worker->AddContext(4, 0, a.narrow(0, 0, 4));
+  worker->AddContext(5, 0, a.narrow(0, 0, 5), /*stream=*/7);
+  worker->AddContext(1, 5, a.narrow(0, 5, 4));
+  worker->AddContext(2, 3, b.narrow(0, 3, 5));  // keeps 3, re-prefills
+  worker->ReleaseFromStream(3);
+  worker->AddContext(3, 0, c);
+  worker->AddContext(4, 6, a.narrow(0, 6, 3));  // rows 4..5 were lost
+  worker->EndStream(7);
+  worker->Start();
+  const std::vector<DraftRequest> requests = {{1, 9, 17, 8, 2},
+                                              {2, 8, 40, 6, 1},
+                                              {3, 7, 5, 16, 3},
+                                              {4, 9, 3, 4, 1},
+                                              {5, 5, 3, 4, 1}};
+  Pending<DraftResults> pending;
+  worker->Draft(requests, pending.callback());
+  auto results = pending.Get();
+  ASSERT_TRUE(results.has_value());
+  ASSERT_EQ(results->size(), 5u);
+  const std::vector<DraftResult> want = Reference(
+      {{1, a}, {2, b}, {3, c}}, {requests.begin(), requests.begin() + 3});
+  ASSERT_EQ(want.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    ASSERT_TRUE((*results)[i].ok()) << i << ": " << (*results)[i].status();
+    ExpectSameDraft(*(*results)[i], want[i]);
+  }
+  EXPECT_EQ((*results)[3].status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ((*results)[4].status().code(), absl::StatusCode::kUnavailable);
+  Sync(*worker);
+  EXPECT_EQ(worker->snapshot().num_sequences, 3);
+  EXPECT_EQ(worker->snapshot().context_tokens, 9 + 8 + 7);
+  EXPECT_EQ(worker->snapshot().orphaned_contexts, 1);
+}
+
 // Issue 15, defect 6: the snapshot listener (which feeds the context
 // gauge) hears of context and of releases, not only of drafts.
 TEST_F(DrafterWorkerTest, SnapshotListenerHearsOfReleases) {

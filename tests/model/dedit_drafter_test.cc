@@ -8,6 +8,7 @@
 #include "base/safetensors.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/local_backends.h"
 #include "model/tensor_io.h"
 #include "tests/model/test_util.h"
 
@@ -192,6 +193,127 @@ TEST(DEditDrafterTest, BadRequestsAreErrors) {
   EXPECT_FALSE(d.AppendContext(1, 4, at::randn({2, 3})).ok());
   EXPECT_FALSE(d.AppendContext(1, 3, at::randn({2, d.feature_width()})).ok());
   EXPECT_EQ(*d.ContextLength(1), 4);
+}
+
+void ExpectSameDrafts(const std::vector<DraftResult>& got,
+                      const std::vector<DraftResult>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(got[i].passes.size(), want[i].passes.size()) << i;
+    for (size_t k = 0; k < got[i].passes.size(); ++k) {
+      EXPECT_EQ(got[i].passes[k].tokens, want[i].passes[k].tokens)
+          << i << " pass " << k;
+      ASSERT_EQ(got[i].passes[k].confidences.size(),
+                want[i].passes[k].confidences.size());
+      for (size_t j = 0; j < got[i].passes[k].confidences.size(); ++j) {
+        EXPECT_NEAR(got[i].passes[k].confidences[j],
+                    want[i].passes[k].confidences[j], 1e-5);
+      }
+    }
+  }
+}
+
+// Several sequences' chunks appended in one call (one projection per
+// layer for all rows) make the context chunk-by-chunk appends make; a call
+// with one bad chunk is refused whole, naming it, and changes nothing.
+TEST(DEditDrafterTest, AppendContextsEqualsChunkByChunk) {
+  auto pair = MakeTinyPair(DefaultTinySpec(), 23);
+  DEditDrafter& d = *pair->drafter;
+  const int fw = d.feature_width();
+  const at::Tensor a = at::randn({11, fw}).to(TestDevice());
+  const at::Tensor b = at::randn({6, fw}).to(TestDevice());
+  // 1 and 2 one chunk at a time; 11 and 12 the same rows in one call,
+  // interleaved, with an empty chunk among them.
+  for (SequenceId id : {1, 2, 11, 12}) ASSERT_TRUE(d.AddSequence(id).ok());
+  ASSERT_TRUE(d.AppendContext(1, 0, a.narrow(0, 0, 8)).ok());
+  ASSERT_TRUE(d.AppendContext(2, 0, b.narrow(0, 0, 4)).ok());
+  ASSERT_TRUE(d.AppendContext(1, 8, a.narrow(0, 8, 3)).ok());
+  ASSERT_TRUE(d.AppendContext(2, 4, b.narrow(0, 4, 2)).ok());
+  ASSERT_TRUE(d.AppendContexts({{11, 0, a.narrow(0, 0, 8)},
+                                {12, 0, b.narrow(0, 0, 4)},
+                                {11, 8, a.narrow(0, 8, 3)},
+                                {12, 4, b.narrow(0, 4, 0)},
+                                {12, 4, b.narrow(0, 4, 2)}})
+                  .ok());
+  EXPECT_EQ(*d.ContextLength(11), 11);
+  EXPECT_EQ(*d.ContextLength(12), 6);
+  auto one_by_one = d.Draft({{1, 11, 5, 8, 2}, {2, 6, 9, 16, 1}});
+  auto batched = d.Draft({{11, 11, 5, 8, 2}, {12, 6, 9, 16, 1}});
+  ASSERT_TRUE(one_by_one.ok()) << one_by_one.status();
+  ASSERT_TRUE(batched.ok()) << batched.status();
+  ExpectSameDrafts(*batched, *one_by_one);
+
+  struct Case {
+    std::vector<DEditDrafter::ContextChunk> chunks;
+    absl::StatusCode code;
+    const char* msg;
+  };
+  const at::Tensor row = at::randn({1, fw});
+  const Case cases[] = {
+      // The second chunk of 11 leaves a gap after the first.
+      {{{11, 11, row}, {11, 13, row}},
+       absl::StatusCode::kInvalidArgument,
+       "starts at 13 but 12"},
+      {{{11, 11, row}, {99, 0, row}}, absl::StatusCode::kNotFound, "99"},
+      {{{12, 6, row}, {11, 11, at::randn({1, 3})}},
+       absl::StatusCode::kInvalidArgument,
+       "features must be"},
+      {{{12, 6, row}, {11, 11, at::randn({d.max_context_tokens() - 10, fw})}},
+       absl::StatusCode::kOutOfRange,
+       "limit"},
+  };
+  for (const Case& c : cases) {
+    const absl::Status status = d.AppendContexts(c.chunks);
+    EXPECT_EQ(status.code(), c.code) << status;
+    EXPECT_THAT(std::string(status.message()), HasSubstr(c.msg));
+    EXPECT_EQ(*d.ContextLength(11), 11);
+    EXPECT_EQ(*d.ContextLength(12), 6);
+  }
+  auto after = d.Draft({{11, 11, 5, 8, 2}, {12, 6, 9, 16, 1}});
+  ASSERT_TRUE(after.ok()) << after.status();
+  ExpectSameDrafts(*after, *one_by_one);
+}
+
+// The in-process drafter side queues the target's context and appends it
+// at the next Draft; a chunk that cannot extend its sequence is refused
+// when it arrives, as before, and a release drops what is queued.
+TEST(DEditDrafterTest, LocalDrafterQueuesContextUntilTheDraft) {
+  auto pair = MakeTinyPair(DefaultTinySpec(), 24);
+  DEditDrafter& d = *pair->drafter;
+  const int fw = d.feature_width();
+  const at::Tensor a = at::randn({9, fw}).to(TestDevice());
+  LocalDrafter local(&d);
+  ASSERT_TRUE(local.OnContext(1, 0, a.narrow(0, 0, 6)).ok());
+  ASSERT_TRUE(local.OnContext(1, 6, a.narrow(0, 6, 3)).ok());
+  ASSERT_TRUE(local.OnContext(2, 0, a.narrow(0, 0, 4)).ok());
+  EXPECT_EQ(*d.ContextLength(1), 0);  // queued, not yet appended
+  const absl::Status gap = local.OnContext(2, 5, a.narrow(0, 5, 1));
+  EXPECT_EQ(gap.code(), absl::StatusCode::kInvalidArgument) << gap;
+  EXPECT_EQ(local.OnContext(3, 2, a.narrow(0, 0, 1)).code(),
+            absl::StatusCode::kNotFound);
+  auto drafted = local.Draft({{1, 9, 5, 8, 1}, {2, 4, 6, 8, 1}});
+  ASSERT_TRUE(drafted.ok()) << drafted.status();
+  EXPECT_EQ(*d.ContextLength(1), 9);
+  EXPECT_EQ(*d.ContextLength(2), 4);
+
+  // The reference: the same context appended at once.
+  ASSERT_TRUE(d.AddSequence(11).ok());
+  ASSERT_TRUE(d.AddSequence(12).ok());
+  ASSERT_TRUE(d.AppendContext(11, 0, a).ok());
+  ASSERT_TRUE(d.AppendContext(12, 0, a.narrow(0, 0, 4)).ok());
+  auto want = d.Draft({{11, 9, 5, 8, 1}, {12, 4, 6, 8, 1}});
+  ASSERT_TRUE(want.ok()) << want.status();
+  ExpectSameDrafts(*drafted, *want);
+
+  // Released with a chunk queued: the chunk goes too, and the sequence
+  // starts afresh from a new first chunk.
+  ASSERT_TRUE(local.OnContext(2, 4, a.narrow(0, 4, 2)).ok());
+  ASSERT_TRUE(local.Release(2).ok());
+  EXPECT_FALSE(d.HasSequence(2));
+  ASSERT_TRUE(local.OnContext(2, 0, a.narrow(0, 0, 4)).ok());
+  drafted = local.Draft({{2, 4, 6, 8, 1}});
+  ASSERT_TRUE(drafted.ok()) << drafted.status();
+  ExpectSameDrafts(*drafted, {(*want)[1]});
 }
 
 // A checkpoint laid out exactly like z-lab's released DFlash drafters
