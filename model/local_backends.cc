@@ -86,10 +86,12 @@ absl::StatusOr<std::vector<DraftResult>> LocalDrafter::Draft(
 
 absl::Status LocalDrafter::Release(SequenceId sequence) {
   if (queued_ends_.erase(sequence) > 0) {
-    queued_.erase(std::remove_if(queued_.begin(), queued_.end(),
-                                 [&](const DEditDrafter::ContextChunk& c) {
-                                   return c.sequence == sequence;
-                                 }),
+    auto released = [&](const DEditDrafter::ContextChunk& c) {
+      if (c.sequence != sequence) return false;
+      queued_rows_ -= c.features.size(0);
+      return true;
+    };
+    queued_.erase(std::remove_if(queued_.begin(), queued_.end(), released),
                   queued_.end());
   }
   if (!drafter_->HasSequence(sequence)) return absl::OkStatus();
@@ -111,7 +113,11 @@ absl::Status LocalDrafter::OnContext(SequenceId sequence, int64_t start,
   DEditDrafter::ContextChunk chunk{sequence, start, features};
   RETURN_IF_ERROR(drafter_->CheckContextChunk(chunk, cached));
   queued_ends_[sequence] = start + features.size(0);
+  queued_rows_ += features.size(0);
   queued_.push_back(std::move(chunk));
+  if (queued_.size() >= kMaxQueuedChunks || queued_rows_ >= kMaxQueuedRows) {
+    return FlushContext();
+  }
   return absl::OkStatus();
 }
 
@@ -120,6 +126,7 @@ absl::Status LocalDrafter::FlushContext() {
   std::vector<DEditDrafter::ContextChunk> chunks;
   chunks.swap(queued_);
   queued_ends_.clear();
+  queued_rows_ = 0;
   return drafter_->AppendContexts(chunks);
 }
 

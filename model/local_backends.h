@@ -48,7 +48,10 @@ class LocalVerifier : public Verifier {
 // A sequence is created by its first context (start 0). Context is checked
 // when it arrives and appended at the next Draft, every queued chunk in one
 // DEditDrafter::AppendContexts call: a round of 16 sequences' verifies
-// costs one context projection, not 16.
+// costs one context projection, not 16. A queued chunk is a view that keeps
+// its whole forward's features alive, so the queue is appended early once
+// it holds kMaxQueuedChunks chunks or kMaxQueuedRows rows (rounds without
+// a Draft: the hybrid method's lookups, the confidence cut's back-off).
 class LocalDrafter : public Drafter, public ContextSink {
  public:
   explicit LocalDrafter(DEditDrafter* drafter) : drafter_(drafter) {}
@@ -63,6 +66,9 @@ class LocalDrafter : public Drafter, public ContextSink {
   absl::Status OnContext(SequenceId sequence, int64_t start,
                          const at::Tensor& features) override;
 
+  static constexpr size_t kMaxQueuedChunks = 256;
+  static constexpr int64_t kMaxQueuedRows = 8192;
+
  private:
   // Appends the queued context.
   absl::Status FlushContext();
@@ -71,6 +77,7 @@ class LocalDrafter : public Drafter, public ContextSink {
   std::vector<DEditDrafter::ContextChunk> queued_;
   // Per sequence with queued chunks: where its context will end.
   std::unordered_map<SequenceId, int64_t> queued_ends_;
+  int64_t queued_rows_ = 0;
 };
 
 }  // namespace dedit

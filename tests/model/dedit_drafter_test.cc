@@ -314,6 +314,15 @@ TEST(DEditDrafterTest, LocalDrafterQueuesContextUntilTheDraft) {
   drafted = local.Draft({{2, 4, 6, 8, 1}});
   ASSERT_TRUE(drafted.ok()) << drafted.status();
   ExpectSameDrafts(*drafted, {(*want)[1]});
+
+  // Rounds without a Draft (lookups, back-off) do not pile chunks up: the
+  // queue is appended once it holds kMaxQueuedChunks.
+  const at::Tensor row = at::randn({1, fw}).to(TestDevice());
+  const int64_t n = static_cast<int64_t>(LocalDrafter::kMaxQueuedChunks);
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_TRUE(local.OnContext(1, 9 + i, row).ok()) << i;
+    EXPECT_EQ(*d.ContextLength(1), i + 1 < n ? 9 : 9 + n) << i;
+  }
 }
 
 // A checkpoint laid out exactly like z-lab's released DFlash drafters
