@@ -66,6 +66,9 @@ ABSL_FLAG(int, verify_chunk, 0,
           "model drafts are verified this many block rows at a time, the "
           "rest of a draft next round when every verified token was "
           "accepted (0 = whole drafts; at least 2 otherwise)");
+ABSL_FLAG(int, max_speculative_batch, 0,
+          "a round of more running prompts than this speculates for none "
+          "of them: each decodes one token (0 = no limit)");
 ABSL_FLAG(int, max_tokens, 64, "new tokens per prompt");
 ABSL_FLAG(double, temperature, 0.0, "sampling temperature (0 = greedy)");
 ABSL_FLAG(int, top_k, 0, "top-k (0 = off)");
@@ -225,6 +228,7 @@ Json ResultJson(const GenerationResult& r) {
   j["cut_rounds"] = s.cut_rounds;
   j["skipped_rounds"] = s.skipped_rounds;
   j["reused_rounds"] = s.reused_rounds;
+  j["paused_rounds"] = s.paused_rounds;
   j["mean_acceptance_length"] = s.mean_acceptance_length();
   j["accepted_per_position"] = s.accepted_per_position;
   Json edits = Json::array();
@@ -302,6 +306,11 @@ int Run() {
   o.min_draft_confidence = absl::GetFlag(FLAGS_min_draft_confidence);
   if (!(o.min_draft_confidence >= 0 && o.min_draft_confidence <= 1)) {
     std::cerr << "dedit-generate: --min_draft_confidence must be in [0, 1]\n";
+    return 2;
+  }
+  o.max_speculative_batch = absl::GetFlag(FLAGS_max_speculative_batch);
+  if (o.max_speculative_batch < 0) {
+    std::cerr << "dedit-generate: --max_speculative_batch must be >= 0\n";
     return 2;
   }
   o.verify_chunk = absl::GetFlag(FLAGS_verify_chunk);
@@ -444,6 +453,7 @@ int main(int argc, char** argv) {
        "hybrid_short_match_below",
        "min_draft_confidence",
        "verify_chunk",
+       "max_speculative_batch",
        "max_tokens",
        "temperature",
        "top_k",

@@ -137,6 +137,7 @@ void AcceptanceSummary::Add(const RoundRecord& r) {
   if (r.cut) ++cut_rounds;
   if (r.skipped) ++skipped_rounds;
   if (r.reused) ++reused_rounds;
+  if (r.paused) ++paused_rounds;
   draft_seconds += r.draft_seconds;
   verify_seconds += r.verify_seconds;
   if (r.window < 2) return;
@@ -399,15 +400,24 @@ absl::Status SpeculativeEngine::Step() {
   std::map<SequenceId, int> window;
   std::map<Drafter*, std::vector<DraftRequest>> draft_requests;
   std::map<SequenceId, DraftResult> drafts;
-  std::set<SequenceId> looked_up, skipped, cut;
+  std::set<SequenceId> looked_up, skipped, cut, paused;
   // Blocks Options::verify_chunk applies to: the model's drafts, and the
   // rests of earlier ones (`reused`).
   std::set<SequenceId> modeled, reused;
+  const bool over_batch =
+      options_.max_speculative_batch > 0 &&
+      round_ids.size() > static_cast<size_t>(options_.max_speculative_batch);
   for (SequenceId id : round_ids) {
     Sequence& seq = sequences_.at(id);
     int w = WindowFor(seq);
     std::vector<int32_t> held = std::move(seq.held);
     seq.held.clear();
+    if (w >= 2 && over_batch) {
+      // Options::max_speculative_batch: a decode step; a held draft rest
+      // is dropped (the next speculative round drafts afresh).
+      paused.insert(id);
+      w = 1;
+    }
     if (w >= 2 && !held.empty()) {
       // The rest of the model's last draft, whose every verified token was
       // accepted: this round's block, with no Draft call.
@@ -597,6 +607,7 @@ absl::Status SpeculativeEngine::Step() {
     record.cut = cut.count(id) > 0;
     record.skipped = skipped.count(id) > 0;
     record.reused = reused.count(id) > 0;
+    record.paused = paused.count(id) > 0;
     if (seq.request.method == DraftMethod::kHybrid && !record.looked_up &&
         !record.reused && record.window >= 2) {
       // A moving mean over about the last ten model rounds.

@@ -109,6 +109,9 @@ struct RoundRecord {
   // Options::verify_chunk: the block was the rest of an earlier model
   // draft, verified with no Draft call.
   bool reused = false;
+  // Options::max_speculative_batch: the request speculates, but this round
+  // ran more sequences than the limit, so its block was the bonus alone.
+  bool paused = false;
   double draft_seconds = 0;   // this round's share of the batched draft call
   double verify_seconds = 0;  // ... and of the target step
 };
@@ -140,6 +143,8 @@ struct AcceptanceSummary {
   // Options::min_draft_confidence: drafts cut short (or to nothing), and
   // rounds that skipped the drafter after drafts cut to nothing.
   int64_t cut_rounds = 0, skipped_rounds = 0;
+  // Options::max_speculative_batch: rounds not speculated for the batch.
+  int64_t paused_rounds = 0;
   int64_t reused_rounds = 0;    // Options::verify_chunk: no Draft call
   int64_t draft_tokens = 0;     // sum of W-1
   int64_t accepted_tokens = 0;  // sum of acc
@@ -213,6 +218,18 @@ class SpeculativeEngine {
     // for 1 and 16 rows (a GPU) it only adds rounds. 0 (or >= W) verifies
     // every draft whole.
     int verify_chunk = 0;
+    // A round of more running sequences than this speculates for none of
+    // them: every block is the bonus alone, a plain decode step (0 = no
+    // limit). Where a forward costs about the same for 1 and W rows (a GPU
+    // at small batch), speculation pays at any batch a step stays
+    // launch-bound; where its cost grows with its rows (a CPU; a GPU at
+    // large batch), a batch's verify rows cost more than its drafts save:
+    // on this repository's CPU host, 16 sequences at W=8 decode at ~0.4x
+    // of target-only (bench/README.md, "Speculation at batch"). The same
+    // knob as vLLM's speculative_disable_by_batch_size, applied per round
+    // (a request speculates again once the batch shrinks). Output is
+    // unchanged.
+    int max_speculative_batch = 0;
     // Called on the stepping thread for every finished round (after its
     // record is complete, before its tokens are emitted), e.g. to update
     // per-round metrics while requests are still running. May be empty.

@@ -64,6 +64,7 @@ json OpenAiResponse::Usage(const v1::GenerateResponse& last) {
       {"cut_rounds", a.cut_rounds()},
       {"skipped_rounds", a.skipped_rounds()},
       {"reused_rounds", a.reused_rounds()},
+      {"paused_rounds", a.paused_rounds()},
       {"draft_tokens", a.draft_tokens()},
       {"accepted_tokens", a.accepted_tokens()},
       {"mean_acceptance_length", a.mean_acceptance_length()},

@@ -34,6 +34,7 @@ class InProcessStack {
     double hybrid_short_match_below = 0.5;
     double min_draft_confidence = 0;  // SpeculativeEngine::Options
     int verify_chunk = 0;             // SpeculativeEngine::Options
+    int max_speculative_batch = 0;    // SpeculativeEngine::Options
   };
 
   static absl::StatusOr<std::unique_ptr<InProcessStack>> Load(

@@ -37,6 +37,7 @@ void FillAcceptance(const AcceptanceSummary& s, v1::AcceptanceStats* out) {
   out->set_cut_rounds(s.cut_rounds);
   out->set_skipped_rounds(s.skipped_rounds);
   out->set_reused_rounds(s.reused_rounds);
+  out->set_paused_rounds(s.paused_rounds);
   out->set_draft_tokens(s.draft_tokens);
   out->set_accepted_tokens(s.accepted_tokens);
   out->set_mean_acceptance_length(s.mean_acceptance_length());
@@ -235,6 +236,7 @@ bool GenerationLoop::ConnectTarget() {
   o.hybrid_short_match_below = options_.hybrid_short_match_below;
   o.min_draft_confidence = options_.min_draft_confidence;
   o.verify_chunk = options_.verify_chunk;
+  o.max_speculative_batch = options_.max_speculative_batch;
   o.on_round = [this](SequenceId, const RoundRecord& round) {
     const int block = backends_.drafter_health != nullptr
                           ? backends_.drafter_health->block_size()

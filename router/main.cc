@@ -100,6 +100,11 @@ ABSL_FLAG(int, verify_chunk, 0,
           "accepted, the next round verifies the rest of the same draft "
           "with no Draft call (0 = whole drafts; pays where a verify's cost "
           "grows with its rows, as on a CPU)");
+ABSL_FLAG(int, max_speculative_batch, 0,
+          "a round of more running requests than this speculates for none "
+          "of them: each decodes one token, as target-only (0 = no limit; "
+          "pays where a verify's cost grows with its rows, as on a CPU or a "
+          "GPU at large batch; vLLM's speculative_disable_by_batch_size)");
 ABSL_FLAG(int64_t, target_timeout_ms, 60000,
           "deadline of a round's Step on the target");
 ABSL_FLAG(bool, round_streams, true,
@@ -208,6 +213,12 @@ int main(int argc, char** argv) {
       !s.ok()) {
     std::fprintf(stderr, "dedit-router: %s\n",
                  std::string(s.message()).c_str());
+    return 2;
+  }
+  o.loop.max_speculative_batch = absl::GetFlag(FLAGS_max_speculative_batch);
+  if (o.loop.max_speculative_batch < 0) {
+    std::fprintf(stderr,
+                 "dedit-router: --max_speculative_batch must be >= 0\n");
     return 2;
   }
   if (o.loop.hybrid_min_ngram < 1) {

@@ -128,6 +128,13 @@ RouterMetrics::RouterMetrics(prometheus::Registry& r, const std::string& model,
                                "draft with no Draft call (--verify_chunk)")
                          .Register(r)
                          .Add({{"model", model}})),
+      paused_rounds_(prometheus::BuildCounter()
+                         .Name("dedit_paused_rounds_total")
+                         .Help("Rounds of speculating requests decoded one "
+                               "token because the batch was over "
+                               "--max_speculative_batch")
+                         .Register(r)
+                         .Add({{"model", model}})),
       session_turns_(prometheus::BuildCounter()
                          .Name("dedit_session_turns_total")
                          .Help("Session turns completed")
@@ -236,6 +243,7 @@ void RouterMetrics::OnRound(const RoundRecord& round, int block_size) {
   if (round.cut) cut_rounds_.Increment();
   if (round.skipped) skipped_rounds_.Increment();
   if (round.reused) reused_rounds_.Increment();
+  if (round.paused) paused_rounds_.Increment();
   if (round.window < 2) return;
   if (stack_series_.drafts != nullptr) {
     stack_series_.drafts->Increment();

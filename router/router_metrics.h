@@ -82,6 +82,7 @@ class RouterMetrics {
   prometheus::Counter& cut_rounds_;
   prometheus::Counter& skipped_rounds_;
   prometheus::Counter& reused_rounds_;
+  prometheus::Counter& paused_rounds_;
   prometheus::Counter& session_turns_;
   prometheus::Counter& session_tokens_saved_;
   prometheus::Counter& session_reprefills_;

@@ -19,7 +19,9 @@
 # 0), --min-draft-confidence C (the router cuts drafter drafts before
 # their first slot less confident than C; 0 = off), --verify-chunk N (the
 # router verifies drafter drafts N block rows per round, the rest of a
-# draft next round; 0 = whole drafts), --no-drafter, --detach (start,
+# draft next round; 0 = whole drafts), --max-speculative-batch N (a round
+# of more than N running requests speculates for none of them; 0 = no
+# limit), --no-drafter, --detach (start,
 # wait for health, exit leaving the services running; stop them with
 # `kill $(cat RUN_DIR/*.pid)`).
 set -euo pipefail
@@ -45,6 +47,7 @@ PRODUCT_THREADS=1
 IDLE_SPIN_US=0
 MIN_DRAFT_CONFIDENCE=0
 VERIFY_CHUNK=0
+MAX_SPECULATIVE_BATCH=0
 
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -66,6 +69,7 @@ while [ $# -gt 0 ]; do
     --idle-spin-us) IDLE_SPIN_US=$2; shift 2 ;;
     --min-draft-confidence) MIN_DRAFT_CONFIDENCE=$2; shift 2 ;;
     --verify-chunk) VERIFY_CHUNK=$2; shift 2 ;;
+    --max-speculative-batch) MAX_SPECULATIVE_BATCH=$2; shift 2 ;;
     --no-drafter) WITH_DRAFTER=0; shift ;;
     --detach) DETACH=1; shift ;;
     -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
@@ -135,7 +139,8 @@ TARGET_ARGS=(--target_dir "$TARGET_DIR" --device "$TARGET_DEVICE" --dtype "$DTYP
 ROUTER_ARGS=(--target "$HOST:$TARGET_PORT" --host "$HOST" --port "$ROUTER_PORT"
              --metrics_port "$ROUTER_METRICS")
 [ -n "$TOKENIZER" ] && ROUTER_ARGS+=(--tokenizer "$TOKENIZER")
-ROUTER_ARGS+=(--min_draft_confidence "$MIN_DRAFT_CONFIDENCE" --verify_chunk "$VERIFY_CHUNK")
+ROUTER_ARGS+=(--min_draft_confidence "$MIN_DRAFT_CONFIDENCE" --verify_chunk "$VERIFY_CHUNK"
+             --max_speculative_batch "$MAX_SPECULATIVE_BATCH")
 if [ "$WITH_DRAFTER" = 1 ]; then
   start drafter --drafter_dir "$DRAFTER_DIR" --target_dir "$TARGET_DIR" \
       --device "$DRAFTER_DEVICE" --dtype "$DTYPE" --threads "$THREADS" \

@@ -49,6 +49,9 @@ ABSL_FLAG(int, passes, 1, "K for the speculative runs");
 ABSL_FLAG(std::string, concurrency, "1,4,16,64", "concurrent sequences");
 ABSL_FLAG(int, prompt_tokens, 32, "prompt length of the throughput runs");
 ABSL_FLAG(int, max_tokens, 64, "new tokens per sequence");
+ABSL_FLAG(int, max_speculative_batch, 0,
+          "speculative runs: rounds of more sequences than this decode one "
+          "token each (SpeculativeEngine::Options; 0 = no limit)");
 ABSL_FLAG(int, context, 64, "cached tokens before the timed forwards");
 ABSL_FLAG(int, reps, 30, "repetitions of each timed forward");
 ABSL_FLAG(std::string, method, "model", "speculative method: model or ngram");
@@ -187,6 +190,7 @@ int Main() {
   Check(SetCpuProductThreadsFlag(absl::GetFlag(FLAGS_product_threads)),
         "flags");
   InProcessStack::Options o;
+  o.max_speculative_batch = absl::GetFlag(FLAGS_max_speculative_batch);
   o.target_dir = absl::GetFlag(FLAGS_target);
   o.drafter_dir = absl::GetFlag(FLAGS_drafter);
   o.device = absl::GetFlag(FLAGS_device);
@@ -393,6 +397,7 @@ int Main() {
           {"seconds", s},
           {"tokens_per_s", tps},
           {"tau", Summarize(rounds).mean_acceptance_length()},
+          {"paused_rounds", Summarize(rounds).paused_rounds},
           {"vs_first_level", one > 0 ? tps / one : 0.0}};
       std::cout << line.dump() << std::endl;
     }

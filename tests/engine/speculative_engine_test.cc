@@ -704,6 +704,82 @@ TEST_F(EngineTest, OnlySequencesTheModelDraftsFeedTheDrafter) {
   EXPECT_EQ(pair_->target->num_sequences(), 0u);
 }
 
+// Options::max_speculative_batch: rounds of more running sequences than
+// the limit draft nothing (model and n-gram alike) and are counted as
+// paused; once requests finish and the batch fits, the rest speculate
+// again. Output is the target's greedy output throughout.
+TEST_F(EngineTest, SpeculationPausesWhileTheBatchIsOverTheLimit) {
+  class Counting : public Drafter, public ContextSink {
+   public:
+    explicit Counting(LocalDrafter* inner) : inner_(inner) {}
+    absl::StatusOr<std::vector<DraftResult>> Draft(
+        const std::vector<DraftRequest>& requests) override {
+      batches.push_back(requests.size());
+      return inner_->Draft(requests);
+    }
+    absl::Status Release(SequenceId id) override { return inner_->Release(id); }
+    int block_size() const override { return inner_->block_size(); }
+    absl::Status OnContext(SequenceId id, int64_t start,
+                           const at::Tensor& features) override {
+      return inner_->OnContext(id, start, features);
+    }
+    std::vector<size_t> batches;
+
+   private:
+    LocalDrafter* inner_;
+  };
+  for (int limit : {0, 2}) {
+    LocalDrafter inner(pair_->drafter.get());
+    Counting drafter(&inner);
+    LocalVerifier verifier(pair_->target.get(), &drafter);
+    SpeculativeEngine::Options o = EngineOptions(spec_);
+    o.max_speculative_batch = limit;
+    SpeculativeEngine engine(&verifier, &drafter, o);
+    std::vector<GenerationRequest> reqs(4);
+    const int new_tokens[] = {5, 6, 40, 40};
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      reqs[i].prompt =
+          RandomPrompt(9 + static_cast<int>(i), 128, 80 + static_cast<int>(i));
+      reqs[i].max_new_tokens = new_tokens[i];
+      reqs[i].window = 6;
+    }
+    reqs[3].method = DraftMethod::kNgram;
+    auto results = engine.Generate(reqs);
+    ASSERT_TRUE(results.ok()) << results.status();
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      const GenerationResult& r = (*results)[i];
+      EXPECT_EQ(r.tokens,
+                GreedyReference(*pair_->target, reqs[i].prompt, new_tokens[i]))
+          << "limit " << limit << " request " << i;
+      const AcceptanceSummary s = Summarize(r.rounds);
+      if (limit == 0) {
+        EXPECT_EQ(s.paused_rounds, 0);
+        continue;
+      }
+      // While all four run (every round of the two short ones), nothing
+      // is drafted; the long ones speculate once the short ones are done.
+      EXPECT_GT(s.paused_rounds, 0) << i;
+      for (const RoundRecord& round : r.rounds) {
+        if (round.paused) EXPECT_EQ(round.window, 1);
+      }
+      if (i < 2) {
+        // (The last round, with one token to go, is a decode step anyway.)
+        EXPECT_EQ(s.paused_rounds, s.rounds - 1) << i;
+        EXPECT_EQ(s.drafted_rounds, 0) << i;
+      } else {
+        EXPECT_GT(s.drafted_rounds, 0) << i;
+      }
+    }
+    ASSERT_FALSE(drafter.batches.empty()) << "limit " << limit;
+    for (size_t n : drafter.batches) {
+      if (limit > 0) EXPECT_LE(n, static_cast<size_t>(limit));
+    }
+    if (limit == 0) EXPECT_EQ(drafter.batches.front(), 3u);
+    EXPECT_EQ(pair_->drafter->num_sequences(), 0u);
+    EXPECT_EQ(pair_->target->num_sequences(), 0u);
+  }
+}
+
 // Without any model drafter (a target-only deployment) the n-gram method
 // still speculates, and its acceptance on text that repeats is what the
 // lookup predicts: a target that copies its prompt accepts whole windows.

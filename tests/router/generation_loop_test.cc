@@ -448,6 +448,7 @@ class GenerationLoopTest : public ::testing::Test {
     }
     options.min_draft_confidence = min_draft_confidence_;
     options.verify_chunk = verify_chunk_;
+    options.max_speculative_batch = max_speculative_batch_;
     loop_ = std::make_unique<GenerationLoop>(backends, shared_->tokenizer.get(),
                                              registry_, options);
     loop_->Start();
@@ -490,6 +491,8 @@ class GenerationLoopTest : public ::testing::Test {
   double min_draft_confidence_ = 0;
   // GenerationLoop::Options::verify_chunk.
   int verify_chunk_ = 0;
+  // GenerationLoop::Options::max_speculative_batch.
+  int max_speculative_batch_ = 0;
   std::unique_ptr<GenerationLoop> loop_;  // destroyed first
 };
 
@@ -1093,6 +1096,28 @@ TEST_F(GenerationLoopTest, ChunkedDraftsReuseTheirRestAndAreCounted) {
   EXPECT_EQ(a.accepted_tokens(), a.draft_tokens());
   EXPECT_EQ(CounterValue(*registry_, "dedit_reused_draft_rounds_total"),
             a.reused_rounds());
+}
+
+// --max_speculative_batch 1: while two requests run, their rounds draft
+// nothing and decode one token each; the responses and the metric count
+// those rounds, and the output is the target's.
+TEST_F(GenerationLoopTest, RoundsOverTheSpeculativeBatchArePausedAndCounted) {
+  max_speculative_batch_ = 1;
+  ScriptedDrafter inner(block_size(), Oracle(1));
+  StartLoop(&inner, nullptr);
+  auto a = Submit(MakeRequest(prompt(1), 40, 8, 1, {}));
+  auto b = Submit(MakeRequest(prompt(1), 40, 8, 1, {}));
+  int64_t paused = 0;
+  for (const auto& sink : {a, b}) {
+    ASSERT_TRUE(sink->WaitFinished());
+    ASSERT_TRUE(sink->status().ok()) << sink->status();
+    EXPECT_THAT(sink->tokens(), ElementsAreArray(Reference(1, 40)));
+    const v1::AcceptanceStats s = sink->last().acceptance();
+    EXPECT_LE(s.paused_rounds(), s.rounds() - s.drafted_rounds());
+    paused += s.paused_rounds();
+  }
+  EXPECT_GT(paused, 0);
+  EXPECT_EQ(CounterValue(*registry_, "dedit_paused_rounds_total"), paused);
 }
 
 TEST(RequestBuilderTest, SpeculativeMethodPicksTheDrafterAndItsLimits) {
