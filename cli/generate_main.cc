@@ -69,6 +69,9 @@ ABSL_FLAG(int, verify_chunk, 0,
 ABSL_FLAG(int, max_speculative_batch, 0,
           "a round of more running prompts than this speculates for none "
           "of them: each decodes one token (0 = no limit)");
+ABSL_FLAG(bool, adaptive_speculation, false,
+          "speculate only while drafted rounds give more tokens per second "
+          "than plain decoding (measured per prompt as it runs)");
 ABSL_FLAG(int, max_tokens, 64, "new tokens per prompt");
 ABSL_FLAG(double, temperature, 0.0, "sampling temperature (0 = greedy)");
 ABSL_FLAG(int, top_k, 0, "top-k (0 = off)");
@@ -309,6 +312,7 @@ int Run() {
     return 2;
   }
   o.max_speculative_batch = absl::GetFlag(FLAGS_max_speculative_batch);
+  o.adaptive_speculation = absl::GetFlag(FLAGS_adaptive_speculation);
   if (o.max_speculative_batch < 0) {
     std::cerr << "dedit-generate: --max_speculative_batch must be >= 0\n";
     return 2;
@@ -454,6 +458,7 @@ int main(int argc, char** argv) {
        "min_draft_confidence",
        "verify_chunk",
        "max_speculative_batch",
+       "adaptive_speculation",
        "max_tokens",
        "temperature",
        "top_k",

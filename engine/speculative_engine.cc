@@ -24,6 +24,14 @@ bool Contains(const std::vector<int32_t>& ids, int32_t t) {
 // Options::min_draft_confidence: the longest rounds a sequence skips the
 // drafter after drafts cut to nothing in a row.
 constexpr int kMaxSkippedRounds = 8;
+// Options::adaptive_speculation: the longest pause between probes, and the
+// weight of the newest round in the moving means.
+constexpr int kMaxPausedRounds = 16;
+constexpr double kAdaptiveWeight = 0.3;
+
+double MovingMean(double mean, double x) {
+  return mean < 0 ? x : (1 - kAdaptiveWeight) * mean + kAdaptiveWeight * x;
+}
 
 // Cuts the proposal (the last pass) before its first slot below
 // `min_confidence`; a slot without a confidence counts as confident.
@@ -181,6 +189,27 @@ Drafter* SpeculativeEngine::DrafterFor(const Sequence& seq) {
   return seq.request.method == DraftMethod::kNgram
              ? static_cast<Drafter*>(&ngram_)
              : drafter_;
+}
+
+bool SpeculativeEngine::SpeculationPays(Sequence& seq) {
+  if (seq.plain_seconds < 0) return false;  // measure a plain round first
+  if (seq.pause_rounds > 0) {
+    if (--seq.pause_rounds == 0) seq.probe = true;
+    return false;
+  }
+  if (seq.probe || seq.spec_seconds < 0) {
+    seq.probe = false;
+    return true;
+  }
+  // Tokens per second drafting against one token per plain round.
+  if (seq.spec_tokens * seq.plain_seconds >= seq.spec_seconds) {
+    seq.next_pause = 1;
+    return true;
+  }
+  seq.pause_rounds = seq.next_pause - 1;  // this round is the first
+  if (seq.pause_rounds == 0) seq.probe = true;
+  seq.next_pause = std::min(seq.next_pause * 2, kMaxPausedRounds);
+  return false;
 }
 
 bool SpeculativeEngine::FeedsContext(const Sequence& seq) const {
@@ -412,9 +441,11 @@ absl::Status SpeculativeEngine::Step() {
     int w = WindowFor(seq);
     std::vector<int32_t> held = std::move(seq.held);
     seq.held.clear();
-    if (w >= 2 && over_batch) {
-      // Options::max_speculative_batch: a decode step; a held draft rest
-      // is dropped (the next speculative round drafts afresh).
+    if (w >= 2 && (over_batch ||
+                   (options_.adaptive_speculation && !SpeculationPays(seq)))) {
+      // Options::max_speculative_batch, adaptive_speculation: a decode
+      // step; a held draft rest is dropped (the next speculative round
+      // drafts afresh).
       paused.insert(id);
       w = 1;
     }
@@ -617,6 +648,20 @@ absl::Status SpeculativeEngine::Step() {
               : 0.9 * seq.model_accepted_mean + 0.1 * out.accepted;
     }
     record.verify_seconds = verify_seconds;
+    if (options_.adaptive_speculation) {
+      // A round that drafted (even one cut to nothing) is the cost of
+      // speculating; the others of decoding plainly.
+      auto drafted = draft_seconds.find(id);
+      const double draft_s =
+          drafted != draft_seconds.end() ? drafted->second : 0.0;
+      if (record.window >= 2 || drafted != draft_seconds.end()) {
+        seq.spec_tokens = MovingMean(seq.spec_tokens, out.accepted + 1);
+        seq.spec_seconds =
+            MovingMean(seq.spec_seconds, draft_s + verify_seconds);
+      } else {
+        seq.plain_seconds = MovingMean(seq.plain_seconds, verify_seconds);
+      }
+    }
     std::vector<int32_t> committed(
         verifies[i].block.begin() + 1,
         verifies[i].block.begin() + 1 + out.accepted);

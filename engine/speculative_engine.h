@@ -109,8 +109,10 @@ struct RoundRecord {
   // Options::verify_chunk: the block was the rest of an earlier model
   // draft, verified with no Draft call.
   bool reused = false;
-  // Options::max_speculative_batch: the request speculates, but this round
-  // ran more sequences than the limit, so its block was the bonus alone.
+  // The request speculates, but this round's block was the bonus alone:
+  // the round ran more sequences than Options::max_speculative_batch, or
+  // Options::adaptive_speculation found the request's drafted rounds
+  // slower than plain decoding (or measured a plain round).
   bool paused = false;
   double draft_seconds = 0;   // this round's share of the batched draft call
   double verify_seconds = 0;  // ... and of the target step
@@ -143,7 +145,8 @@ struct AcceptanceSummary {
   // Options::min_draft_confidence: drafts cut short (or to nothing), and
   // rounds that skipped the drafter after drafts cut to nothing.
   int64_t cut_rounds = 0, skipped_rounds = 0;
-  // Options::max_speculative_batch: rounds not speculated for the batch.
+  // Options::max_speculative_batch, adaptive_speculation: rounds of a
+  // speculating request that decoded one token instead.
   int64_t paused_rounds = 0;
   int64_t reused_rounds = 0;    // Options::verify_chunk: no Draft call
   int64_t draft_tokens = 0;     // sum of W-1
@@ -230,6 +233,18 @@ class SpeculativeEngine {
     // (a request speculates again once the batch shrinks). Output is
     // unchanged.
     int max_speculative_batch = 0;
+    // Speculate only while it pays, per request: the engine keeps moving
+    // means of its drafted rounds' tokens and wall time (draft call plus
+    // target step) and of its plain rounds' wall time (the first round
+    // after the prefill is a plain one, to measure it). While drafted
+    // rounds give fewer tokens per second than plain ones, the request
+    // decodes plain rounds, 1, 2, 4, ... up to 16 before each drafted
+    // probe (reset by a probe that pays). Where drafts are good (copied
+    // text) nothing changes; where they lose (text the drafter cannot
+    // guess, a CPU whose verify costs several decode steps) a request
+    // decodes at about target-only speed instead of below it. Output is
+    // unchanged.
+    bool adaptive_speculation = false;
     // Called on the stepping thread for every finished round (after its
     // record is complete, before its tokens are emitted), e.g. to update
     // per-round metrics while requests are still running. May be empty.
@@ -293,6 +308,14 @@ class SpeculativeEngine {
     // many the next cut-to-nothing draft skips.
     int skip_model_rounds = 0;
     int next_skip = 1;
+    // Options::adaptive_speculation: moving means (-1 before the first)
+    // of drafted rounds' tokens and seconds and of plain rounds' seconds;
+    // plain rounds still to decode, the next pause's length, and whether
+    // the next round must draft (a probe after a pause).
+    double spec_tokens = -1, spec_seconds = -1, plain_seconds = -1;
+    int pause_rounds = 0;
+    int next_pause = 1;
+    bool probe = false;
     // Options::verify_chunk: what the model drafted past the tokens the
     // last round verified and accepted, verified next round.
     std::vector<int32_t> held;
@@ -315,6 +338,9 @@ class SpeculativeEngine {
   // The n-gram and hybrid methods propose from `Sequence::known`.
   static bool LooksUp(DraftMethod method);
   Drafter* DrafterFor(const Sequence& seq);
+  // Options::adaptive_speculation: whether `seq` drafts this round (it
+  // wants to); counts its pauses down.
+  static bool SpeculationPays(Sequence& seq);
   // Whether the model drafter may ever draft `seq`, so the verifier side
   // feeds it the sequence's context (PrefillWork::context).
   bool FeedsContext(const Sequence& seq) const;

@@ -46,6 +46,7 @@ absl::StatusOr<std::unique_ptr<InProcessStack>> InProcessStack::Load(
   eopts.min_draft_confidence = options.min_draft_confidence;
   eopts.verify_chunk = options.verify_chunk;
   eopts.max_speculative_batch = options.max_speculative_batch;
+  eopts.adaptive_speculation = options.adaptive_speculation;
   s->engine_ = std::make_unique<SpeculativeEngine>(
       s->verifier_.get(), s->local_drafter_.get(), eopts);
   return s;

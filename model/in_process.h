@@ -32,9 +32,10 @@ class InProcessStack {
     // SpeculativeEngine::Options (kHybrid)
     int hybrid_min_ngram = 3;
     double hybrid_short_match_below = 0.5;
-    double min_draft_confidence = 0;  // SpeculativeEngine::Options
-    int verify_chunk = 0;             // SpeculativeEngine::Options
-    int max_speculative_batch = 0;    // SpeculativeEngine::Options
+    double min_draft_confidence = 0;    // SpeculativeEngine::Options
+    int verify_chunk = 0;               // SpeculativeEngine::Options
+    int max_speculative_batch = 0;      // SpeculativeEngine::Options
+    bool adaptive_speculation = false;  // SpeculativeEngine::Options
   };
 
   static absl::StatusOr<std::unique_ptr<InProcessStack>> Load(

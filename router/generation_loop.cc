@@ -237,6 +237,7 @@ bool GenerationLoop::ConnectTarget() {
   o.min_draft_confidence = options_.min_draft_confidence;
   o.verify_chunk = options_.verify_chunk;
   o.max_speculative_batch = options_.max_speculative_batch;
+  o.adaptive_speculation = options_.adaptive_speculation;
   o.on_round = [this](SequenceId, const RoundRecord& round) {
     const int block = backends_.drafter_health != nullptr
                           ? backends_.drafter_health->block_size()

@@ -141,8 +141,10 @@ class GenerationLoop {
     double min_draft_confidence = 0;
     // SpeculativeEngine::Options::verify_chunk.
     int verify_chunk = 0;
-    // SpeculativeEngine::Options::max_speculative_batch.
+    // SpeculativeEngine::Options::max_speculative_batch,
+    // adaptive_speculation.
     int max_speculative_batch = 0;
+    bool adaptive_speculation = false;
     // Names this loop's stack in the per-stack metrics (`stack` label);
     // empty → no per-stack metrics.
     std::string stack_name;

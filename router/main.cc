@@ -105,6 +105,10 @@ ABSL_FLAG(int, max_speculative_batch, 0,
           "of them: each decodes one token, as target-only (0 = no limit; "
           "pays where a verify's cost grows with its rows, as on a CPU or a "
           "GPU at large batch; vLLM's speculative_disable_by_batch_size)");
+ABSL_FLAG(bool, adaptive_speculation, false,
+          "per request, speculate only while drafted rounds give more tokens "
+          "per second than plain decoding (measured as it runs); otherwise "
+          "decode plain rounds, probing again after 1, 2, 4 ... 16 of them");
 ABSL_FLAG(int64_t, target_timeout_ms, 60000,
           "deadline of a round's Step on the target");
 ABSL_FLAG(bool, round_streams, true,
@@ -216,6 +220,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   o.loop.max_speculative_batch = absl::GetFlag(FLAGS_max_speculative_batch);
+  o.loop.adaptive_speculation = absl::GetFlag(FLAGS_adaptive_speculation);
   if (o.loop.max_speculative_batch < 0) {
     std::fprintf(stderr,
                  "dedit-router: --max_speculative_batch must be >= 0\n");

@@ -131,8 +131,9 @@ RouterMetrics::RouterMetrics(prometheus::Registry& r, const std::string& model,
       paused_rounds_(prometheus::BuildCounter()
                          .Name("dedit_paused_rounds_total")
                          .Help("Rounds of speculating requests decoded one "
-                               "token because the batch was over "
-                               "--max_speculative_batch")
+                               "token: the batch was over "
+                               "--max_speculative_batch, or "
+                               "--adaptive_speculation found drafting slower")
                          .Register(r)
                          .Add({{"model", model}})),
       session_turns_(prometheus::BuildCounter()

@@ -20,7 +20,7 @@ target-only one token for token, scores the answers
 
 --configs replaces --methods with named configurations, each
 NAME=METHOD[:w=W][:k=K][:causal][:drafter=DIR][:min=N][:short=X][:conf=C]
-[:pt=N][:chunk=N][:rport=N],
+[:pt=N][:chunk=N][:adaptive][:rport=N],
 e.g.
   --configs ar=ar,ngram=ngram:w=16,k1=model:w=16:k=1,causal3=model:k=3:causal
 METHOD is ar, ngram, model or hybrid (per round, prompt lookup when the
@@ -32,7 +32,9 @@ cuts the model's drafts before their first slot less confident than C.
 `pt` (in-process only) is dedit-generate's --product_threads (default
 --product-threads, 1). `chunk` (model and hybrid, in-process only; the
 router's --verify_chunk) verifies the model's drafts N block rows per
-round, the rest of a draft next round. `rport` (with --router) sends
+round, the rest of a draft next round. `adaptive` (in-process only; the
+router's --adaptive_speculation) speculates only while drafted rounds
+give more tokens per second than plain ones. `rport` (with --router) sends
 that configuration's requests to the router on port N of --router's
 host instead, e.g. a second router over the same target and drafter
 started with other flags (--verify_chunk, --min_draft_confidence).
@@ -239,6 +241,8 @@ def generate_rows(a, gen, c, lines):
     cmd = [gen, "--target", a.target, "--json", "--threads",
            str(a.threads), "--max_tokens", str(a.max_tokens),
            "--product_threads", str(c["pt"])]
+    if c.get("adaptive"):
+        cmd += ["--adaptive_speculation"]
     if c["method"] == "ar":
         cmd += ["--ar"]
     elif c["method"] == "ngram":
@@ -271,15 +275,15 @@ def parse_configs(a):
             c = {"method": parts[0], "w": a.window, "k": a.passes,
                  "causal": False, "drafter": a.drafter, "min": 3,
                  "short": 0.5, "conf": 0.0, "pt": a.product_threads,
-                 "chunk": 0, "rport": 0}
+                 "chunk": 0, "rport": 0, "adaptive": False}
             for opt in parts[1:]:
                 key, _, value = opt.partition("=")
                 if key in ("w", "k", "min", "pt", "chunk", "rport"):
                     c[key] = int(value)
                 elif key in ("short", "conf"):
                     c[key] = float(value)
-                elif key == "causal":
-                    c["causal"] = True
+                elif key in ("causal", "adaptive"):
+                    c[key] = True
                 elif key == "drafter":
                     c["drafter"] = value
                 else:
@@ -320,7 +324,8 @@ def acceptance_details(rows):
            "lookup_rounds": sum(r.get("lookup_rounds", 0) for r in rows),
            "cut_rounds": sum(r.get("cut_rounds", 0) for r in rows),
            "skipped_rounds": sum(r.get("skipped_rounds", 0) for r in rows),
-           "reused_rounds": sum(r.get("reused_rounds", 0) for r in rows)}
+           "reused_rounds": sum(r.get("reused_rounds", 0) for r in rows),
+           "paused_rounds": sum(r.get("paused_rounds", 0) for r in rows)}
     if positions:
         out["accepted_per_position"] = positions
     if edits:

@@ -21,7 +21,8 @@
 # router verifies drafter drafts N block rows per round, the rest of a
 # draft next round; 0 = whole drafts), --max-speculative-batch N (a round
 # of more than N running requests speculates for none of them; 0 = no
-# limit), --no-drafter, --detach (start,
+# limit), --adaptive-speculation (per request, speculate only while it
+# pays), --no-drafter, --detach (start,
 # wait for health, exit leaving the services running; stop them with
 # `kill $(cat RUN_DIR/*.pid)`).
 set -euo pipefail
@@ -48,6 +49,7 @@ IDLE_SPIN_US=0
 MIN_DRAFT_CONFIDENCE=0
 VERIFY_CHUNK=0
 MAX_SPECULATIVE_BATCH=0
+ADAPTIVE_SPECULATION=false
 
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -70,6 +72,7 @@ while [ $# -gt 0 ]; do
     --min-draft-confidence) MIN_DRAFT_CONFIDENCE=$2; shift 2 ;;
     --verify-chunk) VERIFY_CHUNK=$2; shift 2 ;;
     --max-speculative-batch) MAX_SPECULATIVE_BATCH=$2; shift 2 ;;
+    --adaptive-speculation) ADAPTIVE_SPECULATION=true; shift ;;
     --no-drafter) WITH_DRAFTER=0; shift ;;
     --detach) DETACH=1; shift ;;
     -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
@@ -140,7 +143,8 @@ ROUTER_ARGS=(--target "$HOST:$TARGET_PORT" --host "$HOST" --port "$ROUTER_PORT"
              --metrics_port "$ROUTER_METRICS")
 [ -n "$TOKENIZER" ] && ROUTER_ARGS+=(--tokenizer "$TOKENIZER")
 ROUTER_ARGS+=(--min_draft_confidence "$MIN_DRAFT_CONFIDENCE" --verify_chunk "$VERIFY_CHUNK"
-             --max_speculative_batch "$MAX_SPECULATIVE_BATCH")
+             --max_speculative_batch "$MAX_SPECULATIVE_BATCH"
+             --adaptive_speculation="$ADAPTIVE_SPECULATION")
 if [ "$WITH_DRAFTER" = 1 ]; then
   start drafter --drafter_dir "$DRAFTER_DIR" --target_dir "$TARGET_DIR" \
       --device "$DRAFTER_DEVICE" --dtype "$DTYPE" --threads "$THREADS" \

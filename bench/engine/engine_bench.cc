@@ -52,6 +52,8 @@ ABSL_FLAG(int, max_tokens, 64, "new tokens per sequence");
 ABSL_FLAG(int, max_speculative_batch, 0,
           "speculative runs: rounds of more sequences than this decode one "
           "token each (SpeculativeEngine::Options; 0 = no limit)");
+ABSL_FLAG(bool, adaptive_speculation, false,
+          "speculative runs: SpeculativeEngine::Options::adaptive_speculation");
 ABSL_FLAG(int, context, 64, "cached tokens before the timed forwards");
 ABSL_FLAG(int, reps, 30, "repetitions of each timed forward");
 ABSL_FLAG(std::string, method, "model", "speculative method: model or ngram");
@@ -191,6 +193,7 @@ int Main() {
         "flags");
   InProcessStack::Options o;
   o.max_speculative_batch = absl::GetFlag(FLAGS_max_speculative_batch);
+  o.adaptive_speculation = absl::GetFlag(FLAGS_adaptive_speculation);
   o.target_dir = absl::GetFlag(FLAGS_target);
   o.drafter_dir = absl::GetFlag(FLAGS_drafter);
   o.device = absl::GetFlag(FLAGS_device);

@@ -3,12 +3,14 @@
 #include <ATen/Functions.h>
 #include <ATen/TensorOperators.h>
 
+#include <chrono>
 #include <cmath>
 #include <functional>
 #include <map>
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
@@ -777,6 +779,56 @@ TEST_F(EngineTest, SpeculationPausesWhileTheBatchIsOverTheLimit) {
     if (limit == 0) EXPECT_EQ(drafter.batches.front(), 3u);
     EXPECT_EQ(pair_->drafter->num_sequences(), 0u);
     EXPECT_EQ(pair_->target->num_sequences(), 0u);
+  }
+}
+
+// Options::adaptive_speculation: a drafter whose drafts are all wrong and
+// slow (each Draft call sleeps 3 ms, many plain decode steps of the tiny
+// target) is asked less and less often, its request decoding plain rounds
+// in between; an oracle keeps drafting every round after the first plain
+// one. Both outputs are the target's.
+TEST_F(EngineTest, AdaptiveSpeculationBacksOffADrafterThatDoesNotPay) {
+  const std::vector<int32_t> prompt = RandomPrompt(9, 128, 7);
+  const int kNew = 60;
+  const std::vector<int32_t> ref =
+      GreedyReference(*pair_->target, prompt, kNew + 40);
+  for (int corrupt_every : {0, 1}) {
+    const ScriptedDrafter::Script oracle = CorruptedOracle(
+        &ref, static_cast<int64_t>(prompt.size()), corrupt_every);
+    ScriptedDrafter drafter(
+        32, [&](const DraftRequest& r) -> absl::StatusOr<DraftResult> {
+          if (corrupt_every > 0) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(3));
+          }
+          return oracle(r);
+        });
+    LocalVerifier verifier(pair_->target.get(), &drafter);
+    SpeculativeEngine::Options o = EngineOptions(spec_);
+    o.adaptive_speculation = true;
+    SpeculativeEngine engine(&verifier, &drafter, o);
+    GenerationRequest req;
+    req.prompt = prompt;
+    req.max_new_tokens = kNew;
+    req.window = 8;
+    auto results = engine.Generate({req});
+    ASSERT_TRUE(results.ok()) << results.status();
+    const GenerationResult& r = (*results)[0];
+    EXPECT_EQ(r.tokens, std::vector<int32_t>(ref.begin(), ref.begin() + kNew));
+    const AcceptanceSummary s = Summarize(r.rounds);
+    // The first round after the prefill is plain: it measures one.
+    ASSERT_FALSE(r.rounds.empty());
+    EXPECT_TRUE(r.rounds[0].paused);
+    EXPECT_EQ(r.rounds[0].window, 1);
+    if (corrupt_every == 0) {
+      EXPECT_LE(s.paused_rounds, 3) << "rounds " << s.rounds;
+      EXPECT_EQ(drafter.calls, s.drafted_rounds);
+      EXPECT_GT(s.mean_acceptance_length(), 7.0);
+    } else {
+      // Probes after pauses of 1, 2, 4, 8, 16 and 16 rounds: about 7
+      // Draft calls in ~60 rounds (a few more if a plain round stalls).
+      EXPECT_LE(drafter.calls, 15) << "rounds " << s.rounds;
+      EXPECT_GE(s.paused_rounds, s.rounds - 15);
+    }
   }
 }
 
