@@ -381,6 +381,9 @@ def router_rows(a, c, prompt_ids):
                      "drafted_rounds": acc.drafted_rounds,
                      "lookup_rounds": acc.lookup_rounds,
                      "reused_rounds": acc.reused_rounds,
+                     "cut_rounds": acc.cut_rounds,
+                     "skipped_rounds": acc.skipped_rounds,
+                     "paused_rounds": acc.paused_rounds,
                      "rounds": acc.rounds,
                      "mean_acceptance_length": acc.mean_acceptance_length})
     return rows
