@@ -449,6 +449,7 @@ class GenerationLoopTest : public ::testing::Test {
     options.min_draft_confidence = min_draft_confidence_;
     options.verify_chunk = verify_chunk_;
     options.max_speculative_batch = max_speculative_batch_;
+    options.adaptive_speculation = adaptive_speculation_;
     loop_ = std::make_unique<GenerationLoop>(backends, shared_->tokenizer.get(),
                                              registry_, options);
     loop_->Start();
@@ -493,6 +494,8 @@ class GenerationLoopTest : public ::testing::Test {
   int verify_chunk_ = 0;
   // GenerationLoop::Options::max_speculative_batch.
   int max_speculative_batch_ = 0;
+  // GenerationLoop::Options::adaptive_speculation.
+  bool adaptive_speculation_ = false;
   std::unique_ptr<GenerationLoop> loop_;  // destroyed first
 };
 
@@ -1118,6 +1121,30 @@ TEST_F(GenerationLoopTest, RoundsOverTheSpeculativeBatchArePausedAndCounted) {
   }
   EXPECT_GT(paused, 0);
   EXPECT_EQ(CounterValue(*registry_, "dedit_paused_rounds_total"), paused);
+}
+
+// --adaptive_speculation: a slow drafter proposing one constant token
+// (rarely the target's) is asked less and less often; its request decodes plain
+// rounds in between, counted as paused in the response and the metric, and the
+// output is the target's.
+TEST_F(GenerationLoopTest, AdaptiveSpeculationPausesADrafterThatDoesNotPay) {
+  adaptive_speculation_ = true;
+  ScriptedDrafter inner(
+      block_size(),
+      [](const DraftRequest& r, int) -> absl::StatusOr<DraftResult> {
+        std::this_thread::sleep_for(std::chrono::milliseconds(3));
+        return Proposal(std::vector<int32_t>(r.window - 1, 0), r.passes);
+      });
+  StartLoop(&inner, nullptr);
+  auto sink = Submit(MakeRequest(prompt(2), 40, 8, 1, {}));
+  ASSERT_TRUE(sink->WaitFinished());
+  ASSERT_TRUE(sink->status().ok()) << sink->status();
+  EXPECT_THAT(sink->tokens(), ElementsAreArray(Reference(2, 40)));
+  const v1::AcceptanceStats a = sink->last().acceptance();
+  EXPECT_GT(a.paused_rounds(), a.rounds() / 2) << "rounds " << a.rounds();
+  EXPECT_LT(drafter_->calls(), a.rounds() / 3);
+  EXPECT_EQ(CounterValue(*registry_, "dedit_paused_rounds_total"),
+            a.paused_rounds());
 }
 
 TEST(RequestBuilderTest, SpeculativeMethodPicksTheDrafterAndItsLimits) {
