@@ -441,11 +441,9 @@ absl::Status SpeculativeEngine::Step() {
     int w = WindowFor(seq);
     std::vector<int32_t> held = std::move(seq.held);
     seq.held.clear();
-    if (w >= 2 && (over_batch ||
-                   (options_.adaptive_speculation && !SpeculationPays(seq)))) {
-      // Options::max_speculative_batch, adaptive_speculation: a decode
-      // step; a held draft rest is dropped (the next speculative round
-      // drafts afresh).
+    if (w >= 2 && over_batch) {
+      // Options::max_speculative_batch: a decode step; a held draft rest
+      // is dropped (the next speculative round drafts afresh).
       paused.insert(id);
       w = 1;
     }
@@ -482,6 +480,13 @@ absl::Status SpeculativeEngine::Step() {
       // Backing off after drafts cut to nothing (min_draft_confidence).
       --seq.skip_model_rounds;
       skipped.insert(id);
+      w = 1;
+    }
+    if (w >= 2 && looked_up.count(id) == 0 && options_.adaptive_speculation &&
+        !SpeculationPays(seq)) {
+      // A round that would call a drafter (a held rest or a hybrid lookup
+      // costs no call) decodes plainly instead.
+      paused.insert(id);
       w = 1;
     }
     window[id] = w;
@@ -648,9 +653,10 @@ absl::Status SpeculativeEngine::Step() {
               : 0.9 * seq.model_accepted_mean + 0.1 * out.accepted;
     }
     record.verify_seconds = verify_seconds;
-    if (options_.adaptive_speculation) {
+    if (options_.adaptive_speculation && !record.looked_up) {
       // A round that drafted (even one cut to nothing) is the cost of
-      // speculating; the others of decoding plainly.
+      // speculating; the others of decoding plainly. A hybrid lookup is
+      // neither: it is never paused.
       auto drafted = draft_seconds.find(id);
       const double draft_s =
           drafted != draft_seconds.end() ? drafted->second : 0.0;

@@ -239,7 +239,8 @@ class SpeculativeEngine {
     // after the prefill is a plain one, to measure it). While drafted
     // rounds give fewer tokens per second than plain ones, the request
     // decodes plain rounds, 1, 2, 4, ... up to 16 before each drafted
-    // probe (reset by a probe that pays). Where drafts are good (copied
+    // probe (reset by a probe that pays); the hybrid method's lookups are
+    // never paused and not counted. Where drafts are good (copied
     // text) nothing changes; where they lose (text the drafter cannot
     // guess, a CPU whose verify costs several decode steps) a request
     // decodes at about target-only speed instead of below it. Output is
