@@ -785,8 +785,8 @@ TEST_F(EngineTest, SpeculationPausesWhileTheBatchIsOverTheLimit) {
 // Options::adaptive_speculation: a drafter whose drafts are all wrong and
 // slow (each Draft call sleeps 3 ms, many plain decode steps of the tiny
 // target) is asked less and less often, its request decoding plain rounds
-// in between; an oracle keeps drafting every round after the first plain
-// one. Both outputs are the target's.
+// in between; an oracle keeps drafting nearly every round after the first
+// plain one. Both outputs are the target's.
 TEST_F(EngineTest, AdaptiveSpeculationBacksOffADrafterThatDoesNotPay) {
   const std::vector<int32_t> prompt = RandomPrompt(9, 128, 7);
   const int kNew = 60;
@@ -820,7 +820,9 @@ TEST_F(EngineTest, AdaptiveSpeculationBacksOffADrafterThatDoesNotPay) {
     EXPECT_TRUE(r.rounds[0].paused);
     EXPECT_EQ(r.rounds[0].window, 1);
     if (corrupt_every == 0) {
-      EXPECT_LE(s.paused_rounds, 3) << "rounds " << s.rounds;
+      // The first round, and a few more if a stall makes one drafted
+      // round look slow (the means then recover within a few probes).
+      EXPECT_LE(s.paused_rounds, 8) << "rounds " << s.rounds;
       EXPECT_EQ(drafter.calls, s.drafted_rounds);
       EXPECT_GT(s.mean_acceptance_length(), 7.0);
     } else {
