@@ -16,7 +16,8 @@
 # thread for products of 2-32 rows; model/cpu_product_pool.h; default 1),
 # --idle-spin-us N (the model services
 # poll N µs for the next call before sleeping; base/spin_wait.h; default
-# 0), --min-draft-confidence C (the router cuts drafter drafts before
+# 0), --drafter-idle-spin-us N (the drafter's alone; default
+# --idle-spin-us), --min-draft-confidence C (the router cuts drafter drafts before
 # their first slot less confident than C; 0 = off), --verify-chunk N (the
 # router verifies drafter drafts N block rows per round, the rest of a
 # draft next round; 0 = whole drafts), --max-speculative-batch N (a round
@@ -46,6 +47,7 @@ HOST=127.0.0.1
 THREADS=0
 PRODUCT_THREADS=1
 IDLE_SPIN_US=0
+DRAFTER_IDLE_SPIN_US=
 MIN_DRAFT_CONFIDENCE=0
 VERIFY_CHUNK=0
 MAX_SPECULATIVE_BATCH=0
@@ -69,6 +71,7 @@ while [ $# -gt 0 ]; do
     --threads) THREADS=$2; shift 2 ;;
     --product-threads) PRODUCT_THREADS=$2; shift 2 ;;
     --idle-spin-us) IDLE_SPIN_US=$2; shift 2 ;;
+    --drafter-idle-spin-us) DRAFTER_IDLE_SPIN_US=$2; shift 2 ;;
     --min-draft-confidence) MIN_DRAFT_CONFIDENCE=$2; shift 2 ;;
     --verify-chunk) VERIFY_CHUNK=$2; shift 2 ;;
     --max-speculative-batch) MAX_SPECULATIVE_BATCH=$2; shift 2 ;;
@@ -150,7 +153,7 @@ if [ "$WITH_DRAFTER" = 1 ]; then
       --device "$DRAFTER_DEVICE" --dtype "$DTYPE" --threads "$THREADS" \
       --product_threads "$PRODUCT_THREADS" --host "$HOST" \
       --port "$DRAFTER_PORT" --metrics_port "$DRAFTER_METRICS" \
-      --idle_spin_us "$IDLE_SPIN_US"
+      --idle_spin_us "${DRAFTER_IDLE_SPIN_US:-$IDLE_SPIN_US}"
   TARGET_ARGS+=(--drafter "$HOST:$DRAFTER_PORT" --drafter_dir "$DRAFTER_DIR")
   ROUTER_ARGS+=(--drafter "$HOST:$DRAFTER_PORT")
 fi
