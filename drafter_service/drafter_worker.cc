@@ -178,9 +178,9 @@ bool DrafterWorker::TakeWork(Inbox& inbox) {
 void DrafterWorker::Run() {
   Inbox inbox;
   while (TakeWork(inbox)) {
-    ContextBatch batch;
-    for (ContextEvent& e : inbox.context) ApplyContext(e, batch);
-    FlushContext(batch);
+    ContextQueue queue;
+    for (ContextEvent& e : inbox.context) ApplyContext(e, queue);
+    FlushContext(queue);
     ApplyReleases(inbox.releases);
     for (DraftJob& job : inbox.drafts) waiting_.push_back(std::move(job));
     inbox = Inbox();
@@ -242,10 +242,10 @@ void DrafterWorker::RemoveSequence(SequenceId id) {
   if (drafter_->HasSequence(id)) (void)drafter_->RemoveSequence(id);
 }
 
-void DrafterWorker::ApplyContext(ContextEvent& e, ContextBatch& batch) {
+void DrafterWorker::ApplyContext(ContextEvent& e, ContextQueue& queue) {
   if (!poisoned().ok()) return;  // the device is not used again
   if (e.end_stream) {
-    FlushContext(batch);
+    FlushContext(queue);
     std::vector<SequenceId> orphans;
     for (const auto& [id, owner] : owner_) {
       if (owner == e.stream) orphans.push_back(id);
@@ -254,12 +254,11 @@ void DrafterWorker::ApplyContext(ContextEvent& e, ContextBatch& batch) {
     orphaned_contexts_ += static_cast<int64_t>(orphans.size());
     return;
   }
-  auto queued = batch.ends.find(e.sequence);
-  const bool continues =
-      !e.release && queued != batch.ends.end() && e.start == queued->second;
+  const std::optional<int64_t> queued = queue.End(e.sequence);
+  const bool continues = !e.release && queued == e.start;
   // Anything but an append right after the queued ones changes what the
   // queue would extend: apply the queue first.
-  if (queued != batch.ends.end() && !continues) FlushContext(batch);
+  if (queued.has_value() && !continues) FlushContext(queue);
   if (e.release) {
     RemoveSequence(e.sequence);
     return;
@@ -298,21 +297,18 @@ void DrafterWorker::ApplyContext(ContextEvent& e, ContextBatch& batch) {
     BreakSequence(e.sequence);
     return;
   }
-  batch.ends[e.sequence] = e.start + chunk.features.size(0);
-  batch.chunks.push_back(std::move(chunk));
+  queue.Push(std::move(chunk));
 }
 
-void DrafterWorker::FlushContext(ContextBatch& batch) {
-  if (batch.chunks.empty()) return;
-  const absl::Status status = drafter_->AppendContexts(batch.chunks);
+void DrafterWorker::FlushContext(ContextQueue& queue) {
+  std::vector<SequenceId> sequences;
+  const absl::Status status = queue.Flush(*drafter_, &sequences);
   if (!status.ok()) {
     // A device error (the chunks were checked as they were queued): every
-    // sequence in the batch lacks context now.
+    // sequence in the queue lacks context now.
     NoteModelError(status);
-    for (const auto& [id, end] : batch.ends) BreakSequence(id);
+    for (SequenceId id : sequences) BreakSequence(id);
   }
-  batch.chunks.clear();
-  batch.ends.clear();
 }
 
 void DrafterWorker::BreakSequence(SequenceId id) {

@@ -184,18 +184,13 @@ class DrafterWorker : public ModelThread {
   // queues into `inbox`; false when stopping.
   bool TakeWork(Inbox& inbox) ABSL_LOCKS_EXCLUDED(mu_);
   bool HasQueuedWork() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Context events taken together: the appends are queued here and made in
-  // one DEditDrafter::AppendContexts call (a round's chunks of every
-  // sequence, and a sequence's chunks that arrived together).
-  struct ContextBatch {
-    std::vector<DEditDrafter::ContextChunk> chunks;
-    // Per sequence with queued chunks: where its context will end.
-    std::unordered_map<SequenceId, int64_t> ends;
-  };
-  // Applies `event` in arrival order: queues an append in `batch`, first
-  // flushing the batch when the event changes a sequence it holds.
-  void ApplyContext(ContextEvent& event, ContextBatch& batch);
-  void FlushContext(ContextBatch& batch);
+  // Applies `event` in arrival order. The context events taken together
+  // queue their appends in `queue`, made in one DEditDrafter::AppendContexts
+  // call (a round's chunks of every sequence, and a sequence's chunks that
+  // arrived together); an event that changes a sequence with queued chunks
+  // flushes the queue first.
+  void ApplyContext(ContextEvent& event, ContextQueue& queue);
+  void FlushContext(ContextQueue& queue);
   // A sequence whose context cannot be trusted: dropped, its drafts fail.
   void BreakSequence(SequenceId id);
   void ApplyReleases(std::vector<ReleaseJob>& jobs);

@@ -379,4 +379,41 @@ std::pair<at::Tensor, at::Tensor> DEditDrafter::RunPass(
   return {argmax, conf};
 }
 
+std::optional<int64_t> ContextQueue::End(SequenceId id) const {
+  auto it = ends_.find(id);
+  if (it == ends_.end()) return std::nullopt;
+  return it->second;
+}
+
+void ContextQueue::Push(DEditDrafter::ContextChunk chunk) {
+  const int64_t n = chunk.features.size(0);
+  ends_[chunk.sequence] = chunk.start + n;
+  rows_ += n;
+  chunks_.push_back(std::move(chunk));
+}
+
+void ContextQueue::Drop(SequenceId id) {
+  if (ends_.erase(id) == 0) return;
+  auto dropped = [&](const DEditDrafter::ContextChunk& c) {
+    if (c.sequence != id) return false;
+    rows_ -= c.features.size(0);
+    return true;
+  };
+  chunks_.erase(std::remove_if(chunks_.begin(), chunks_.end(), dropped),
+                chunks_.end());
+}
+
+absl::Status ContextQueue::Flush(DEditDrafter& drafter,
+                                 std::vector<SequenceId>* sequences) {
+  if (chunks_.empty()) return absl::OkStatus();
+  if (sequences != nullptr) {
+    for (const auto& [id, end] : ends_) sequences->push_back(id);
+  }
+  std::vector<DEditDrafter::ContextChunk> chunks;
+  chunks.swap(chunks_);
+  ends_.clear();
+  rows_ = 0;
+  return drafter.AppendContexts(chunks);
+}
+
 }  // namespace dedit

@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -141,6 +142,32 @@ class DEditDrafter {
   // Each slab holds the context's K/V, then the block's transient K/V
   // written past the context length by every pass.
   std::unique_ptr<KvPool> pool_;
+};
+
+// Context chunks waiting to be appended together with one
+// DEditDrafter::AppendContexts call, and where each queued sequence's
+// context will then end: the queue of the in-process LocalDrafter and of
+// the drafter service's model thread.
+class ContextQueue {
+ public:
+  // Where `id`'s context ends after its queued chunks; none if it has none.
+  std::optional<int64_t> End(SequenceId id) const;
+  // Queues `chunk` behind `chunk.sequence`'s others (checked by the caller:
+  // DEditDrafter::CheckContextChunk).
+  void Push(DEditDrafter::ContextChunk chunk);
+  // Drops `id`'s queued chunks.
+  void Drop(SequenceId id);
+  size_t size() const { return chunks_.size(); }
+  int64_t rows() const { return rows_; }
+  // Appends every queued chunk in one call and empties the queue, whatever
+  // the outcome; `sequences` (optional) gets the sequences that had chunks.
+  absl::Status Flush(DEditDrafter& drafter,
+                     std::vector<SequenceId>* sequences = nullptr);
+
+ private:
+  std::vector<DEditDrafter::ContextChunk> chunks_;
+  std::unordered_map<SequenceId, int64_t> ends_;
+  int64_t rows_ = 0;
 };
 
 }  // namespace dedit

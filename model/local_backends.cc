@@ -1,6 +1,6 @@
 #include "model/local_backends.h"
 
-#include <algorithm>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
@@ -80,20 +80,12 @@ absl::Status LocalVerifier::Release(SequenceId sequence) {
 
 absl::StatusOr<std::vector<DraftResult>> LocalDrafter::Draft(
     const std::vector<DraftRequest>& requests) {
-  RETURN_IF_ERROR(FlushContext());
+  RETURN_IF_ERROR(queued_.Flush(*drafter_));
   return drafter_->Draft(requests);
 }
 
 absl::Status LocalDrafter::Release(SequenceId sequence) {
-  if (queued_ends_.erase(sequence) > 0) {
-    auto released = [&](const DEditDrafter::ContextChunk& c) {
-      if (c.sequence != sequence) return false;
-      queued_rows_ -= c.features.size(0);
-      return true;
-    };
-    queued_.erase(std::remove_if(queued_.begin(), queued_.end(), released),
-                  queued_.end());
-  }
+  queued_.Drop(sequence);
   if (!drafter_->HasSequence(sequence)) return absl::OkStatus();
   return drafter_->RemoveSequence(sequence);
 }
@@ -103,31 +95,17 @@ absl::Status LocalDrafter::OnContext(SequenceId sequence, int64_t start,
   if (start == 0 && !drafter_->HasSequence(sequence)) {
     RETURN_IF_ERROR(drafter_->AddSequence(sequence));
   }
-  auto queued = queued_ends_.find(sequence);
-  int64_t cached = 0;
-  if (queued != queued_ends_.end()) {
-    cached = queued->second;
-  } else {
+  std::optional<int64_t> cached = queued_.End(sequence);
+  if (!cached.has_value()) {
     ASSIGN_OR_RETURN(cached, drafter_->ContextLength(sequence));
   }
   DEditDrafter::ContextChunk chunk{sequence, start, features};
-  RETURN_IF_ERROR(drafter_->CheckContextChunk(chunk, cached));
-  queued_ends_[sequence] = start + features.size(0);
-  queued_rows_ += features.size(0);
-  queued_.push_back(std::move(chunk));
-  if (queued_.size() >= kMaxQueuedChunks || queued_rows_ >= kMaxQueuedRows) {
-    return FlushContext();
+  RETURN_IF_ERROR(drafter_->CheckContextChunk(chunk, *cached));
+  queued_.Push(std::move(chunk));
+  if (queued_.size() >= kMaxQueuedChunks || queued_.rows() >= kMaxQueuedRows) {
+    return queued_.Flush(*drafter_);
   }
   return absl::OkStatus();
-}
-
-absl::Status LocalDrafter::FlushContext() {
-  if (queued_.empty()) return absl::OkStatus();
-  std::vector<DEditDrafter::ContextChunk> chunks;
-  chunks.swap(queued_);
-  queued_ends_.clear();
-  queued_rows_ = 0;
-  return drafter_->AppendContexts(chunks);
 }
 
 }  // namespace dedit

@@ -70,14 +70,8 @@ class LocalDrafter : public Drafter, public ContextSink {
   static constexpr int64_t kMaxQueuedRows = 8192;
 
  private:
-  // Appends the queued context.
-  absl::Status FlushContext();
-
   DEditDrafter* drafter_;
-  std::vector<DEditDrafter::ContextChunk> queued_;
-  // Per sequence with queued chunks: where its context will end.
-  std::unordered_map<SequenceId, int64_t> queued_ends_;
-  int64_t queued_rows_ = 0;
+  ContextQueue queued_;
 };
 
 }  // namespace dedit
