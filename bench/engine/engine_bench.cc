@@ -391,17 +391,17 @@ int Main() {
         rounds.insert(rounds.end(), r.rounds.begin(), r.rounds.end());
       }
       const double tps = tokens / s;
+      const AcceptanceSummary summary = Summarize(rounds);
       if (n == levels.front()) one = tps / n * levels.front();
-      nlohmann::json line = {
-          {"what", "throughput"},
-          {"mode", mode},
-          {"concurrency", n},
-          {"tokens", tokens},
-          {"seconds", s},
-          {"tokens_per_s", tps},
-          {"tau", Summarize(rounds).mean_acceptance_length()},
-          {"paused_rounds", Summarize(rounds).paused_rounds},
-          {"vs_first_level", one > 0 ? tps / one : 0.0}};
+      nlohmann::json line = {{"what", "throughput"},
+                             {"mode", mode},
+                             {"concurrency", n},
+                             {"tokens", tokens},
+                             {"seconds", s},
+                             {"tokens_per_s", tps},
+                             {"tau", summary.mean_acceptance_length()},
+                             {"paused_rounds", summary.paused_rounds},
+                             {"vs_first_level", one > 0 ? tps / one : 0.0}};
       std::cout << line.dump() << std::endl;
     }
   }
