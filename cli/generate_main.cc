@@ -26,6 +26,7 @@
 #include "base/file_util.h"
 #include "base/status.h"
 #include "cli/command_flags.h"
+#include "model/cpu_panels.h"
 #include "model/cpu_product_pool.h"
 #include "model/cpu_threads.h"
 #include "model/in_process.h"
@@ -86,6 +87,9 @@ ABSL_FLAG(int, batch, 1, "prompts decoded concurrently in --json mode");
 ABSL_FLAG(std::string, device, "cpu", "cpu, cuda, cuda:N");
 ABSL_FLAG(std::string, dtype, "float32", "compute dtype: float32 or bfloat16");
 ABSL_FLAG(int, threads, 2, "CPU threads for libtorch");
+ABSL_FLAG(std::string, cpu_products, "blas",
+          "kernel for the CPU's weight products: blas (libtorch/OpenBLAS), "
+          "f32 or bf16 (AVX-512 panels; model/cpu_panels.h)");
 ABSL_FLAG(int, product_threads, 1,
           "threads per model thread for products of 2-32 rows (1 = the model "
           "thread alone; model/cpu_product_pool.h)");
@@ -293,6 +297,13 @@ int Run() {
                  std::string(s.message()).c_str());
     return 2;
   }
+  if (const absl::Status s =
+          SetCpuProductsFlag(absl::GetFlag(FLAGS_cpu_products));
+      !s.ok()) {
+    std::fprintf(stderr, "dedit-generate: %s\n",
+                 std::string(s.message()).c_str());
+    return 2;
+  }
   InProcessStack::Options o;
   o.target_dir = absl::GetFlag(FLAGS_target);
   // The n-gram method needs no drafter; loading one would only add the
@@ -472,7 +483,8 @@ int main(int argc, char** argv) {
        "device",
        "dtype",
        "threads",
-       "product_threads"}};
+       "product_threads",
+       "cpu_products"}};
   if (std::optional<int> exit = dedit::ParseCommandFlags(
           command, argv[0], std::vector<std::string>(argv + 1, argv + argc))) {
     return *exit;

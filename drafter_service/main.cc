@@ -10,6 +10,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "drafter_service/drafter_server.h"
+#include "model/cpu_panels.h"
 #include "model/cpu_product_pool.h"
 #include "serving/shutdown_signals.h"
 
@@ -20,6 +21,9 @@ ABSL_FLAG(std::string, model_name, "", "served name (default: folder name)");
 ABSL_FLAG(std::string, device, "cpu", "cpu, cuda, cuda:N");
 ABSL_FLAG(std::string, dtype, "float32", "compute dtype: float32 or bfloat16");
 ABSL_FLAG(int, threads, 0, "CPU threads for libtorch (0 = default)");
+ABSL_FLAG(std::string, cpu_products, "blas",
+          "kernel for the CPU's weight products: blas (libtorch/OpenBLAS), "
+          "f32 or bf16 (AVX-512 panels; model/cpu_panels.h)");
 ABSL_FLAG(int, product_threads, 1,
           "threads per model thread for products of 2-32 rows (1 = the model "
           "thread alone; model/cpu_product_pool.h)");
@@ -75,6 +79,13 @@ int main(int argc, char** argv) {
   o.cpu_threads = absl::GetFlag(FLAGS_threads);
   if (const absl::Status s =
           dedit::SetCpuProductThreadsFlag(absl::GetFlag(FLAGS_product_threads));
+      !s.ok()) {
+    std::fprintf(stderr, "dedit-drafter: %s\n",
+                 std::string(s.message()).c_str());
+    return 2;
+  }
+  if (const absl::Status s =
+          dedit::SetCpuProductsFlag(absl::GetFlag(FLAGS_cpu_products));
       !s.ok()) {
     std::fprintf(stderr, "dedit-drafter: %s\n",
                  std::string(s.message()).c_str());

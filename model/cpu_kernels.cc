@@ -9,6 +9,7 @@
 #include <cmath>
 #include <functional>
 
+#include "model/cpu_panels.h"
 #include "model/cpu_product_pool.h"
 
 namespace dedit {
@@ -224,9 +225,32 @@ at::Tensor ByColumnRanges(CpuProductPool* pool, const at::Tensor& x,
   return out;
 }
 
+// Whether x @ w runs on `panels`.
+bool PanelsTake(const at::Tensor& x, const CpuPanels* panels) {
+  return panels != nullptr && x.dim() == 2 && CpuKernelsApply(x) &&
+         x.size(1) == panels->k();
+}
+
+// [bias +] x @ w on the panels, with the calling thread's product pool
+// when it has one.
+at::Tensor PanelProduct(const at::Tensor* bias, const at::Tensor& x,
+                        const CpuPanels& panels) {
+  const int64_t m = x.size(0);
+  at::Tensor out = at::empty({m, panels.n()}, x.options());
+  CpuProductPool* pool = CpuProductThreads() > 1 && m >= 2
+                             ? CpuProductPool::ForThisThread()
+                             : nullptr;
+  panels.Multiply(x.data_ptr<float>(), m,
+                  bias == nullptr ? nullptr : bias->data_ptr<float>(),
+                  out.data_ptr<float>(), pool);
+  return out;
+}
+
 }  // namespace
 
-at::Tensor CpuMm(const at::Tensor& x, const at::Tensor& w) {
+at::Tensor CpuMm(const at::Tensor& x, const at::Tensor& w,
+                 const CpuPanels* panels) {
+  if (PanelsTake(x, panels)) return PanelProduct(nullptr, x, *panels);
   auto one = [&](at::Tensor out, int64_t j, int64_t b) {
     at::mm_out(out, x, w.narrow(1, j, b));
   };
@@ -239,8 +263,11 @@ at::Tensor CpuMm(const at::Tensor& x, const at::Tensor& w) {
 }
 
 at::Tensor CpuAddmm(const at::Tensor& bias, const at::Tensor& x,
-                    const at::Tensor& w) {
+                    const at::Tensor& w, const CpuPanels* panels) {
   const bool full_bias = bias.sizes().equals({x.size(0), w.size(1)});
+  if (full_bias && CpuKernelsApply(bias) && PanelsTake(x, panels)) {
+    return PanelProduct(&bias, x, *panels);
+  }
   auto one = [&](at::Tensor out, int64_t j, int64_t b) {
     at::addmm_out(out, bias.narrow(1, j, b), x, w.narrow(1, j, b));
   };

@@ -17,6 +17,8 @@
 
 namespace dedit {
 
+class CpuPanels;
+
 // Whether the kernels below take `t`: fp32, on the CPU, contiguous, and
 // grad mode off (inference; the loops have no backward).
 bool CpuKernelsApply(const at::Tensor& t);
@@ -57,9 +59,14 @@ bool CpuSiluMulPays(const at::Tensor& gu);
 // rows the general kernel is the faster one). Anything else, and operands
 // the kernels above do not take, is one at::mm / at::addmm: the results
 // are the same products, equal up to float rounding.
-at::Tensor CpuMm(const at::Tensor& x, const at::Tensor& w);
+//
+// With `panels` (w packed by CpuPanels::Pack, model/cpu_panels.h), an
+// operand the kernels take runs on the panels instead, its columns dealt to
+// the thread's product pool.
+at::Tensor CpuMm(const at::Tensor& x, const at::Tensor& w,
+                 const CpuPanels* panels = nullptr);
 at::Tensor CpuAddmm(const at::Tensor& bias, const at::Tensor& x,
-                    const at::Tensor& w);
+                    const at::Tensor& w, const CpuPanels* panels = nullptr);
 // The column block CpuMm uses for an [m, k] x [k, n] product, or n when it
 // runs as one product.
 int64_t CpuMmColumnBlock(int64_t m, int64_t k, int64_t n);

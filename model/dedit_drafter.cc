@@ -59,7 +59,7 @@ absl::StatusOr<std::unique_ptr<DEditDrafter>> DEditDrafter::FromArchive(
   ASSIGN_OR_RETURN(
       const NamedTensors weights,
       LoadCheckpointTensors(archive, DrafterCheckpointLayout(config), dt, dev));
-  ASSIGN_OR_RETURN(d->fc_, FindTensor(weights, kDrafterFcWeight));
+  ASSIGN_OR_RETURN(const at::Tensor fc, FindTensor(weights, kDrafterFcWeight));
   ASSIGN_OR_RETURN(d->hidden_norm_,
                    FindTensor(weights, kDrafterHiddenNormWeight));
   ASSIGN_OR_RETURN(d->final_norm_, FindTensor(weights, kDrafterNormWeight));
@@ -69,7 +69,11 @@ absl::StatusOr<std::unique_ptr<DEditDrafter>> DEditDrafter::FromArchive(
     d->layers_.push_back(std::move(w));
   }
   RETURN_IF_ERROR(GuardTorch([&] {
-    for (DecoderLayerWeights& w : d->layers_) PackDecoderLayer(c, &w);
+    d->fc_ = OutputHead::Pack(fc);
+    for (DecoderLayerWeights& w : d->layers_) {
+      PackDecoderLayer(c, &w);
+      d->context_kv_.push_back(OutputHead::Pack(at::cat({w.k_proj, w.v_proj})));
+    }
     KvPool::Shape shape;
     shape.num_layers = c.num_hidden_layers;
     shape.kv_heads = c.num_key_value_heads;
@@ -183,7 +187,7 @@ absl::Status DEditDrafter::AppendContexts(
     const at::Tensor f = parts.size() == 1 ? parts[0] : at::cat(parts);
     // ctx = hidden_norm(fc(features)); each layer projects the same fused
     // vector with its own k_proj/v_proj (no input_layernorm: DFlash).
-    at::Tensor ctx = RmsNorm(at::linear(f, fc_), hidden_norm_, c.rms_norm_eps);
+    at::Tensor ctx = RmsNorm(fc_.Logits(f), hidden_norm_, c.rms_norm_eps);
     auto long_opts = at::TensorOptions().dtype(at::kLong);
     at::Tensor cos, sin;
     rotary_.Tables(at::tensor(positions, long_opts).to(options_.device),
@@ -199,11 +203,14 @@ absl::Status DEditDrafter::AppendContexts(
         at::tensor(rows, long_opts).to(options_.device);
     for (int l = 0; l < c.num_hidden_layers; ++l) {
       const DecoderLayerWeights& w = layers_[l];
-      at::Tensor k =
-          NormAndRotateHeads(at::linear(ctx, w.k_proj), c.num_key_value_heads,
-                             c.head_dim, w.k_norm, c.rms_norm_eps, cos, sin);
-      at::Tensor v = at::linear(ctx, w.v_proj)
-                         .view({rows_total, c.num_key_value_heads, c.head_dim});
+      const int64_t kv_width = int64_t{c.num_key_value_heads} * c.head_dim;
+      const at::Tensor kv = context_kv_[l].Logits(ctx);  // [rows, 2 * kv]
+      at::Tensor k = NormAndRotateHeads(kv.narrow(1, 0, kv_width).contiguous(),
+                                        c.num_key_value_heads, c.head_dim,
+                                        w.k_norm, c.rms_norm_eps, cos, sin);
+      at::Tensor v =
+          kv.narrow(1, kv_width, kv_width)
+              .reshape({rows_total, c.num_key_value_heads, c.head_dim});
       pool_->Write(l, flat_rows, k, v);
     }
     for (const auto& [id, end] : ends) pool_->SetLength(id, end);

@@ -136,7 +136,12 @@ class DEditDrafter {
   bool causal_editor_;
   at::Tensor embed_tokens_;
   OutputHead head_;  // the target's lm_head, packed for the logits
-  at::Tensor fc_, hidden_norm_, final_norm_;
+  // fc and each layer's [k_proj; v_proj] for the context rows, as
+  // OutputHead-style products (x @ W^T; a transposed copy and panels on
+  // the CPU).
+  OutputHead fc_;
+  std::vector<OutputHead> context_kv_;
+  at::Tensor hidden_norm_, final_norm_;
   std::vector<DecoderLayerWeights> layers_;
   Rotary rotary_;
   // Each slab holds the context's K/V, then the block's transient K/V

@@ -128,12 +128,16 @@ at::Tensor NormAndRotateHeads(const at::Tensor& projected, int heads,
 OutputHead OutputHead::Pack(const at::Tensor& weight) {
   OutputHead h;
   h.weight = weight;
-  if (weight.device().is_cpu()) h.weight_t = weight.t().contiguous();
+  if (weight.device().is_cpu()) {
+    h.weight_t = weight.t().contiguous();
+    h.panels = CpuPanels::PackForThisProcess(h.weight_t);
+  }
   return h;
 }
 
 at::Tensor OutputHead::Logits(const at::Tensor& x) const {
-  return weight_t.defined() ? CpuMm(x, weight_t) : at::linear(x, weight);
+  return weight_t.defined() ? CpuMm(x, weight_t, panels.get())
+                            : at::linear(x, weight);
 }
 
 void PackDecoderLayer(const Qwen3Config& c, DecoderLayerWeights* w) {
@@ -151,6 +155,10 @@ void PackDecoderLayer(const Qwen3Config& c, DecoderLayerWeights* w) {
   w->gate_up_t =
       fold(at::cat({w->gate_proj, w->up_proj}, 0), w->post_attention_layernorm);
   w->down_t = w->down_proj.t().contiguous();
+  w->qkv_p = CpuPanels::PackForThisProcess(w->qkv_t);
+  w->o_p = CpuPanels::PackForThisProcess(w->o_t);
+  w->gate_up_p = CpuPanels::PackForThisProcess(w->gate_up_t);
+  w->down_p = CpuPanels::PackForThisProcess(w->down_t);
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
   w->qk_norm = at::cat({(w->q_norm.to(at::kFloat) * scale)
                             .unsqueeze(0)
@@ -169,7 +177,8 @@ QkvProjection ProjectQkv(const at::Tensor& x, const DecoderLayerWeights& w,
   const int64_t n = x.size(0);
   const int64_t heads = c.num_attention_heads, kv = c.num_key_value_heads;
   const int64_t hd = c.head_dim;
-  at::Tensor qkv = CpuMm(RmsNormalize(x, c.rms_norm_eps), w.qkv_t);
+  at::Tensor qkv =
+      CpuMm(RmsNormalize(x, c.rms_norm_eps), w.qkv_t, w.qkv_p.get());
   at::Tensor qk;
   if (CpuKernelsApply(qkv) && CpuKernelsApply(w.qk_norm) &&
       CpuKernelsApply(cos) && CpuKernelsApply(sin)) {
@@ -189,13 +198,14 @@ QkvProjection ProjectQkv(const at::Tensor& x, const DecoderLayerWeights& w,
 at::Tensor FinishDecoderLayer(const at::Tensor& x, const at::Tensor& attn,
                               const DecoderLayerWeights& w,
                               const Qwen3Config& c) {
-  at::Tensor y = CpuAddmm(x, attn, w.o_t);
+  at::Tensor y = CpuAddmm(x, attn, w.o_t, w.o_p.get());
   const int64_t inter = w.gate_up_t.size(1) / 2;
-  at::Tensor gu = CpuMm(RmsNormalize(y, c.rms_norm_eps), w.gate_up_t);
+  at::Tensor gu =
+      CpuMm(RmsNormalize(y, c.rms_norm_eps), w.gate_up_t, w.gate_up_p.get());
   at::Tensor act = CpuSiluMulPays(gu) ? CpuSiluMul(gu)
                                       : at::silu(gu.narrow(1, 0, inter)) *
                                             gu.narrow(1, inter, inter);
-  return CpuAddmm(y, act, w.down_t);
+  return CpuAddmm(y, act, w.down_t, w.down_p.get());
 }
 
 }  // namespace dedit

@@ -10,11 +10,13 @@
 
 #include <ATen/Tensor.h>
 
+#include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "base/model_config.h"
 #include "base/safetensors.h"
+#include "model/cpu_panels.h"
 
 namespace dedit {
 
@@ -82,8 +84,9 @@ struct QkvProjection {
 // the tiny models). On CUDA cuBLAS reads either layout alike and a copy
 // would double a large vocabulary's memory, so none is made there.
 struct OutputHead {
-  at::Tensor weight;    // [V, D]
-  at::Tensor weight_t;  // [D, V] contiguous; CPU only
+  at::Tensor weight;                        // [V, D]
+  at::Tensor weight_t;                      // [D, V] contiguous; CPU only
+  std::shared_ptr<const CpuPanels> panels;  // weight_t's, or null
 
   static OutputHead Pack(const at::Tensor& weight);
   // x: [n, D] -> [n, V] in x's dtype.
@@ -102,6 +105,9 @@ struct DecoderLayerWeights {
   // head_dim]), the q rows scaled by 1/sqrt(head_dim) (the attention
   // scale, which commutes with RoPE).
   at::Tensor qkv_t, o_t, gate_up_t, down_t, qk_norm;
+  // The same four packed for the process's --cpu_products kernel
+  // (model/cpu_panels.h), or null (CUDA, bf16 tensors, "blas").
+  std::shared_ptr<const CpuPanels> qkv_p, o_p, gate_up_p, down_p;
 };
 
 // Fills the packed weights of `w` from its separate ones. Folding the norm

@@ -32,6 +32,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "model/cpu_panels.h"
 #include "model/cpu_product_pool.h"
 #include "model/cpu_threads.h"
 #include "model/in_process.h"
@@ -39,6 +40,9 @@
 ABSL_FLAG(std::string, target, "", "target model folder");
 ABSL_FLAG(std::string, drafter, "", "drafter model folder (optional)");
 ABSL_FLAG(int, threads, 1, "libtorch threads");
+ABSL_FLAG(std::string, cpu_products, "blas",
+          "kernel for the CPU's weight products: blas (libtorch/OpenBLAS), "
+          "f32 or bf16 (AVX-512 panels; model/cpu_panels.h)");
 ABSL_FLAG(int, product_threads, 1,
           "threads per model thread for products of 2-32 rows (1 = the model "
           "thread alone; model/cpu_product_pool.h)");
@@ -191,6 +195,7 @@ int Main() {
   SetCpuThreads(absl::GetFlag(FLAGS_threads));
   Check(SetCpuProductThreadsFlag(absl::GetFlag(FLAGS_product_threads)),
         "flags");
+  Check(SetCpuProductsFlag(absl::GetFlag(FLAGS_cpu_products)), "flags");
   InProcessStack::Options o;
   o.max_speculative_batch = absl::GetFlag(FLAGS_max_speculative_batch);
   o.adaptive_speculation = absl::GetFlag(FLAGS_adaptive_speculation);

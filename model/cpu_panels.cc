@@ -1,0 +1,378 @@
+#include "model/cpu_panels.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "model/cpu_product_pool.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define DEDIT_PANELS_X86 1
+// The kernels alone are built for AVX-512: the rest of the binary keeps the
+// baseline ISA, and CpuRuns checks the CPU before any kernel runs.
+#define DEDIT_AVX512 \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+#else
+#define DEDIT_PANELS_X86 0
+#endif
+
+namespace dedit {
+namespace {
+
+std::atomic<CpuProducts> process_products{CpuProducts::kBlas};
+std::atomic<int64_t> panel_products{0};
+
+constexpr int64_t kGroup = 16;  // columns per panel: one zmm of f32
+// Rows and column groups of one register tile: 6 x 4 accumulators, 4
+// weight vectors and a broadcast fit AVX-512's 32 registers.
+constexpr int kTileRows = 6;
+constexpr int kTileGroups = 4;
+
+// Round to nearest even, as VCVTNE2PS2BF16 does (NaN kept a quiet NaN).
+uint16_t ToBf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (u >> 16) | 0x40;
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+#if DEDIT_PANELS_X86
+
+// Lanes of group g that hold real columns (the last group may be partial).
+DEDIT_AVX512 inline __mmask16 GroupMask(int64_t g, int64_t n) {
+  const int64_t cols = std::min<int64_t>(kGroup, n - g * kGroup);
+  return static_cast<__mmask16>((1u << cols) - 1u);
+}
+
+// R rows x C groups of y from group g0. x: f32 rows (ld k).
+template <int R, int C>
+DEDIT_AVX512 void F32Tile(const float* x, int64_t k, const float* panels,
+                          const float* bias, float* y, int64_t n, int64_t g0) {
+  __m512 acc[R][C];
+  __mmask16 mask[C];
+  for (int c = 0; c < C; ++c) mask[c] = GroupMask(g0 + c, n);
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < C; ++c) {
+      acc[r][c] = bias == nullptr
+                      ? _mm512_setzero_ps()
+                      : _mm512_maskz_loadu_ps(mask[c],
+                                              bias + r * n + (g0 + c) * kGroup);
+    }
+  }
+  const float* p = panels + g0 * k * kGroup;
+  for (int64_t i = 0; i < k; ++i) {
+    __m512 w[C];
+    for (int c = 0; c < C; ++c) {
+      w[c] = _mm512_loadu_ps(p + (c * k + i) * kGroup);
+    }
+    for (int r = 0; r < R; ++r) {
+      const __m512 xv = _mm512_set1_ps(x[r * k + i]);
+      for (int c = 0; c < C; ++c)
+        acc[r][c] = _mm512_fmadd_ps(xv, w[c], acc[r][c]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < C; ++c) {
+      _mm512_mask_storeu_ps(y + r * n + (g0 + c) * kGroup, mask[c], acc[r][c]);
+    }
+  }
+}
+
+// The same over bf16 pairs: x as [rows][pairs] uint32 (two bf16 each).
+template <int R, int C>
+DEDIT_AVX512 void Bf16Tile(const uint32_t* x, int64_t pairs,
+                           const uint16_t* panels, const float* bias, float* y,
+                           int64_t n, int64_t g0) {
+  __m512 acc[R][C];
+  __mmask16 mask[C];
+  for (int c = 0; c < C; ++c) mask[c] = GroupMask(g0 + c, n);
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < C; ++c) {
+      acc[r][c] = bias == nullptr
+                      ? _mm512_setzero_ps()
+                      : _mm512_maskz_loadu_ps(mask[c],
+                                              bias + r * n + (g0 + c) * kGroup);
+    }
+  }
+  const uint16_t* p = panels + g0 * pairs * 2 * kGroup;
+  for (int64_t i = 0; i < pairs; ++i) {
+    __m512bh w[C];
+    for (int c = 0; c < C; ++c) {
+      w[c] = (__m512bh)_mm512_loadu_si512(p + (c * pairs + i) * 2 * kGroup);
+    }
+    for (int r = 0; r < R; ++r) {
+      const __m512bh xv =
+          (__m512bh)_mm512_set1_epi32(static_cast<int>(x[r * pairs + i]));
+      for (int c = 0; c < C; ++c)
+        acc[r][c] = _mm512_dpbf16_ps(acc[r][c], xv, w[c]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < C; ++c) {
+      _mm512_mask_storeu_ps(y + r * n + (g0 + c) * kGroup, mask[c], acc[r][c]);
+    }
+  }
+}
+
+// Rows of R over groups [g0, g1): whole tiles of kTileGroups, then one group
+// at a time.
+template <int R>
+DEDIT_AVX512 void F32Rows(const float* x, int64_t k, const float* panels,
+                          const float* bias, float* y, int64_t n, int64_t g0,
+                          int64_t g1) {
+  int64_t g = g0;
+  for (; g + kTileGroups <= g1; g += kTileGroups) {
+    F32Tile<R, kTileGroups>(x, k, panels, bias, y, n, g);
+  }
+  for (; g < g1; ++g) F32Tile<R, 1>(x, k, panels, bias, y, n, g);
+}
+
+template <int R>
+DEDIT_AVX512 void Bf16Rows(const uint32_t* x, int64_t pairs,
+                           const uint16_t* panels, const float* bias, float* y,
+                           int64_t n, int64_t g0, int64_t g1) {
+  int64_t g = g0;
+  for (; g + kTileGroups <= g1; g += kTileGroups) {
+    Bf16Tile<R, kTileGroups>(x, pairs, panels, bias, y, n, g);
+  }
+  for (; g < g1; ++g) Bf16Tile<R, 1>(x, pairs, panels, bias, y, n, g);
+}
+
+// Calls rows<R>(r0) for the row blocks of m: kTileRows at a time, then one
+// block of the remainder.
+template <typename Rows>
+DEDIT_AVX512 void EachRowBlock(int64_t m, Rows rows) {
+  int64_t r = 0;
+  for (; r + kTileRows <= m; r += kTileRows) {
+    rows(std::integral_constant<int, kTileRows>(), r);
+  }
+  switch (m - r) {
+    case 1:
+      rows(std::integral_constant<int, 1>(), r);
+      break;
+    case 2:
+      rows(std::integral_constant<int, 2>(), r);
+      break;
+    case 3:
+      rows(std::integral_constant<int, 3>(), r);
+      break;
+    case 4:
+      rows(std::integral_constant<int, 4>(), r);
+      break;
+    case 5:
+      rows(std::integral_constant<int, 5>(), r);
+      break;
+    default:
+      break;
+  }
+  static_assert(kTileRows == 6, "the switch covers remainders 1..5");
+}
+
+// x [m, k] f32 -> [m, pairs] bf16 pairs, rounded as ToBf16 does; an odd k
+// pairs its last element with 0.
+DEDIT_AVX512 void RowsToBf16Pairs(const float* x, int64_t m, int64_t k,
+                                  int64_t pairs, uint32_t* out) {
+  for (int64_t r = 0; r < m; ++r) {
+    const float* row = x + r * k;
+    uint32_t* dst = out + r * pairs;
+    for (int64_t i = 0; i < k; i += 32) {
+      const int64_t left = std::min<int64_t>(32, k - i);
+      const __mmask16 lo =
+          static_cast<__mmask16>(left >= 16 ? 0xffffu : (1u << left) - 1u);
+      const __mmask16 hi =
+          static_cast<__mmask16>(left >= 32  ? 0xffffu
+                                 : left > 16 ? (1u << (left - 16)) - 1u
+                                             : 0u);
+      const __m512 a = _mm512_maskz_loadu_ps(lo, row + i);
+      const __m512 b = _mm512_maskz_loadu_ps(hi, row + i + 16);
+      const __m512bh v = _mm512_cvtne2ps_pbh(b, a);
+      const int64_t words = (left + 1) / 2;
+      const __mmask16 store =
+          static_cast<__mmask16>(words >= 16 ? 0xffffu : (1u << words) - 1u);
+      _mm512_mask_storeu_epi32(dst + i / 2, store, (__m512i)v);
+    }
+  }
+}
+
+DEDIT_AVX512 void F32Groups(const float* x, int64_t m, int64_t k,
+                            const float* panels, const float* bias, float* y,
+                            int64_t n, int64_t g0, int64_t g1) {
+  EachRowBlock(m, [&](auto rows, int64_t r) {
+    F32Rows<decltype(rows)::value>(x + r * k, k, panels,
+                                   bias == nullptr ? nullptr : bias + r * n,
+                                   y + r * n, n, g0, g1);
+  });
+}
+
+DEDIT_AVX512 void Bf16Groups(const uint32_t* x, int64_t m, int64_t pairs,
+                             const uint16_t* panels, const float* bias,
+                             float* y, int64_t n, int64_t g0, int64_t g1) {
+  EachRowBlock(m, [&](auto rows, int64_t r) {
+    Bf16Rows<decltype(rows)::value>(x + r * pairs, pairs, panels,
+                                    bias == nullptr ? nullptr : bias + r * n,
+                                    y + r * n, n, g0, g1);
+  });
+}
+
+#endif  // DEDIT_PANELS_X86
+
+}  // namespace
+
+std::string_view CpuProductsName(CpuProducts kind) {
+  switch (kind) {
+    case CpuProducts::kBlas:
+      return "blas";
+    case CpuProducts::kF32:
+      return "f32";
+    case CpuProducts::kBf16:
+      return "bf16";
+  }
+  return "?";
+}
+
+bool CpuRuns(CpuProducts kind) {
+  switch (kind) {
+    case CpuProducts::kBlas:
+      return true;
+#if DEDIT_PANELS_X86
+    case CpuProducts::kF32:
+      return __builtin_cpu_supports("avx512f") &&
+             __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl");
+    case CpuProducts::kBf16:
+      return CpuRuns(CpuProducts::kF32) && __builtin_cpu_supports("avx512bf16");
+#else
+    case CpuProducts::kF32:
+    case CpuProducts::kBf16:
+      return false;
+#endif
+  }
+  return false;
+}
+
+void SetCpuProducts(CpuProducts kind) { process_products.store(kind); }
+CpuProducts GetCpuProducts() { return process_products.load(); }
+
+absl::Status SetCpuProductsFlag(std::string_view name) {
+  for (CpuProducts kind :
+       {CpuProducts::kBlas, CpuProducts::kF32, CpuProducts::kBf16}) {
+    if (name != CpuProductsName(kind)) continue;
+    if (!CpuRuns(kind)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--cpu_products=", std::string(name),
+          ": this CPU lacks the instructions (",
+          kind == CpuProducts::kBf16 ? "AVX512_BF16" : "AVX-512", ")"));
+    }
+    SetCpuProducts(kind);
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("--cpu_products must be blas, f32 or bf16, got \"",
+                   std::string(name), "\""));
+}
+
+CpuPanels::CpuPanels(CpuProducts kind, int64_t k, int64_t n)
+    : kind_(kind),
+      k_(k),
+      n_(n),
+      groups_((n + kGroup - 1) / kGroup),
+      pairs_((k + 1) / 2) {}
+
+std::shared_ptr<const CpuPanels> CpuPanels::Pack(const at::Tensor& w,
+                                                 CpuProducts kind) {
+  if (kind == CpuProducts::kBlas || !CpuRuns(kind) || !w.defined() ||
+      w.dim() != 2 || !w.device().is_cpu() || w.scalar_type() != at::kFloat ||
+      !w.is_contiguous() || w.size(0) == 0 || w.size(1) == 0) {
+    return nullptr;
+  }
+  const int64_t k = w.size(0), n = w.size(1);
+  std::shared_ptr<CpuPanels> p(new CpuPanels(kind, k, n));
+  const float* src = w.data_ptr<float>();
+  auto at = [&](int64_t row, int64_t col) {
+    return row < k && col < n ? src[row * n + col] : 0.0f;
+  };
+  if (kind == CpuProducts::kF32) {
+    p->f32_.assign(p->groups_ * k * kGroup, 0.0f);
+    for (int64_t g = 0; g < p->groups_; ++g) {
+      for (int64_t i = 0; i < k; ++i) {
+        for (int64_t c = 0; c < kGroup; ++c) {
+          p->f32_[(g * k + i) * kGroup + c] = at(i, g * kGroup + c);
+        }
+      }
+    }
+  } else {
+    p->bf16_.assign(p->groups_ * p->pairs_ * 2 * kGroup, 0);
+    for (int64_t g = 0; g < p->groups_; ++g) {
+      for (int64_t i = 0; i < p->pairs_; ++i) {
+        for (int64_t c = 0; c < kGroup; ++c) {
+          for (int64_t e = 0; e < 2; ++e) {
+            p->bf16_[((g * p->pairs_ + i) * kGroup + c) * 2 + e] =
+                ToBf16(at(2 * i + e, g * kGroup + c));
+          }
+        }
+      }
+    }
+  }
+  return p;
+}
+
+std::shared_ptr<const CpuPanels> CpuPanels::PackForThisProcess(
+    const at::Tensor& w) {
+  return Pack(w, GetCpuProducts());
+}
+
+int64_t CpuPanels::products_run() { return panel_products.load(); }
+
+int64_t CpuPanels::bytes() const {
+  return static_cast<int64_t>(f32_.size() * sizeof(float) +
+                              bf16_.size() * sizeof(uint16_t));
+}
+
+void CpuPanels::MultiplyGroups(const float* x, const uint32_t* pairs, int64_t m,
+                               const float* bias, float* y, int64_t g0,
+                               int64_t g1) const {
+#if DEDIT_PANELS_X86
+  if (g0 >= g1) return;
+  if (kind_ == CpuProducts::kF32) {
+    F32Groups(x, m, k_, f32_.data(), bias, y, n_, g0, g1);
+  } else {
+    Bf16Groups(pairs, m, pairs_, bf16_.data(), bias, y, n_, g0, g1);
+  }
+#else
+  (void)x, (void)pairs, (void)m, (void)bias, (void)y, (void)g0, (void)g1;
+#endif
+}
+
+void CpuPanels::Multiply(const float* x, int64_t m, const float* bias, float* y,
+                         CpuProductPool* pool) const {
+  if (m <= 0) return;
+  panel_products.fetch_add(1, std::memory_order_relaxed);
+  // The activation rows as bf16 pairs, once for all threads. A thread's
+  // buffer, kept between calls: products run on model threads only.
+  thread_local std::vector<uint32_t> pairs;
+#if DEDIT_PANELS_X86
+  if (kind_ == CpuProducts::kBf16) {
+    pairs.resize(static_cast<size_t>(m * pairs_));
+    RowsToBf16Pairs(x, m, k_, pairs_, pairs.data());
+  }
+#endif
+  const uint32_t* p = pairs.data();
+  // Parts of whole register tiles, so a split costs no narrower tiles.
+  const int parts = pool == nullptr || m < 2 ? 1 : pool->threads();
+  const int64_t tiles = (groups_ + kTileGroups - 1) / kTileGroups;
+  if (parts <= 1 || tiles < 2) {
+    MultiplyGroups(x, p, m, bias, y, 0, groups_);
+    return;
+  }
+  const int64_t per = (tiles + parts - 1) / parts * kTileGroups;
+  pool->Run(parts, [&](int part) {
+    MultiplyGroups(x, p, m, bias, y, std::min(groups_, part * per),
+                   std::min(groups_, (part + 1) * per));
+  });
+}
+
+}  // namespace dedit

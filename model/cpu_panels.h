@@ -1,0 +1,108 @@
+// Weight products on the CPU over weights packed once at load ("panels"),
+// with AVX-512 kernels written here.
+//
+// Why by hand: a model forward of the tiny pair is 49 products of a few
+// rows (a decode step, a verify block, a drafter block) by a weight of
+// 128-768 columns, 10 MB of f32 weights in all. Debian's OpenBLAS (0.3.21)
+// packs the weight on every call of its general kernel and reads the [k, n]
+// row-major weight with strides on its small-matrix one; libtorch 1.13 has
+// no prepacked CPU linear in Debian's build (no oneDNN/FBGEMM). Packing the
+// weight once, 16 columns at a time in k order, lets one kernel read it
+// front to back. Measured on this project's CPU (AMD EPYC, Zen 4), the 49
+// products of a 12-layer forward with distinct weights per layer, one
+// thread (bench/README.md, "Weight panels"):
+//
+//   rows  OpenBLAS   f32 panels   bf16 panels
+//   1       209 us     143 us        69 us
+//   9       755 us     466 us       241 us
+//   16     1362 us     905 us       425 us
+//
+// bf16 panels use AVX512_BF16's dot product (VDPBF16PS): weights and the
+// activation row are rounded to bf16 (round to nearest even), products
+// summed in f32. That is what a GPU serving the same bf16 checkpoint does,
+// and it halves the weight bytes a forward streams. f32 panels keep f32
+// operands; their sums run in another order than OpenBLAS's, so results
+// differ from at::mm by float rounding only.
+//
+// Every output row is summed in the same order whatever the number of rows
+// in the product and whichever columns a thread takes, so a verify row is
+// bit-identical to the decode step of the same token.
+//
+// Which kernel a process uses is process-wide (the binaries'
+// --cpu_products), read when a model is loaded (PackForThisProcess): set it
+// before loading. CpuMm / CpuAddmm (model/cpu_kernels.h) take the panels.
+#ifndef DEDIT_MODEL_CPU_PANELS_H_
+#define DEDIT_MODEL_CPU_PANELS_H_
+
+#include <ATen/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace dedit {
+
+class CpuProductPool;
+
+enum class CpuProducts {
+  kBlas,  // libtorch's mm (OpenBLAS), the reference
+  kF32,   // f32 panels (AVX-512F)
+  kBf16,  // bf16 panels (AVX512_BF16)
+};
+
+std::string_view CpuProductsName(CpuProducts kind);
+// Whether this CPU runs `kind` (kBlas: always).
+bool CpuRuns(CpuProducts kind);
+
+void SetCpuProducts(CpuProducts kind);
+CpuProducts GetCpuProducts();
+// --cpu_products: "blas", "f32" or "bf16". INVALID_ARGUMENT naming the flag
+// for another name, FAILED_PRECONDITION for a kernel this CPU cannot run.
+absl::Status SetCpuProductsFlag(std::string_view name);
+
+class CpuPanels {
+ public:
+  // `w` ([k, n]: fp32, on the CPU, contiguous) packed for `kind`, or null
+  // when kind is kBlas, w does not fit, or the CPU cannot run the kernel.
+  // Copies the values: later changes to w are not seen.
+  static std::shared_ptr<const CpuPanels> Pack(const at::Tensor& w,
+                                               CpuProducts kind);
+  static std::shared_ptr<const CpuPanels> PackForThisProcess(
+      const at::Tensor& w);
+
+  int64_t k() const { return k_; }
+  int64_t n() const { return n_; }
+  CpuProducts kind() const { return kind_; }
+  int64_t bytes() const;
+
+  // y = x @ w, or bias + x @ w when bias is not null. x: [m, k], bias and
+  // y: [m, n], all row-major fp32. With a pool (m >= 2), the column groups
+  // are dealt to its threads.
+  void Multiply(const float* x, int64_t m, const float* bias, float* y,
+                CpuProductPool* pool) const;
+  // Multiply calls so far in this process (tests and benchmarks check that
+  // a model's products ran on panels).
+  static int64_t products_run();
+
+ private:
+  CpuPanels(CpuProducts kind, int64_t k, int64_t n);
+  // Columns [16 * g0, 16 * g1) of every row.
+  void MultiplyGroups(const float* x, const uint32_t* pairs, int64_t m,
+                      const float* bias, float* y, int64_t g0,
+                      int64_t g1) const;
+
+  CpuProducts kind_;
+  int64_t k_, n_;
+  int64_t groups_;  // ceil(n / 16)
+  int64_t pairs_;   // ceil(k / 2), bf16 only
+  // f32: [groups][k][16]; bf16: [groups][pairs][16][2] (as uint16).
+  std::vector<float> f32_;
+  std::vector<uint16_t> bf16_;
+};
+
+}  // namespace dedit
+
+#endif  // DEDIT_MODEL_CPU_PANELS_H_

@@ -1,0 +1,210 @@
+// Weight panels (model/cpu_panels.h): the AVX-512 f32 and bf16 products
+// against at::mm, rows summed alike whatever the product's rows and
+// threads, the --cpu_products flag, and whole models on panels.
+#include "model/cpu_panels.h"
+
+#include <ATen/Functions.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/core/grad_mode.h>
+
+#include <cstring>
+#include <vector>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/str_cat.h"
+#include "engine/speculative_engine.h"
+#include "gtest/gtest.h"
+#include "model/cpu_kernels.h"
+#include "model/cpu_product_pool.h"
+#include "model/local_backends.h"
+#include "model/transformer_ops.h"
+#include "tests/model/test_util.h"
+
+namespace dedit {
+namespace {
+
+// Max |a - b| relative to max |b|.
+double RelativeError(const at::Tensor& a, const at::Tensor& b) {
+  return (a - b).abs().max().item<double>() /
+         std::max(b.abs().max().item<double>(), 1e-12);
+}
+
+// x rounded to bf16 (nearest even) and back.
+at::Tensor RoundedToBf16(const at::Tensor& x) {
+  return x.to(at::kBFloat16).to(at::kFloat);
+}
+
+bool BitEqual(const at::Tensor& a, const at::Tensor& b) {
+  return a.sizes() == b.sizes() && std::memcmp(a.contiguous().data_ptr<float>(),
+                                               b.contiguous().data_ptr<float>(),
+                                               a.numel() * sizeof(float)) == 0;
+}
+
+class CpuPanelsTest : public ::testing::TestWithParam<CpuProducts> {
+ protected:
+  void SetUp() override {
+    if (!CpuRuns(GetParam())) {
+      GTEST_SKIP() << CpuProductsName(GetParam()) << " needs AVX-512"
+                   << (GetParam() == CpuProducts::kBf16 ? "_BF16" : "");
+    }
+  }
+  // What the panels should compute: f32 operands as given, or both rounded
+  // to bf16 with f32 sums.
+  at::Tensor Expected(const at::Tensor& x, const at::Tensor& w) const {
+    if (GetParam() == CpuProducts::kF32) return at::mm(x, w);
+    return at::mm(RoundedToBf16(x).to(at::kDouble),
+                  RoundedToBf16(w).to(at::kDouble))
+        .to(at::kFloat);
+  }
+  at::NoGradGuard no_grad_;
+};
+
+// Every shape class the tiles meet: rows of a whole tile (6) and each
+// remainder, column counts off the 16-column groups and the 4-group tiles,
+// odd k (a bf16 pair with a zero), k past one 32-element conversion step.
+TEST_P(CpuPanelsTest, ProductsMatchAtMmForEveryShape) {
+  at::manual_seed(3);
+  for (int64_t k : {1, 3, 17, 32, 33, 128, 384}) {
+    for (int64_t n : {1, 15, 16, 17, 64, 65, 200}) {
+      const at::Tensor w = at::randn({k, n});
+      const auto panels = CpuPanels::Pack(w, GetParam());
+      ASSERT_NE(panels, nullptr);
+      EXPECT_EQ(panels->k(), k);
+      EXPECT_EQ(panels->n(), n);
+      for (int64_t m : {1, 2, 5, 6, 7, 13, 33}) {
+        const at::Tensor x = at::randn({m, k});
+        const at::Tensor bias = at::randn({m, n});
+        const std::string at_shape = absl::StrCat(m, "x", k, " by ", k, "x", n);
+        const at::Tensor got = CpuMm(x, w, panels.get());
+        EXPECT_LT(RelativeError(got, Expected(x, w)), 1e-5) << at_shape;
+        const at::Tensor got_bias = CpuAddmm(bias, x, w, panels.get());
+        EXPECT_LT(RelativeError(got_bias, bias + Expected(x, w)), 1e-5)
+            << at_shape;
+        if (GetParam() == CpuProducts::kBf16) {
+          // And near the f32 product, as bf16 rounding allows.
+          EXPECT_LT(RelativeError(got, at::mm(x, w)), 3e-2) << at_shape;
+        }
+      }
+    }
+  }
+}
+
+// A verify row must be the decode step of the same token to the bit: each
+// output row is summed in one order whatever the rows around it, and
+// whichever thread takes its columns.
+TEST_P(CpuPanelsTest, EachRowIsTheSameWhateverTheRowsAndThreads) {
+  at::manual_seed(5);
+  const at::Tensor w = at::randn({128, 768}) * 0.1;
+  const auto panels = CpuPanels::Pack(w, GetParam());
+  ASSERT_NE(panels, nullptr);
+  const at::Tensor x = at::randn({16, 128});
+  const at::Tensor all = CpuMm(x, w, panels.get());
+  for (int64_t r = 0; r < x.size(0); ++r) {
+    EXPECT_TRUE(BitEqual(CpuMm(x.narrow(0, r, 1).contiguous(), w, panels.get()),
+                         all.narrow(0, r, 1)))
+        << "row " << r;
+  }
+  EXPECT_TRUE(BitEqual(CpuMm(x.narrow(0, 3, 9).contiguous(), w, panels.get()),
+                       all.narrow(0, 3, 9)));
+  SetCpuProductThreads(2);
+  absl::Cleanup off = [] { SetCpuProductThreads(1); };
+  const int64_t runs = CpuProductPool::ForThisThread()->runs();
+  EXPECT_TRUE(BitEqual(CpuMm(x, w, panels.get()), all));
+  EXPECT_GT(CpuProductPool::ForThisThread()->runs(), runs);  // split ran
+}
+
+// Operands the kernels do not take go to ATen, panels or not: a transposed
+// (strided) x, a k that is not the panels', grad mode.
+TEST_P(CpuPanelsTest, OtherOperandsFallBackToAten) {
+  const at::Tensor w = at::randn({8, 24});
+  const auto panels = CpuPanels::Pack(w, GetParam());
+  ASSERT_NE(panels, nullptr);
+  const int64_t before = CpuPanels::products_run();
+  const at::Tensor xt = at::randn({8, 3}).t();  // [3, 8], not contiguous
+  EXPECT_LT(RelativeError(CpuMm(xt, w, panels.get()), at::mm(xt, w)), 1e-6);
+  EXPECT_EQ(CpuPanels::products_run(), before);
+  EXPECT_EQ(CpuPanels::Pack(w.t(), GetParam()), nullptr);  // not contiguous
+  EXPECT_EQ(CpuPanels::Pack(w.to(at::kBFloat16), GetParam()), nullptr);
+  EXPECT_EQ(CpuPanels::Pack(w, CpuProducts::kBlas), nullptr);
+  const at::Tensor x = at::randn({3, 8});
+  EXPECT_EQ(CpuMm(x, w, panels.get()).size(1), 24);
+  EXPECT_EQ(CpuPanels::products_run(), before + 1);
+}
+
+// A whole model loaded on panels: its logits stay near the ATen path's, and
+// speculation over it is lossless (verify blocks and drafter blocks on
+// panels against one-row greedy decoding on panels).
+TEST_P(CpuPanelsTest, ModelsOnPanelsKeepTheirLogitsAndStayLossless) {
+  const TinyModelSpec spec = DefaultTinySpec();
+  const auto reference_pair = testing::MakeTinyPair(spec, 41);
+  SetCpuProducts(GetParam());
+  absl::Cleanup blas = [] { SetCpuProducts(CpuProducts::kBlas); };
+  const auto pair = testing::MakeTinyPair(spec, 41);  // same weights, panels
+  const std::vector<int32_t> prompt = testing::RandomPrompt(23, 128, 9);
+  const int64_t before = CpuPanels::products_run();
+  const std::vector<int32_t> greedy =
+      testing::GreedyReference(*pair->target, prompt, 24);
+  EXPECT_GT(CpuPanels::products_run(), before);
+  // The two decode the same text: random weights rarely have near ties,
+  // and a bf16 argmax that flipped would show here first.
+  const std::vector<int32_t> greedy_blas =
+      testing::GreedyReference(*reference_pair->target, prompt, 24);
+  size_t same = 0;
+  while (same < greedy.size() && greedy[same] == greedy_blas[same]) ++same;
+  EXPECT_GE(same, GetParam() == CpuProducts::kF32 ? greedy.size() : 8u);
+
+  SpeculativeEngine::Options o;
+  o.vocab_size = spec.target.vocab_size;
+  o.max_context = spec.target.max_position_embeddings;
+  for (int threads : {1, 2}) {
+    SetCpuProductThreads(threads);
+    absl::Cleanup one = [] { SetCpuProductThreads(1); };
+    LocalDrafter drafter(pair->drafter.get());
+    LocalVerifier verifier(pair->target.get(), &drafter);
+    SpeculativeEngine engine(&verifier, &drafter, o);
+    for (int w : {4, 16}) {
+      std::vector<GenerationRequest> reqs(2);
+      for (size_t i = 0; i < reqs.size(); ++i) {
+        reqs[i].prompt = prompt;
+        reqs[i].max_new_tokens = 24;
+        reqs[i].window = w;
+        reqs[i].passes = 1 + static_cast<int>(i) * 2;
+      }
+      auto results = engine.Generate(reqs);
+      ASSERT_TRUE(results.ok()) << results.status();
+      for (const GenerationResult& r : *results) {
+        ASSERT_TRUE(r.status.ok()) << r.status;
+        EXPECT_EQ(r.tokens, greedy) << "W=" << w << " threads " << threads;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, CpuPanelsTest,
+                         ::testing::Values(CpuProducts::kF32,
+                                           CpuProducts::kBf16),
+                         [](const auto& info) {
+                           return std::string(CpuProductsName(info.param));
+                         });
+
+TEST(CpuProductsFlag, NamesTheFlagAndTheKernels) {
+  absl::Cleanup blas = [] { SetCpuProducts(CpuProducts::kBlas); };
+  const absl::Status bad = SetCpuProductsFlag("fp16");
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.message().find("--cpu_products"), std::string::npos);
+  EXPECT_NE(bad.message().find("fp16"), std::string::npos);
+  EXPECT_EQ(GetCpuProducts(), CpuProducts::kBlas);
+  ASSERT_TRUE(SetCpuProductsFlag("blas").ok());
+  for (CpuProducts kind : {CpuProducts::kF32, CpuProducts::kBf16}) {
+    const absl::Status s = SetCpuProductsFlag(CpuProductsName(kind));
+    if (CpuRuns(kind)) {
+      EXPECT_TRUE(s.ok()) << s;
+      EXPECT_EQ(GetCpuProducts(), kind);
+    } else {
+      EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dedit
