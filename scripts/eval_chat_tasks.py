@@ -20,7 +20,7 @@ target-only one token for token, scores the answers
 
 --configs replaces --methods with named configurations, each
 NAME=METHOD[:w=W][:k=K][:causal][:drafter=DIR][:min=N][:short=X][:conf=C]
-[:pt=N][:chunk=N][:adaptive][:rport=N],
+[:pt=N][:cp=KERNEL][:chunk=N][:adaptive][:rport=N],
 e.g.
   --configs ar=ar,ngram=ngram:w=16,k1=model:w=16:k=1,causal3=model:k=3:causal
 METHOD is ar, ngram, model or hybrid (per round, prompt lookup when the
@@ -30,7 +30,11 @@ and `short` are in-process only, the router has flags for them). `conf`
 (model and hybrid, in-process only; the router's --min_draft_confidence)
 cuts the model's drafts before their first slot less confident than C.
 `pt` (in-process only) is dedit-generate's --product_threads (default
---product-threads, 1). `chunk` (model and hybrid, in-process only; the
+--product-threads, 1); `cp` (in-process only) its --cpu_products (blas,
+f32 or bf16; default --cpu-products, blas). Compare kernels in runs of
+their own (--cpu-products): the baseline and the lossless check take the
+ar configuration's outputs, and bf16 products decode their own greedy
+text. `chunk` (model and hybrid, in-process only; the
 router's --verify_chunk) verifies the model's drafts N block rows per
 round, the rest of a draft next round. `adaptive` (in-process only; the
 router's --adaptive_speculation) speculates only while drafted rounds
@@ -90,6 +94,9 @@ def main():
     ap.add_argument("--product-threads", type=int, default=1,
                     help="dedit-generate --product_threads for every "
                          "configuration without pt=N")
+    ap.add_argument("--cpu-products", default="blas",
+                    help="dedit-generate --cpu_products for every "
+                         "configuration without cp=KERNEL")
     ap.add_argument("--limit", type=int, default=0,
                     help="first N instances per family (0 = all)")
     ap.add_argument("--interleave", type=int, default=5,
@@ -156,9 +163,14 @@ def main():
     base_method = "ar" if "ar" in results else next(iter(results))
     base = results[base_method]
     services = in_turns(lambda c, p: router_rows(a, c, p)) if a.router else {}
-    lossless = all(r["tokens"] == b["tokens"]
-                   for group in (results, services)
-                   for rows in group.values() for r, b in zip(rows, base))
+    # Instances whose output differs from the baseline's, per config.
+    mismatches = {}
+    for where, group in (("", results), ("services:", services)):
+        for name, rows in group.items():
+            bad = sum(r["tokens"] != b["tokens"] for r, b in zip(rows, base))
+            if bad:
+                mismatches[where + name] = bad
+    lossless = not mismatches
     with tempfile.TemporaryDirectory() as d:
         answers = os.path.join(d, "answers.jsonl")
         with open(answers, "w") as f:
@@ -228,7 +240,8 @@ def main():
         return speculation
 
     report = {"accuracy": accuracy, "speculation": per_family(results),
-              "lossless": lossless, "baseline": base_method,
+              "lossless": lossless, "mismatches": mismatches,
+              "baseline": base_method,
               "configs": configs}
     if services:
         report["speculation_services"] = per_family(services)
@@ -240,7 +253,8 @@ def generate_rows(a, gen, c, lines):
     """dedit-generate --json rows for the prompt lines under config c."""
     cmd = [gen, "--target", a.target, "--json", "--threads",
            str(a.threads), "--max_tokens", str(a.max_tokens),
-           "--product_threads", str(c["pt"])]
+           "--product_threads", str(c["pt"]),
+           "--cpu_products", c.get("cp", a.cpu_products)]
     if c.get("adaptive"):
         cmd += ["--adaptive_speculation"]
     if c["method"] == "ar":
@@ -275,7 +289,8 @@ def parse_configs(a):
             c = {"method": parts[0], "w": a.window, "k": a.passes,
                  "causal": False, "drafter": a.drafter, "min": 3,
                  "short": 0.5, "conf": 0.0, "pt": a.product_threads,
-                 "chunk": 0, "rport": 0, "adaptive": False}
+                 "cp": a.cpu_products, "chunk": 0, "rport": 0,
+                 "adaptive": False}
             for opt in parts[1:]:
                 key, _, value = opt.partition("=")
                 if key in ("w", "k", "min", "pt", "chunk", "rport"):
@@ -284,8 +299,8 @@ def parse_configs(a):
                     c[key] = float(value)
                 elif key in ("causal", "adaptive"):
                     c[key] = True
-                elif key == "drafter":
-                    c["drafter"] = value
+                elif key in ("drafter", "cp"):
+                    c[key] = value
                 else:
                     sys.exit(f"eval_chat_tasks.py: unknown option {opt!r} "
                              f"in config {item!r}")
@@ -295,7 +310,8 @@ def parse_configs(a):
             configs[method] = {"method": method, "w": a.window, "k": a.passes,
                                "causal": False, "drafter": a.drafter,
                                "min": 3, "short": 0.5, "conf": 0.0,
-                               "pt": a.product_threads}
+                               "pt": a.product_threads,
+                               "cp": a.cpu_products}
     for name, c in configs.items():
         if c["method"] not in ("ar", "ngram", "model", "hybrid"):
             sys.exit(f"eval_chat_tasks.py: {name}: unknown method "

@@ -14,6 +14,8 @@
 # --metrics-ports R,T,D (9100,9101,9102), --threads N (libtorch CPU threads
 # per model service; 0 = default), --product-threads N (threads per model
 # thread for products of 2-32 rows; model/cpu_product_pool.h; default 1),
+# --cpu-products KERNEL (both model services' weight products: blas, f32 or
+# bf16; model/cpu_panels.h; default blas),
 # --idle-spin-us N (the model services
 # poll N µs for the next call before sleeping; base/spin_wait.h; default
 # 0), --drafter-idle-spin-us N (the drafter's alone; default
@@ -46,6 +48,7 @@ DETACH=0
 HOST=127.0.0.1
 THREADS=0
 PRODUCT_THREADS=1
+CPU_PRODUCTS=blas
 IDLE_SPIN_US=0
 DRAFTER_IDLE_SPIN_US=
 MIN_DRAFT_CONFIDENCE=0
@@ -70,6 +73,7 @@ while [ $# -gt 0 ]; do
     --host) HOST=$2; shift 2 ;;
     --threads) THREADS=$2; shift 2 ;;
     --product-threads) PRODUCT_THREADS=$2; shift 2 ;;
+    --cpu-products) CPU_PRODUCTS=$2; shift 2 ;;
     --idle-spin-us) IDLE_SPIN_US=$2; shift 2 ;;
     --drafter-idle-spin-us) DRAFTER_IDLE_SPIN_US=$2; shift 2 ;;
     --min-draft-confidence) MIN_DRAFT_CONFIDENCE=$2; shift 2 ;;
@@ -140,7 +144,8 @@ start() {  # name, args...
 }
 
 TARGET_ARGS=(--target_dir "$TARGET_DIR" --device "$TARGET_DEVICE" --dtype "$DTYPE" --threads "$THREADS"
-             --product_threads "$PRODUCT_THREADS" --host "$HOST" --port "$TARGET_PORT" --metrics_port "$TARGET_METRICS"
+             --product_threads "$PRODUCT_THREADS" --cpu_products "$CPU_PRODUCTS"
+             --host "$HOST" --port "$TARGET_PORT" --metrics_port "$TARGET_METRICS"
              --idle_spin_us "$IDLE_SPIN_US")
 ROUTER_ARGS=(--target "$HOST:$TARGET_PORT" --host "$HOST" --port "$ROUTER_PORT"
              --metrics_port "$ROUTER_METRICS")
@@ -151,8 +156,8 @@ ROUTER_ARGS+=(--min_draft_confidence "$MIN_DRAFT_CONFIDENCE" --verify_chunk "$VE
 if [ "$WITH_DRAFTER" = 1 ]; then
   start drafter --drafter_dir "$DRAFTER_DIR" --target_dir "$TARGET_DIR" \
       --device "$DRAFTER_DEVICE" --dtype "$DTYPE" --threads "$THREADS" \
-      --product_threads "$PRODUCT_THREADS" --host "$HOST" \
-      --port "$DRAFTER_PORT" --metrics_port "$DRAFTER_METRICS" \
+      --product_threads "$PRODUCT_THREADS" --cpu_products "$CPU_PRODUCTS" \
+      --host "$HOST" --port "$DRAFTER_PORT" --metrics_port "$DRAFTER_METRICS" \
       --idle_spin_us "${DRAFTER_IDLE_SPIN_US:-$IDLE_SPIN_US}"
   TARGET_ARGS+=(--drafter "$HOST:$DRAFTER_PORT" --drafter_dir "$DRAFTER_DIR")
   ROUTER_ARGS+=(--drafter "$HOST:$DRAFTER_PORT")

@@ -180,6 +180,60 @@ TEST_P(CpuPanelsTest, ModelsOnPanelsKeepTheirLogitsAndStayLossless) {
   }
 }
 
+// The whole forward, not only its products, computes a row the same way
+// whatever the rows around it: a verify block's logits equal, to the bit,
+// the decode steps of the same tokens. With bf16 activations this is what
+// keeps speculation lossless: a last-bit difference anywhere before a
+// product (attention, an activation) can move a bf16 rounding by 2^-8 and
+// flip a near tie.
+TEST_P(CpuPanelsTest, VerifyRowsEqualDecodeStepsToTheBit) {
+  SetCpuProducts(GetParam());
+  absl::Cleanup blas = [] { SetCpuProducts(CpuProducts::kBlas); };
+  const auto pair = testing::MakeTinyPair(DefaultTinySpec(), 43);
+  Qwen3Model& target = *pair->target;
+  const int64_t kPrompt = 150;
+  const std::vector<int32_t> prompt = testing::RandomPrompt(kPrompt, 128, 17);
+  const std::vector<int32_t> block = testing::RandomPrompt(17, 128, 18);
+  auto segment = [](SequenceId id, int64_t start,
+                    std::vector<int32_t> tokens) {
+    TargetSegment s;
+    s.sequence = id;
+    s.start = start;
+    s.tokens = std::move(tokens);
+    for (size_t i = 0; i < s.tokens.size(); ++i) {
+      s.logit_rows.push_back(static_cast<int>(i));
+    }
+    return s;
+  };
+  auto forward = [&](std::vector<TargetSegment> segments) {
+    auto r = target.Forward(segments);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? r->logits : at::Tensor();
+  };
+  for (SequenceId id : {1, 2, 3}) ASSERT_TRUE(target.AddSequence(id).ok());
+  forward({segment(1, 0, prompt)});
+  forward({segment(2, 0, prompt)});
+  // The verify block shares its forward with another sequence's prefill
+  // (other rows, other key counts padded together), and the decode steps
+  // run alone.
+  const at::Tensor both = forward(
+      {segment(3, 0, testing::RandomPrompt(40, 128, 19)),
+       segment(1, kPrompt, block)});
+  ASSERT_TRUE(both.defined());
+  const at::Tensor verify = both.narrow(0, 40, 17);
+  for (size_t i = 0; i < block.size(); ++i) {
+    const at::Tensor step = forward(
+        {segment(2, kPrompt + static_cast<int64_t>(i), {block[i]})});
+    ASSERT_TRUE(step.defined());
+    EXPECT_TRUE(BitEqual(step, verify.narrow(0, static_cast<int64_t>(i), 1)))
+        << "row " << i << ": max diff "
+        << (step - verify.narrow(0, static_cast<int64_t>(i), 1))
+               .abs()
+               .max()
+               .item<float>();
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Kernels, CpuPanelsTest,
                          ::testing::Values(CpuProducts::kF32,
                                            CpuProducts::kBf16),
