@@ -8,6 +8,10 @@
 #include <cmath>
 #include <limits>
 
+#include "model/cpu_attention.h"
+#include "model/cpu_panels.h"
+#include "model/cpu_product_pool.h"
+
 // libtorch >= 2.5 (the GPU build) has scaled_dot_product_attention with
 // grouped-query heads; 1.13 (Debian, CPU) has no public SDPA.
 #if TORCH_VERSION_MAJOR > 2 || \
@@ -35,6 +39,20 @@ PackedAttention::PackedAttention(const std::vector<AttentionSegment>& segments,
   const c10::Device dev = pool.keys(0).device();
   kv_index_ =
       at::tensor(kv_index, at::TensorOptions().dtype(at::kLong)).to(dev);
+  const at::Tensor& keys = pool.keys(0);
+  if (GetCpuProducts() != CpuProducts::kBlas && keys.device().is_cpu() &&
+      keys.scalar_type() == at::kFloat && keys.is_contiguous() &&
+      pool.values(0).is_contiguous() && heads_ % kv_heads_ == 0 &&
+      CpuAttentionRuns(pool.shape().head_dim)) {
+    cpu_rows_ = true;
+    for (const AttentionSegment& s : segments) {
+      for (int64_t i = 0; i < s.length; ++i) {
+        row_slot_.push_back(s.slot);
+        row_visible_.push_back(s.causal ? s.start + i + 1 : s.start + s.length);
+      }
+    }
+    return;
+  }
   // Groups by length, longest first: a segment joins the current group
   // while the group's padded queries stay within twice its real ones.
   std::vector<size_t> order(segments.size());
@@ -163,6 +181,26 @@ void PackedAttention::WriteKv(KvPool* pool, int layer, const at::Tensor& k,
 
 at::Tensor PackedAttention::Run(const at::Tensor& q, const KvPool& pool,
                                 int layer) const {
+  if (cpu_rows_) {
+    TORCH_CHECK(q.scalar_type() == at::kFloat && q.device().is_cpu(),
+                "PackedAttention: an fp32 CPU pool needs fp32 CPU queries");
+    const at::Tensor qr =
+        q.stride(2) == 1 && q.stride(1) == q.size(2) ? q : q.contiguous();
+    const int64_t n = qr.size(0), hd = qr.size(2);
+    at::Tensor out = at::empty({n, heads_ * hd}, qr.options());
+    CpuAttentionRows rows;
+    rows.n = n;
+    rows.slot = row_slot_.data();
+    rows.visible = row_visible_.data();
+    CpuProductPool* threads = CpuProductThreads() > 1 && n >= 2
+                                  ? CpuProductPool::ForThisThread()
+                                  : nullptr;
+    CpuAttention(qr.data_ptr<float>(), qr.stride(0), rows, heads_, kv_heads_,
+                 hd, pool.keys(layer).data_ptr<float>(),
+                 pool.values(layer).data_ptr<float>(), pool.slab_tokens(),
+                 out.data_ptr<float>(), threads);
+    return out;
+  }
   if (groups_.size() == 1) return RunGroup(groups_[0], q, pool, layer);
   std::vector<at::Tensor> outs;
   for (const Group& g : groups_) outs.push_back(RunGroup(g, q, pool, layer));

@@ -205,10 +205,10 @@ at::Tensor FinishDecoderLayer(const at::Tensor& x, const at::Tensor& attn,
   // On panels every row takes ATen's vectorised silu, whatever the rows:
   // CpuSiluMul's scalar exp rounds otherwise, and a verify row must equal
   // its decode step to the bit (model/cpu_attention.h).
-  at::Tensor act = w.gate_up_p == nullptr && CpuSiluMulPays(gu)
-                       ? CpuSiluMul(gu)
-                                      : at::silu(gu.narrow(1, 0, inter)) *
-                                            gu.narrow(1, inter, inter);
+  at::Tensor act =
+      w.gate_up_p == nullptr && CpuSiluMulPays(gu)
+          ? CpuSiluMul(gu)
+          : at::silu(gu.narrow(1, 0, inter)) * gu.narrow(1, inter, inter);
   return CpuAddmm(y, act, w.down_t, w.down_p.get());
 }
 

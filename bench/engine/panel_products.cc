@@ -38,7 +38,7 @@ namespace dedit {
 namespace {
 
 struct Product {
-  at::Tensor w;  // [k, n]
+  at::Tensor w;                                // [k, n]
   std::shared_ptr<const CpuPanels> panels[3];  // by CpuProducts
   bool residual = false;                       // CpuAddmm
 };
@@ -46,8 +46,8 @@ struct Product {
 int Main() {
   at::NoGradGuard no_grad;
   at::manual_seed(1);
-  if (absl::Status s = SetCpuProductThreadsFlag(
-          absl::GetFlag(FLAGS_product_threads));
+  if (absl::Status s =
+          SetCpuProductThreadsFlag(absl::GetFlag(FLAGS_product_threads));
       !s.ok()) {
     std::fprintf(stderr, "dedit-panel-bench: %s\n",
                  std::string(s.message()).c_str());

@@ -194,8 +194,7 @@ TEST_P(CpuPanelsTest, VerifyRowsEqualDecodeStepsToTheBit) {
   const int64_t kPrompt = 150;
   const std::vector<int32_t> prompt = testing::RandomPrompt(kPrompt, 128, 17);
   const std::vector<int32_t> block = testing::RandomPrompt(17, 128, 18);
-  auto segment = [](SequenceId id, int64_t start,
-                    std::vector<int32_t> tokens) {
+  auto segment = [](SequenceId id, int64_t start, std::vector<int32_t> tokens) {
     TargetSegment s;
     s.sequence = id;
     s.start = start;
@@ -216,14 +215,14 @@ TEST_P(CpuPanelsTest, VerifyRowsEqualDecodeStepsToTheBit) {
   // The verify block shares its forward with another sequence's prefill
   // (other rows, other key counts padded together), and the decode steps
   // run alone.
-  const at::Tensor both = forward(
-      {segment(3, 0, testing::RandomPrompt(40, 128, 19)),
-       segment(1, kPrompt, block)});
+  const at::Tensor both =
+      forward({segment(3, 0, testing::RandomPrompt(40, 128, 19)),
+               segment(1, kPrompt, block)});
   ASSERT_TRUE(both.defined());
   const at::Tensor verify = both.narrow(0, 40, 17);
   for (size_t i = 0; i < block.size(); ++i) {
-    const at::Tensor step = forward(
-        {segment(2, kPrompt + static_cast<int64_t>(i), {block[i]})});
+    const at::Tensor step =
+        forward({segment(2, kPrompt + static_cast<int64_t>(i), {block[i]})});
     ASSERT_TRUE(step.defined());
     EXPECT_TRUE(BitEqual(step, verify.narrow(0, static_cast<int64_t>(i), 1)))
         << "row " << i << ": max diff "

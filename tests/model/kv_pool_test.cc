@@ -6,8 +6,11 @@
 
 #include <cmath>
 
+#include "absl/cleanup/cleanup.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/cpu_attention.h"
+#include "model/cpu_panels.h"
 #include "model/packed_attention.h"
 #include "model/transformer_ops.h"
 #include "tests/model/test_util.h"
@@ -176,11 +179,14 @@ TEST(KvPoolTest, GrowsByDoublingUpToTheLimitThenIsExhausted) {
 // (GroupedAttention) for a mix of prefill chunks, decode steps and
 // bidirectional or block-causal drafter blocks, on sparse slots, with and
 // without query chunking.
-TEST(PackedAttentionTest, EqualsPerSequenceReference) {
+// PackedAttention over batches of every segment kind against
+// GroupedAttention per sequence; `row_kernel`: whether the CPU's
+// row-at-a-time kernel (model/cpu_attention.h) must have run.
+void CheckAgainstPerSequenceReference(int64_t head_dim, bool row_kernel) {
   KvPool::Shape shape;
   shape.num_layers = 1;
   shape.kv_heads = 2;
-  shape.head_dim = 8;
+  shape.head_dim = head_dim;
   shape.max_tokens = 40;
   const int heads = 6;  // group 3
   KvPool pool(shape, at::kFloat, TestDevice(), 2);
@@ -227,7 +233,9 @@ TEST(PackedAttentionTest, EqualsPerSequenceReference) {
       }
       pool.Reserve(longest);
       PackedAttention attention(segs, pool, heads, budget);
-      if (batch.size() == 4 && batch[1].length == 25) {
+      if (row_kernel) {
+        EXPECT_EQ(attention.num_groups(), 0u);  // no padded groups
+      } else if (batch.size() == 4 && batch[1].length == 25) {
         EXPECT_EQ(attention.num_groups(), 2u);
       }
       at::Tensor q = at::randn({n, heads, shape.head_dim}).to(TestDevice());
@@ -256,6 +264,26 @@ TEST(PackedAttentionTest, EqualsPerSequenceReference) {
       }
     }
   }
+}
+
+TEST(PackedAttentionTest, EqualsPerSequenceReference) {
+  CheckAgainstPerSequenceReference(8, false);
+  CheckAgainstPerSequenceReference(32, false);
+}
+
+// Under --cpu_products f32|bf16 an fp32 CPU pool runs the row kernel: the
+// same attention, for head sizes of one and several 16-lane chunks.
+TEST(PackedAttentionTest, CpuRowKernelEqualsPerSequenceReference) {
+  if (!TestDevice().is_cpu() || !CpuAttentionRuns(16)) {
+    GTEST_SKIP() << "needs the CPU and AVX-512";
+  }
+  SetCpuProducts(CpuProducts::kF32);
+  absl::Cleanup blas = [] { SetCpuProducts(CpuProducts::kBlas); };
+  CheckAgainstPerSequenceReference(16, true);
+  CheckAgainstPerSequenceReference(32, true);
+  CheckAgainstPerSequenceReference(128, true);
+  // A head size the kernel does not take keeps the matmul path.
+  CheckAgainstPerSequenceReference(8, false);
 }
 
 }  // namespace

@@ -1,0 +1,48 @@
+// Attention on the CPU one query row at a time, with AVX-512 (the
+// --cpu_products f32|bf16 path; model/cpu_panels.h).
+//
+// PackedAttention's matmul path pads a batch's queries and keys and runs
+// bmm / softmax / bmm over them, so a row's sums depend on the shapes
+// around it: OpenBLAS picks its kernel by shape, and the softmax reduces
+// over the padded key count. A verify row then differs from the decode
+// step of the same token in its last bits. With bf16 products that is not
+// harmless: a last-bit difference can move an activation's bf16 rounding
+// by 2^-8 and flip a near tie, so speculation would not reproduce greedy
+// decoding. Here each (row, head) is computed from its query and its
+// visible keys alone, in one fixed order: scores in blocks of 16 keys from
+// key 0, the softmax with a vectorised exp, then the weighted values key
+// by key. A row's output is the same to the bit whatever the rows, heads
+// and threads beside it.
+#ifndef DEDIT_MODEL_CPU_ATTENTION_H_
+#define DEDIT_MODEL_CPU_ATTENTION_H_
+
+#include <cstdint>
+
+namespace dedit {
+
+class CpuProductPool;
+
+// Whether CpuAttention runs on this CPU for head_dim `head_dim` (AVX-512
+// and a multiple of 16).
+bool CpuAttentionRuns(int64_t head_dim);
+
+struct CpuAttentionRows {
+  int64_t n = 0;                     // query rows
+  const int32_t* slot = nullptr;     // [n] KV pool slot of each row
+  const int64_t* visible = nullptr;  // [n] keys [0, visible) it attends
+};
+
+// out[r, h * hd .. (h + 1) * hd) = softmax(q[r, h] . K^T) V over the
+// row's slot's keys [0, visible), for query head h on kv head h / (heads /
+// kv_heads). q: rows of stride q_row_stride, heads at stride hd (pre-scaled
+// by 1/sqrt(hd)); keys, values: one layer of the pool, [slots, kv_heads,
+// slab, hd]; out: [n, heads * hd]. Every visible count >= 1. With a pool,
+// the (row, head) pairs are dealt to its threads.
+void CpuAttention(const float* q, int64_t q_row_stride,
+                  const CpuAttentionRows& rows, int heads, int kv_heads,
+                  int64_t hd, const float* keys, const float* values,
+                  int64_t slab, float* out, CpuProductPool* pool);
+
+}  // namespace dedit
+
+#endif  // DEDIT_MODEL_CPU_ATTENTION_H_
