@@ -257,7 +257,18 @@ bool CpuRuns(CpuProducts kind) {
 void SetCpuProducts(CpuProducts kind) { process_products.store(kind); }
 CpuProducts GetCpuProducts() { return process_products.load(); }
 
+CpuProducts BestCpuProducts() {
+  for (CpuProducts kind : {CpuProducts::kBf16, CpuProducts::kF32}) {
+    if (CpuRuns(kind)) return kind;
+  }
+  return CpuProducts::kBlas;
+}
+
 absl::Status SetCpuProductsFlag(std::string_view name) {
+  if (name == "auto") {
+    SetCpuProducts(BestCpuProducts());
+    return absl::OkStatus();
+  }
   for (CpuProducts kind :
        {CpuProducts::kBlas, CpuProducts::kF32, CpuProducts::kBf16}) {
     if (name != CpuProductsName(kind)) continue;
@@ -271,7 +282,7 @@ absl::Status SetCpuProductsFlag(std::string_view name) {
     return absl::OkStatus();
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("--cpu_products must be blas, f32 or bf16, got \"",
+      absl::StrCat("--cpu_products must be auto, blas, f32 or bf16, got \"",
                    std::string(name), "\""));
 }
 

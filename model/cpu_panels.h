@@ -59,8 +59,11 @@ bool CpuRuns(CpuProducts kind);
 
 void SetCpuProducts(CpuProducts kind);
 CpuProducts GetCpuProducts();
-// --cpu_products: "blas", "f32" or "bf16". INVALID_ARGUMENT naming the flag
-// for another name, FAILED_PRECONDITION for a kernel this CPU cannot run.
+// The fastest kernel this CPU runs: bf16, else f32, else blas.
+CpuProducts BestCpuProducts();
+// --cpu_products: "auto" (BestCpuProducts, the binaries' default), "blas",
+// "f32" or "bf16". INVALID_ARGUMENT naming the flag for another name,
+// FAILED_PRECONDITION for a kernel this CPU cannot run.
 absl::Status SetCpuProductsFlag(std::string_view name);
 
 class CpuPanels {

@@ -31,7 +31,7 @@ and `short` are in-process only, the router has flags for them). `conf`
 cuts the model's drafts before their first slot less confident than C.
 `pt` (in-process only) is dedit-generate's --product_threads (default
 --product-threads, 1); `cp` (in-process only) its --cpu_products (blas,
-f32 or bf16; default --cpu-products, blas). Compare kernels in runs of
+f32, bf16 or auto; default --cpu-products, auto). Compare kernels in runs of
 their own (--cpu-products): the baseline and the lossless check take the
 ar configuration's outputs, and bf16 products decode their own greedy
 text. `chunk` (model and hybrid, in-process only; the
@@ -94,7 +94,7 @@ def main():
     ap.add_argument("--product-threads", type=int, default=1,
                     help="dedit-generate --product_threads for every "
                          "configuration without pt=N")
-    ap.add_argument("--cpu-products", default="blas",
+    ap.add_argument("--cpu-products", default="auto",
                     help="dedit-generate --cpu_products for every "
                          "configuration without cp=KERNEL")
     ap.add_argument("--limit", type=int, default=0,

@@ -15,7 +15,7 @@
 # per model service; 0 = default), --product-threads N (threads per model
 # thread for products of 2-32 rows; model/cpu_product_pool.h; default 1),
 # --cpu-products KERNEL (both model services' weight products: blas, f32 or
-# bf16; model/cpu_panels.h; default blas),
+# bf16; model/cpu_panels.h; default auto, the fastest the CPU runs),
 # --idle-spin-us N (the model services
 # poll N µs for the next call before sleeping; base/spin_wait.h; default
 # 0), --drafter-idle-spin-us N (the drafter's alone; default
@@ -48,7 +48,7 @@ DETACH=0
 HOST=127.0.0.1
 THREADS=0
 PRODUCT_THREADS=1
-CPU_PRODUCTS=blas
+CPU_PRODUCTS=auto
 IDLE_SPIN_US=0
 DRAFTER_IDLE_SPIN_US=
 MIN_DRAFT_CONFIDENCE=0

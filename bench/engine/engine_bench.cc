@@ -40,9 +40,10 @@
 ABSL_FLAG(std::string, target, "", "target model folder");
 ABSL_FLAG(std::string, drafter, "", "drafter model folder (optional)");
 ABSL_FLAG(int, threads, 1, "libtorch threads");
-ABSL_FLAG(std::string, cpu_products, "blas",
-          "kernel for the CPU's weight products: blas (libtorch/OpenBLAS), "
-          "f32 or bf16 (AVX-512 panels; model/cpu_panels.h)");
+ABSL_FLAG(std::string, cpu_products, "auto",
+          "CPU kernels for fp32 weight products and attention: bf16 or f32 "
+          "(this project's AVX-512 kernels; model/cpu_panels.h), blas "
+          "(libtorch/OpenBLAS), auto (the fastest this CPU runs)");
 ABSL_FLAG(int, product_threads, 1,
           "threads per model thread for products of 2-32 rows (1 = the model "
           "thread alone; model/cpu_product_pool.h)");

@@ -247,7 +247,11 @@ TEST(CpuProductsFlag, NamesTheFlagAndTheKernels) {
   EXPECT_NE(bad.message().find("--cpu_products"), std::string::npos);
   EXPECT_NE(bad.message().find("fp16"), std::string::npos);
   EXPECT_EQ(GetCpuProducts(), CpuProducts::kBlas);
+  ASSERT_TRUE(SetCpuProductsFlag("auto").ok());  // the binaries' default
+  EXPECT_EQ(GetCpuProducts(), BestCpuProducts());
+  EXPECT_TRUE(CpuRuns(GetCpuProducts()));
   ASSERT_TRUE(SetCpuProductsFlag("blas").ok());
+  EXPECT_EQ(GetCpuProducts(), CpuProducts::kBlas);
   for (CpuProducts kind : {CpuProducts::kF32, CpuProducts::kBf16}) {
     const absl::Status s = SetCpuProductsFlag(CpuProductsName(kind));
     if (CpuRuns(kind)) {
