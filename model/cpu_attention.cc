@@ -8,9 +8,8 @@
 #include "model/cpu_product_pool.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
 #define DEDIT_ATTENTION_X86 1
-#define DEDIT_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
+#include "model/cpu_avx512_math.h"
 #else
 #define DEDIT_ATTENTION_X86 0
 #endif
@@ -22,26 +21,7 @@ namespace {
 
 constexpr int64_t kLanes = 16;
 
-// e^x per lane for x <= 0 (Cephes' expf: x = n ln2 + r, |r| <= ln2 / 2, a
-// degree-6 polynomial in r, scaled by 2^n). Relative error ~2e-7. Lanes
-// below -87 give ~0; callers zero the lanes past their keys themselves.
-DEDIT_AVX512 inline __m512 Exp(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-  const __m512 n = _mm512_roundscale_ps(
-      _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r,
-                      _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-  return _mm512_scalef_ps(p, n);
-}
+using avx512::Exp;
 
 // Lane i of the result = the sum of t[i]'s 16 lanes (a transpose-reduce
 // tree: the same adds in the same order for every block).

@@ -9,12 +9,8 @@
 #include "model/cpu_product_pool.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
 #define DEDIT_PANELS_X86 1
-// The kernels alone are built for AVX-512: the rest of the binary keeps the
-// baseline ISA, and CpuRuns checks the CPU before any kernel runs.
-#define DEDIT_AVX512 \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+#include "model/cpu_avx512_math.h"
 #else
 #define DEDIT_PANELS_X86 0
 #endif
@@ -218,9 +214,37 @@ DEDIT_AVX512 void Bf16Groups(const uint32_t* x, int64_t m, int64_t pairs,
   });
 }
 
+DEDIT_AVX512 void SiluMulRows(const float* gu, int64_t n, int64_t inter,
+                              float* out) {
+  for (int64_t r = 0; r < n; ++r) {
+    const float* g = gu + r * 2 * inter;
+    const float* u = g + inter;
+    float* y = out + r * inter;
+    for (int64_t j = 0; j < inter; j += kGroup) {
+      const int64_t left = std::min(kGroup, inter - j);
+      const __mmask16 live =
+          static_cast<__mmask16>(left == kGroup ? 0xffffu : (1u << left) - 1u);
+      const __m512 gv = _mm512_maskz_loadu_ps(live, g + j);
+      const __m512 uv = _mm512_maskz_loadu_ps(live, u + j);
+      const __m512 e = avx512::Exp(_mm512_sub_ps(_mm512_setzero_ps(), gv));
+      const __m512 silu =
+          _mm512_div_ps(gv, _mm512_add_ps(_mm512_set1_ps(1.0f), e));
+      _mm512_mask_storeu_ps(y + j, live, _mm512_mul_ps(silu, uv));
+    }
+  }
+}
+
 #endif  // DEDIT_PANELS_X86
 
 }  // namespace
+
+void PanelSiluMul(const float* gu, int64_t n, int64_t inter, float* out) {
+#if DEDIT_PANELS_X86
+  SiluMulRows(gu, n, inter, out);
+#else
+  (void)gu, (void)n, (void)inter, (void)out;
+#endif
+}
 
 std::string_view CpuProductsName(CpuProducts kind) {
   switch (kind) {

@@ -66,6 +66,13 @@ CpuProducts BestCpuProducts();
 // FAILED_PRECONDITION for a kernel this CPU cannot run.
 absl::Status SetCpuProductsFlag(std::string_view name);
 
+// silu(gu[:, :I]) * gu[:, I:] for gu [n, 2I] (the packed gate/up
+// product), row-major, into out [n, I], with AVX-512 and the exp of
+// model/cpu_avx512_math.h: each element from its own inputs alone, so a
+// row is the same in any batch. What the decoder layers run on panels.
+// REQUIRES CpuRuns(CpuProducts::kF32).
+void PanelSiluMul(const float* gu, int64_t n, int64_t inter, float* out);
+
 class CpuPanels {
  public:
   // `w` ([k, n]: fp32, on the CPU, contiguous) packed for `kind`, or null

@@ -4,6 +4,7 @@
 #include <c10/core/InferenceMode.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 
@@ -152,6 +153,29 @@ int64_t KvPool::total_length() const {
   int64_t n = 0;
   for (const auto& [id, s] : seqs_) n += s.length;
   return n;
+}
+
+void KvPool::WriteRows(int layer, const std::vector<int64_t>& flat_rows,
+                       const at::Tensor& k, const at::Tensor& v) {
+  const int64_t kv = shape_.kv_heads, hd = shape_.head_dim;
+  TORCH_CHECK(k.device().is_cpu() && k.scalar_type() == at::kFloat &&
+                  v.scalar_type() == at::kFloat && k.stride(2) == 1 &&
+                  v.stride(2) == 1 && k_[layer].scalar_type() == at::kFloat &&
+                  static_cast<int64_t>(flat_rows.size()) == k.size(0) * kv,
+              "KvPool::WriteRows: fp32 CPU rows of contiguous heads");
+  float* keys = k_rows_[layer].data_ptr<float>();
+  float* values = v_rows_[layer].data_ptr<float>();
+  const float* kp = k.data_ptr<float>();
+  const float* vp = v.data_ptr<float>();
+  for (int64_t t = 0; t < k.size(0); ++t) {
+    for (int64_t h = 0; h < kv; ++h) {
+      const int64_t row = flat_rows[t * kv + h];
+      std::memcpy(keys + row * hd, kp + t * k.stride(0) + h * k.stride(1),
+                  hd * sizeof(float));
+      std::memcpy(values + row * hd, vp + t * v.stride(0) + h * v.stride(1),
+                  hd * sizeof(float));
+    }
+  }
 }
 
 void KvPool::Write(int layer, const at::Tensor& flat_index, const at::Tensor& k,

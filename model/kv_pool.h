@@ -86,6 +86,12 @@ class KvPool {
   // `flat_index` ([n * kv_heads], from AppendRows) in one op each.
   void Write(int layer, const at::Tensor& flat_index, const at::Tensor& k,
              const at::Tensor& v);
+  // The same from a host list of the flat rows, copying row by row with
+  // no ATen op: for fp32 CPU pools and k, v whose last dimension is
+  // contiguous (the CPU row path, model/cpu_attention.h). REQUIRES
+  // flat_rows.size() == k.size(0) * kv_heads.
+  void WriteRows(int layer, const std::vector<int64_t>& flat_rows,
+                 const at::Tensor& k, const at::Tensor& v);
   // Appends to `rows` the flat rows (Write's index) of positions
   // [start, start + n) of `slot`: token-major, kv heads inner, as k and v
   // come out of a projection. Valid until the next Reserve or Add.

@@ -45,6 +45,7 @@ PackedAttention::PackedAttention(const std::vector<AttentionSegment>& segments,
       pool.values(0).is_contiguous() && heads_ % kv_heads_ == 0 &&
       CpuAttentionRuns(pool.shape().head_dim)) {
     cpu_rows_ = true;
+    kv_rows_ = std::move(kv_index);
     for (const AttentionSegment& s : segments) {
       for (int64_t i = 0; i < s.length; ++i) {
         row_slot_.push_back(s.slot);
@@ -176,6 +177,10 @@ int64_t PackedAttention::padded_queries() const {
 
 void PackedAttention::WriteKv(KvPool* pool, int layer, const at::Tensor& k,
                               const at::Tensor& v) const {
+  if (cpu_rows_ && k.stride(2) == 1 && v.stride(2) == 1) {
+    pool->WriteRows(layer, kv_rows_, k, v);
+    return;
+  }
   pool->Write(layer, kv_index_, k, v);
 }
 

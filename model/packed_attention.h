@@ -101,6 +101,7 @@ class PackedAttention {
   // --cpu_products f32|bf16 for an fp32 CPU pool: each packed row's slot
   // and visible keys, and no groups.
   bool cpu_rows_ = false;
+  std::vector<int64_t> kv_rows_;  // kv_index_ on the host (WriteRows)
   std::vector<int32_t> row_slot_;
   std::vector<int64_t> row_visible_;
 

@@ -202,13 +202,18 @@ at::Tensor FinishDecoderLayer(const at::Tensor& x, const at::Tensor& attn,
   const int64_t inter = w.gate_up_t.size(1) / 2;
   at::Tensor gu =
       CpuMm(RmsNormalize(y, c.rms_norm_eps), w.gate_up_t, w.gate_up_p.get());
-  // On panels every row takes ATen's vectorised silu, whatever the rows:
-  // CpuSiluMul's scalar exp rounds otherwise, and a verify row must equal
-  // its decode step to the bit (model/cpu_attention.h).
-  at::Tensor act =
-      w.gate_up_p == nullptr && CpuSiluMulPays(gu)
-          ? CpuSiluMul(gu)
-          : at::silu(gu.narrow(1, 0, inter)) * gu.narrow(1, inter, inter);
+  // On panels every row takes PanelSiluMul, whatever the rows: a verify
+  // row must equal its decode step to the bit (model/cpu_attention.h), and
+  // CpuSiluMul's scalar exp and ATen's vectorised one round differently.
+  if (w.gate_up_p != nullptr && CpuKernelsApply(gu)) {
+    at::Tensor act = at::empty({gu.size(0), inter}, gu.options());
+    PanelSiluMul(gu.data_ptr<float>(), gu.size(0), inter,
+                 act.data_ptr<float>());
+    return CpuAddmm(y, act, w.down_t, w.down_p.get());
+  }
+  at::Tensor act = CpuSiluMulPays(gu) ? CpuSiluMul(gu)
+                                      : at::silu(gu.narrow(1, 0, inter)) *
+                                            gu.narrow(1, inter, inter);
   return CpuAddmm(y, act, w.down_t, w.down_p.get());
 }
 

@@ -79,6 +79,33 @@ TEST(KvPoolTest, AppendWritesInPlaceAndTruncateOnlyMovesTheLength) {
   EXPECT_EQ(pool.total_length(), 8);
 }
 
+// The CPU row path's copy: the same cache as Write, from strided k and v
+// (views of a packed projection, as ProjectQkv gives them).
+TEST(KvPoolTest, WriteRowsEqualsWrite) {
+  if (!TestDevice().is_cpu()) GTEST_SKIP() << "a CPU path";
+  const KvPool::Shape shape = SmallShape();
+  KvPool by_rows(shape, at::kFloat, TestDevice(), 4);
+  KvPool by_index(shape, at::kFloat, TestDevice(), 4);
+  for (SequenceId id : {1, 2}) {
+    ASSERT_TRUE(by_rows.Add(id).ok());
+    ASSERT_TRUE(by_index.Add(id).ok());
+  }
+  by_rows.Reserve(12);
+  by_index.Reserve(12);
+  std::vector<int64_t> rows;
+  by_rows.AppendRows(by_rows.Slot(2), 3, 5, &rows);
+  by_rows.AppendRows(by_rows.Slot(1), 0, 4, &rows);
+  const at::Tensor packed = at::randn({9, 3 * shape.kv_heads, shape.head_dim});
+  const at::Tensor k = packed.narrow(1, 0, shape.kv_heads);
+  const at::Tensor v = packed.narrow(1, 2 * shape.kv_heads, shape.kv_heads);
+  ASSERT_FALSE(k.is_contiguous());
+  by_rows.WriteRows(1, rows, k, v);
+  by_index.Write(1, at::tensor(rows, at::kLong), k, v);
+  EXPECT_TRUE(at::equal(by_rows.keys(1), by_index.keys(1)));
+  EXPECT_TRUE(at::equal(by_rows.values(1), by_index.values(1)));
+  EXPECT_TRUE(at::equal(by_rows.keys(0), by_index.keys(0)));  // untouched
+}
+
 TEST(KvPoolTest, SlabsGrowByDoublingUpToTheLimitKeepingData) {
   KvPool pool(SmallShape(), at::kFloat, TestDevice(), /*initial_slots=*/2,
               /*max_slots=*/8, /*initial_slab_tokens=*/3);
