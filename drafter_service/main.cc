@@ -92,6 +92,10 @@ int main(int argc, char** argv) {
                  std::string(s.message()).c_str());
     return 2;
   }
+  // Which kernel "auto" resolved to, for the operator's log.
+  std::fprintf(
+      stderr, "dedit-drafter: CPU weight products: %s\n",
+      std::string(dedit::CpuProductsName(dedit::GetCpuProducts())).c_str());
   if (absl::GetFlag(FLAGS_causal_editor)) o.causal_editor = true;
   o.serve = dedit::ServeOptionsFor(
       absl::GetFlag(FLAGS_host), absl::GetFlag(FLAGS_port),

@@ -112,6 +112,10 @@ int main(int argc, char** argv) {
                  std::string(s.message()).c_str());
     return 2;
   }
+  // Which kernel "auto" resolved to, for the operator's log.
+  std::fprintf(
+      stderr, "dedit-target: CPU weight products: %s\n",
+      std::string(dedit::CpuProductsName(dedit::GetCpuProducts())).c_str());
   o.serve = dedit::ServeOptionsFor(
       absl::GetFlag(FLAGS_host), absl::GetFlag(FLAGS_port),
       absl::GetFlag(FLAGS_metrics_port), absl::GetFlag(FLAGS_ready_file),
