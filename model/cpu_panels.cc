@@ -44,12 +44,10 @@ DEDIT_AVX512 inline __mmask16 GroupMask(int64_t g, int64_t n) {
   return static_cast<__mmask16>((1u << cols) - 1u);
 }
 
-// R rows x C groups of y from group g0. x: f32 rows (ld k).
+// A tile's column masks, and its accumulators from the bias rows (or 0).
 template <int R, int C>
-DEDIT_AVX512 void F32Tile(const float* x, int64_t k, const float* panels,
-                          const float* bias, float* y, int64_t n, int64_t g0) {
-  __m512 acc[R][C];
-  __mmask16 mask[C];
+DEDIT_AVX512 inline void StartTile(const float* bias, int64_t n, int64_t g0,
+                                   __m512 (&acc)[R][C], __mmask16 (&mask)[C]) {
   for (int c = 0; c < C; ++c) mask[c] = GroupMask(g0 + c, n);
   for (int r = 0; r < R; ++r) {
     for (int c = 0; c < C; ++c) {
@@ -59,6 +57,26 @@ DEDIT_AVX512 void F32Tile(const float* x, int64_t k, const float* panels,
                                               bias + r * n + (g0 + c) * kGroup);
     }
   }
+}
+
+template <int R, int C>
+DEDIT_AVX512 inline void StoreTile(const __m512 (&acc)[R][C],
+                                   const __mmask16 (&mask)[C], float* y,
+                                   int64_t n, int64_t g0) {
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < C; ++c) {
+      _mm512_mask_storeu_ps(y + r * n + (g0 + c) * kGroup, mask[c], acc[r][c]);
+    }
+  }
+}
+
+// R rows x C groups of y from group g0. x: f32 rows (ld k).
+template <int R, int C>
+DEDIT_AVX512 void F32Tile(const float* x, int64_t k, const float* panels,
+                          const float* bias, float* y, int64_t n, int64_t g0) {
+  __m512 acc[R][C];
+  __mmask16 mask[C];
+  StartTile<R, C>(bias, n, g0, acc, mask);
   const float* p = panels + g0 * k * kGroup;
   for (int64_t i = 0; i < k; ++i) {
     __m512 w[C];
@@ -71,11 +89,7 @@ DEDIT_AVX512 void F32Tile(const float* x, int64_t k, const float* panels,
         acc[r][c] = _mm512_fmadd_ps(xv, w[c], acc[r][c]);
     }
   }
-  for (int r = 0; r < R; ++r) {
-    for (int c = 0; c < C; ++c) {
-      _mm512_mask_storeu_ps(y + r * n + (g0 + c) * kGroup, mask[c], acc[r][c]);
-    }
-  }
+  StoreTile<R, C>(acc, mask, y, n, g0);
 }
 
 // The same over bf16 pairs: x as [rows][pairs] uint32 (two bf16 each).
@@ -85,15 +99,7 @@ DEDIT_AVX512 void Bf16Tile(const uint32_t* x, int64_t pairs,
                            int64_t n, int64_t g0) {
   __m512 acc[R][C];
   __mmask16 mask[C];
-  for (int c = 0; c < C; ++c) mask[c] = GroupMask(g0 + c, n);
-  for (int r = 0; r < R; ++r) {
-    for (int c = 0; c < C; ++c) {
-      acc[r][c] = bias == nullptr
-                      ? _mm512_setzero_ps()
-                      : _mm512_maskz_loadu_ps(mask[c],
-                                              bias + r * n + (g0 + c) * kGroup);
-    }
-  }
+  StartTile<R, C>(bias, n, g0, acc, mask);
   const uint16_t* p = panels + g0 * pairs * 2 * kGroup;
   for (int64_t i = 0; i < pairs; ++i) {
     __m512bh w[C];
@@ -107,11 +113,7 @@ DEDIT_AVX512 void Bf16Tile(const uint32_t* x, int64_t pairs,
         acc[r][c] = _mm512_dpbf16_ps(acc[r][c], xv, w[c]);
     }
   }
-  for (int r = 0; r < R; ++r) {
-    for (int c = 0; c < C; ++c) {
-      _mm512_mask_storeu_ps(y + r * n + (g0 + c) * kGroup, mask[c], acc[r][c]);
-    }
-  }
+  StoreTile<R, C>(acc, mask, y, n, g0);
 }
 
 // Rows of R over groups [g0, g1): whole tiles of kTileGroups, then one group
