@@ -75,8 +75,7 @@ DEDIT_AVX512 void AttendOne(const float* q, const float* keys,
       }
       t[i] = acc;
     }
-    const __mmask16 live = static_cast<__mmask16>(
-        in_block == kLanes ? 0xffffu : (1u << in_block) - 1u);
+    const __mmask16 live = avx512::LaneMask(in_block);
     const __m512 s = SumEach(t);
     _mm512_storeu_ps(scores + j0, s);
     best = _mm512_mask_max_ps(best, live, best, s);
@@ -85,8 +84,7 @@ DEDIT_AVX512 void AttendOne(const float* q, const float* keys,
   __m512 total = _mm512_setzero_ps();
   for (int64_t j0 = 0; j0 < visible; j0 += kLanes) {
     const int64_t in_block = std::min(kLanes, visible - j0);
-    const __mmask16 live = static_cast<__mmask16>(
-        in_block == kLanes ? 0xffffu : (1u << in_block) - 1u);
+    const __mmask16 live = avx512::LaneMask(in_block);
     const __m512 p = _mm512_maskz_mov_ps(
         live, Exp(_mm512_sub_ps(_mm512_loadu_ps(scores + j0), m)));
     _mm512_storeu_ps(scores + j0, p);

@@ -7,11 +7,21 @@
 #include <immintrin.h>
 
 // The kernels alone are built for AVX-512: the rest of the binary keeps the
-// baseline ISA.
-#define DEDIT_AVX512 \
+// baseline ISA. DEDIT_AVX512_BF16 only where AVX512_BF16 instructions are
+// used (CpuRuns(kBf16) checks it; kF32 and the attention do not need it).
+#define DEDIT_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
+#define DEDIT_AVX512_BF16 \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
 namespace dedit::avx512 {
+
+// The first `lanes` lanes of 16 (all of them for 16 or more, none for 0 or
+// fewer): the mask of a partial last vector.
+DEDIT_AVX512 inline __mmask16 LaneMask(int64_t lanes) {
+  if (lanes >= 16) return 0xffff;
+  if (lanes <= 0) return 0;
+  return static_cast<__mmask16>((1u << lanes) - 1u);
+}
 
 // e^x per lane, x clamped to [-87, 88] (Cephes' expf: x = n ln2 + r,
 // |r| <= ln2 / 2, a degree-6 polynomial in r, scaled by 2^n). Relative

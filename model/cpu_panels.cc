@@ -40,8 +40,7 @@ uint16_t ToBf16(float f) {
 
 // Lanes of group g that hold real columns (the last group may be partial).
 DEDIT_AVX512 inline __mmask16 GroupMask(int64_t g, int64_t n) {
-  const int64_t cols = std::min<int64_t>(kGroup, n - g * kGroup);
-  return static_cast<__mmask16>((1u << cols) - 1u);
+  return avx512::LaneMask(n - g * kGroup);
 }
 
 // A tile's column masks, and its accumulators from the bias rows (or 0).
@@ -94,9 +93,9 @@ DEDIT_AVX512 void F32Tile(const float* x, int64_t k, const float* panels,
 
 // The same over bf16 pairs: x as [rows][pairs] uint32 (two bf16 each).
 template <int R, int C>
-DEDIT_AVX512 void Bf16Tile(const uint32_t* x, int64_t pairs,
-                           const uint16_t* panels, const float* bias, float* y,
-                           int64_t n, int64_t g0) {
+DEDIT_AVX512_BF16 void Bf16Tile(const uint32_t* x, int64_t pairs,
+                                const uint16_t* panels, const float* bias,
+                                float* y, int64_t n, int64_t g0) {
   __m512 acc[R][C];
   __mmask16 mask[C];
   StartTile<R, C>(bias, n, g0, acc, mask);
@@ -130,9 +129,9 @@ DEDIT_AVX512 void F32Rows(const float* x, int64_t k, const float* panels,
 }
 
 template <int R>
-DEDIT_AVX512 void Bf16Rows(const uint32_t* x, int64_t pairs,
-                           const uint16_t* panels, const float* bias, float* y,
-                           int64_t n, int64_t g0, int64_t g1) {
+DEDIT_AVX512_BF16 void Bf16Rows(const uint32_t* x, int64_t pairs,
+                                const uint16_t* panels, const float* bias,
+                                float* y, int64_t n, int64_t g0, int64_t g1) {
   int64_t g = g0;
   for (; g + kTileGroups <= g1; g += kTileGroups) {
     Bf16Tile<R, kTileGroups>(x, pairs, panels, bias, y, n, g);
@@ -172,26 +171,19 @@ DEDIT_AVX512 void EachRowBlock(int64_t m, Rows rows) {
 
 // x [m, k] f32 -> [m, pairs] bf16 pairs, rounded as ToBf16 does; an odd k
 // pairs its last element with 0.
-DEDIT_AVX512 void RowsToBf16Pairs(const float* x, int64_t m, int64_t k,
-                                  int64_t pairs, uint32_t* out) {
+DEDIT_AVX512_BF16 void RowsToBf16Pairs(const float* x, int64_t m, int64_t k,
+                                       int64_t pairs, uint32_t* out) {
   for (int64_t r = 0; r < m; ++r) {
     const float* row = x + r * k;
     uint32_t* dst = out + r * pairs;
     for (int64_t i = 0; i < k; i += 32) {
       const int64_t left = std::min<int64_t>(32, k - i);
-      const __mmask16 lo =
-          static_cast<__mmask16>(left >= 16 ? 0xffffu : (1u << left) - 1u);
-      const __mmask16 hi =
-          static_cast<__mmask16>(left >= 32  ? 0xffffu
-                                 : left > 16 ? (1u << (left - 16)) - 1u
-                                             : 0u);
-      const __m512 a = _mm512_maskz_loadu_ps(lo, row + i);
-      const __m512 b = _mm512_maskz_loadu_ps(hi, row + i + 16);
+      const __m512 a = _mm512_maskz_loadu_ps(avx512::LaneMask(left), row + i);
+      const __m512 b =
+          _mm512_maskz_loadu_ps(avx512::LaneMask(left - 16), row + i + 16);
       const __m512bh v = _mm512_cvtne2ps_pbh(b, a);
-      const int64_t words = (left + 1) / 2;
-      const __mmask16 store =
-          static_cast<__mmask16>(words >= 16 ? 0xffffu : (1u << words) - 1u);
-      _mm512_mask_storeu_epi32(dst + i / 2, store, (__m512i)v);
+      _mm512_mask_storeu_epi32(dst + i / 2, avx512::LaneMask((left + 1) / 2),
+                               (__m512i)v);
     }
   }
 }
@@ -206,9 +198,9 @@ DEDIT_AVX512 void F32Groups(const float* x, int64_t m, int64_t k,
   });
 }
 
-DEDIT_AVX512 void Bf16Groups(const uint32_t* x, int64_t m, int64_t pairs,
-                             const uint16_t* panels, const float* bias,
-                             float* y, int64_t n, int64_t g0, int64_t g1) {
+DEDIT_AVX512_BF16 void Bf16Groups(const uint32_t* x, int64_t m, int64_t pairs,
+                                  const uint16_t* panels, const float* bias,
+                                  float* y, int64_t n, int64_t g0, int64_t g1) {
   EachRowBlock(m, [&](auto rows, int64_t r) {
     Bf16Rows<decltype(rows)::value>(x + r * pairs, pairs, panels,
                                     bias == nullptr ? nullptr : bias + r * n,
@@ -224,8 +216,7 @@ DEDIT_AVX512 void SiluMulRows(const float* gu, int64_t n, int64_t inter,
     float* y = out + r * inter;
     for (int64_t j = 0; j < inter; j += kGroup) {
       const int64_t left = std::min(kGroup, inter - j);
-      const __mmask16 live =
-          static_cast<__mmask16>(left == kGroup ? 0xffffu : (1u << left) - 1u);
+      const __mmask16 live = avx512::LaneMask(left);
       const __m512 gv = _mm512_maskz_loadu_ps(live, g + j);
       const __m512 uv = _mm512_maskz_loadu_ps(live, u + j);
       const __m512 e = avx512::Exp(_mm512_sub_ps(_mm512_setzero_ps(), gv));

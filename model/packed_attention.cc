@@ -36,9 +36,6 @@ PackedAttention::PackedAttention(const std::vector<AttentionSegment>& segments,
     pool.AppendRows(s.slot, s.start, s.length, &kv_index);
     n += s.length;
   }
-  const c10::Device dev = pool.keys(0).device();
-  kv_index_ =
-      at::tensor(kv_index, at::TensorOptions().dtype(at::kLong)).to(dev);
   const at::Tensor& keys = pool.keys(0);
   if (GetCpuProducts() != CpuProducts::kBlas && keys.device().is_cpu() &&
       keys.scalar_type() == at::kFloat && keys.is_contiguous() &&
@@ -54,6 +51,9 @@ PackedAttention::PackedAttention(const std::vector<AttentionSegment>& segments,
     }
     return;
   }
+  const c10::Device dev = keys.device();
+  kv_index_ =
+      at::tensor(kv_index, at::TensorOptions().dtype(at::kLong)).to(dev);
   // Groups by length, longest first: a segment joins the current group
   // while the group's padded queries stay within twice its real ones.
   std::vector<size_t> order(segments.size());
@@ -177,8 +177,10 @@ int64_t PackedAttention::padded_queries() const {
 
 void PackedAttention::WriteKv(KvPool* pool, int layer, const at::Tensor& k,
                               const at::Tensor& v) const {
-  if (cpu_rows_ && k.stride(2) == 1 && v.stride(2) == 1) {
-    pool->WriteRows(layer, kv_rows_, k, v);
+  if (cpu_rows_) {
+    // WriteRows copies whole heads: a head's elements must be adjacent.
+    pool->WriteRows(layer, kv_rows_, k.stride(2) == 1 ? k : k.contiguous(),
+                    v.stride(2) == 1 ? v : v.contiguous());
     return;
   }
   pool->Write(layer, kv_index_, k, v);

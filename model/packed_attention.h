@@ -101,14 +101,15 @@ class PackedAttention {
   // --cpu_products f32|bf16 for an fp32 CPU pool: each packed row's slot
   // and visible keys, and no groups.
   bool cpu_rows_ = false;
-  std::vector<int64_t> kv_rows_;  // kv_index_ on the host (WriteRows)
+  std::vector<int64_t> kv_rows_;  // the flat pool rows (KvPool::WriteRows)
   std::vector<int32_t> row_slot_;
   std::vector<int64_t> row_visible_;
 
   int heads_;
   int kv_heads_;
   std::vector<Group> groups_;
-  at::Tensor kv_index_;  // [n * kv_heads] flat pool rows (KvPool::Write)
+  at::Tensor
+      kv_index_;  // the same on the device (KvPool::Write); not cpu_rows_
   // With several groups: the packed row of each row of the groups' outputs
   // concatenated, inverted (output row of each packed row).
   at::Tensor unpermute_;
