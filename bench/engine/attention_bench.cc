@@ -1,0 +1,121 @@
+// dedit-attention-bench: CpuAttention (model/cpu_attention.h, the row
+// attention of --cpu_products f32|bf16) on the target's shapes: a decode
+// step (1 row), a verify block (W + 1 rows of one sequence) and a batched
+// decode step (one row of each of S sequences), for a number of cached
+// keys (bench/README.md, "Weight panels and row attention"). One JSON
+// object per shape: median µs per call (all layers' worth is --layers
+// times that) and ns per (row, head). With --dump FILE, the outputs of
+// every shape (seeded inputs) are written to FILE, so that two builds'
+// kernels can be compared to the bit. Built with the tests, never run by
+// ctest.
+//
+//   build/bench/engine/dedit-attention-bench [--keys 96] [--dump FILE]
+#include <ATen/Functions.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/core/grad_mode.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "bench/engine/micro_timing.h"
+#include "model/cpu_attention.h"
+#include "model/cpu_product_pool.h"
+#include "nlohmann/json.hpp"
+
+ABSL_FLAG(int, keys, 96, "cached keys of each sequence before its rows");
+ABSL_FLAG(int, heads, 4, "query heads");
+ABSL_FLAG(int, kv_heads, 2, "kv heads");
+ABSL_FLAG(int, head_dim, 32, "head size");
+ABSL_FLAG(int, product_threads, 1, "threads (CpuProductPool)");
+ABSL_FLAG(std::string, dump, "", "write every shape's output here");
+
+namespace dedit {
+namespace {
+
+struct Shape {
+  const char* name;
+  int sequences;  // slots
+  int rows;       // query rows per sequence, causal after the cached keys
+};
+
+int Main() {
+  at::NoGradGuard no_grad;
+  if (!CpuAttentionRuns(absl::GetFlag(FLAGS_head_dim))) {
+    std::fprintf(stderr,
+                 "dedit-attention-bench: CpuAttention does not run "
+                 "on this CPU for this head size\n");
+    return 2;
+  }
+  if (absl::Status s =
+          SetCpuProductThreadsFlag(absl::GetFlag(FLAGS_product_threads));
+      !s.ok()) {
+    std::fprintf(stderr, "dedit-attention-bench: %s\n",
+                 std::string(s.message()).c_str());
+    return 2;
+  }
+  const int heads = absl::GetFlag(FLAGS_heads);
+  const int kv_heads = absl::GetFlag(FLAGS_kv_heads);
+  const int64_t hd = absl::GetFlag(FLAGS_head_dim);
+  const int64_t keys = absl::GetFlag(FLAGS_keys);
+  std::ofstream dump;
+  if (!absl::GetFlag(FLAGS_dump).empty()) {
+    dump.open(absl::GetFlag(FLAGS_dump), std::ios::binary);
+  }
+  const Shape shapes[] = {{"decode", 1, 1},    {"verify9", 1, 9},
+                          {"verify17", 1, 17}, {"batch16", 16, 1},
+                          {"batch64", 64, 1},  {"batch16_verify9", 16, 9}};
+  for (const Shape& shape : shapes) {
+    at::manual_seed(7);
+    const int64_t slab = keys + shape.rows;
+    const int64_t n = int64_t{shape.sequences} * shape.rows;
+    const at::Tensor k = at::randn({shape.sequences, kv_heads, slab, hd});
+    const at::Tensor v = at::randn({shape.sequences, kv_heads, slab, hd});
+    const at::Tensor q = at::randn({n, heads * hd}) * (1.0 / std::sqrt(hd));
+    at::Tensor out = at::empty({n, heads * hd});
+    std::vector<int32_t> slot;
+    std::vector<int64_t> visible;
+    for (int s = 0; s < shape.sequences; ++s) {
+      for (int r = 0; r < shape.rows; ++r) {
+        slot.push_back(s);
+        visible.push_back(keys + r + 1);
+      }
+    }
+    CpuAttentionRows rows;
+    rows.n = n;
+    rows.slot = slot.data();
+    rows.visible = visible.data();
+    auto call = [&] {
+      CpuAttention(q.data_ptr<float>(), q.stride(0), rows, heads, kv_heads, hd,
+                   k.data_ptr<float>(), v.data_ptr<float>(), slab,
+                   out.data_ptr<float>(), CpuProductPool::ForThisThread());
+    };
+    const double us = bench::MedianUs(call, 200, 20, 7);
+    if (dump.is_open()) {
+      call();
+      dump.write(reinterpret_cast<const char*>(out.data_ptr<float>()),
+                 out.numel() * sizeof(float));
+    }
+    nlohmann::json j = {{"shape", shape.name},
+                        {"sequences", shape.sequences},
+                        {"rows_per_sequence", shape.rows},
+                        {"keys", keys},
+                        {"us", us},
+                        {"ns_per_row_head", 1000 * us / (n * heads)}};
+    std::printf("%s\n", j.dump().c_str());
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace dedit
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return dedit::Main();
+}
