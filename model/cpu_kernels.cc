@@ -48,6 +48,16 @@ bool CpuKernelsApply(const at::Tensor& t) {
          t.scalar_type() == at::kFloat && t.is_contiguous();
 }
 
+void CpuRmsNormalizeRows(const float* x, int64_t rows, int64_t d, double eps,
+                         float* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * d;
+    float* yr = out + r * d;
+    const float inv = InverseRms(xr, d, eps);
+    for (int64_t j = 0; j < d; ++j) yr[j] = xr[j] * inv;
+  }
+}
+
 at::Tensor CpuRmsNormalize(const at::Tensor& x, double eps) {
   const int64_t d = x.size(-1);
   const int64_t rows = d == 0 ? 0 : x.numel() / d;
@@ -55,14 +65,33 @@ at::Tensor CpuRmsNormalize(const at::Tensor& x, double eps) {
   const float* in = x.data_ptr<float>();
   float* o = out.data_ptr<float>();
   at::parallel_for(0, rows, kGrainRows, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const float* xr = in + r * d;
-      float* yr = o + r * d;
-      const float inv = InverseRms(xr, d, eps);
-      for (int64_t j = 0; j < d; ++j) yr[j] = xr[j] * inv;
-    }
+    CpuRmsNormalizeRows(in + begin * d, end - begin, d, eps, o + begin * d);
   });
   return out;
+}
+
+void CpuHeadNormRopeRows(const float* qkv, int64_t n, int64_t row_stride,
+                         int64_t heads, int64_t head_dim, const float* weight,
+                         double eps, const float* cos, const float* sin,
+                         float* out) {
+  const int64_t half = head_dim / 2;
+  float y[512];  // one normalised head; head_dim <= 512 (the callers check)
+  for (int64_t t = 0; t < n; ++t) {
+    const float* ct = cos + t * head_dim;
+    const float* st = sin + t * head_dim;
+    for (int64_t h = 0; h < heads; ++h) {
+      const float* xh = qkv + t * row_stride + h * head_dim;
+      const float* wh = weight + h * head_dim;
+      float* oh = out + (t * heads + h) * head_dim;
+      const float inv = InverseRms(xh, head_dim, eps);
+      for (int64_t j = 0; j < head_dim; ++j) y[j] = xh[j] * inv * wh[j];
+      // rotate_half(y) = [-y2, y1]
+      for (int64_t j = 0; j < half; ++j) {
+        oh[j] = y[j] * ct[j] - y[j + half] * st[j];
+        oh[j + half] = y[j + half] * ct[j + half] + y[j] * st[j + half];
+      }
+    }
+  }
 }
 
 at::Tensor CpuHeadNormRope(const at::Tensor& qkv, int64_t heads,
@@ -81,7 +110,6 @@ at::Tensor CpuHeadNormRope(const at::Tensor& qkv, int64_t heads,
       "CpuHeadNormRope: cos/sin are not one head_dim row per token");
   const int64_t n = qkv.size(0);
   const int64_t row = qkv.size(1);
-  const int64_t half = head_dim / 2;
   at::Tensor out = at::empty({n, heads, head_dim}, qkv.options());
   const float* in = qkv.data_ptr<float>();
   const float* w = weight.data_ptr<float>();
@@ -89,23 +117,9 @@ at::Tensor CpuHeadNormRope(const at::Tensor& qkv, int64_t heads,
   const float* s = sin.data_ptr<float>();
   float* o = out.data_ptr<float>();
   at::parallel_for(0, n, kGrainRows, [&](int64_t begin, int64_t end) {
-    float y[512];  // one normalised head; head_dim <= 512 (checked above)
-    for (int64_t t = begin; t < end; ++t) {
-      const float* ct = c + t * head_dim;
-      const float* st = s + t * head_dim;
-      for (int64_t h = 0; h < heads; ++h) {
-        const float* xh = in + t * row + h * head_dim;
-        const float* wh = w + h * head_dim;
-        float* oh = o + (t * heads + h) * head_dim;
-        const float inv = InverseRms(xh, head_dim, eps);
-        for (int64_t j = 0; j < head_dim; ++j) y[j] = xh[j] * inv * wh[j];
-        // rotate_half(y) = [-y2, y1]
-        for (int64_t j = 0; j < half; ++j) {
-          oh[j] = y[j] * ct[j] - y[j + half] * st[j];
-          oh[j + half] = y[j + half] * ct[j + half] + y[j] * st[j + half];
-        }
-      }
-    }
+    CpuHeadNormRopeRows(in + begin * row, end - begin, row, heads, head_dim, w,
+                        eps, c + begin * head_dim, s + begin * head_dim,
+                        o + begin * heads * head_dim);
   });
   return out;
 }

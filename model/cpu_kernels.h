@@ -26,6 +26,9 @@ bool CpuKernelsApply(const at::Tensor& t);
 // x * rsqrt(mean(x^2) + eps) over the last dimension of x. REQUIRES
 // CpuKernelsApply(x).
 at::Tensor CpuRmsNormalize(const at::Tensor& x, double eps);
+// The same on raw rows: x, out [rows, d], row-major fp32 (one thread).
+void CpuRmsNormalizeRows(const float* x, int64_t rows, int64_t d, double eps,
+                         float* out);
 
 // Per-head RMSNorm with weight, then NeoX rotary embedding, of the first
 // `heads` heads of each row of `qkv` ([n, >= heads * head_dim], the packed
@@ -36,6 +39,13 @@ at::Tensor CpuHeadNormRope(const at::Tensor& qkv, int64_t heads,
                            int64_t head_dim, const at::Tensor& weight,
                            double eps, const at::Tensor& cos,
                            const at::Tensor& sin);
+// The same on raw rows: n rows of qkv at row_stride, weight [heads,
+// head_dim], cos and sin [n, head_dim], out [n, heads, head_dim]; one
+// thread. REQUIRES head_dim even and <= 512.
+void CpuHeadNormRopeRows(const float* qkv, int64_t n, int64_t row_stride,
+                         int64_t heads, int64_t head_dim, const float* weight,
+                         double eps, const float* cos, const float* sin,
+                         float* out);
 
 // silu(gu[:, :I]) * gu[:, I:] for gu [n, 2I] (packed gate/up). REQUIRES
 // CpuKernelsApply(gu).

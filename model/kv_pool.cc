@@ -157,22 +157,34 @@ int64_t KvPool::total_length() const {
 
 void KvPool::WriteRows(int layer, const std::vector<int64_t>& flat_rows,
                        const at::Tensor& k, const at::Tensor& v) {
+  TORCH_CHECK(
+      k.device().is_cpu() && k.scalar_type() == at::kFloat &&
+          v.scalar_type() == at::kFloat && k.stride(2) == 1 &&
+          v.stride(2) == 1 &&
+          static_cast<int64_t>(flat_rows.size()) == k.size(0) * shape_.kv_heads,
+      "KvPool::WriteRows: fp32 CPU rows of contiguous heads");
+  WriteRows(layer, flat_rows, k.data_ptr<float>(), k.stride(0), k.stride(1),
+            v.data_ptr<float>(), v.stride(0), v.stride(1));
+}
+
+void KvPool::WriteRows(int layer, const std::vector<int64_t>& flat_rows,
+                       const float* k, int64_t k_token_stride,
+                       int64_t k_head_stride, const float* v,
+                       int64_t v_token_stride, int64_t v_head_stride) {
   const int64_t kv = shape_.kv_heads, hd = shape_.head_dim;
-  TORCH_CHECK(k.device().is_cpu() && k.scalar_type() == at::kFloat &&
-                  v.scalar_type() == at::kFloat && k.stride(2) == 1 &&
-                  v.stride(2) == 1 && k_[layer].scalar_type() == at::kFloat &&
-                  static_cast<int64_t>(flat_rows.size()) == k.size(0) * kv,
-              "KvPool::WriteRows: fp32 CPU rows of contiguous heads");
+  TORCH_CHECK(k_[layer].scalar_type() == at::kFloat &&
+                  k_[layer].device().is_cpu() &&
+                  static_cast<int64_t>(flat_rows.size()) % kv == 0,
+              "KvPool::WriteRows: an fp32 CPU pool and whole tokens");
   float* keys = k_rows_[layer].data_ptr<float>();
   float* values = v_rows_[layer].data_ptr<float>();
-  const float* kp = k.data_ptr<float>();
-  const float* vp = v.data_ptr<float>();
-  for (int64_t t = 0; t < k.size(0); ++t) {
+  const int64_t tokens = static_cast<int64_t>(flat_rows.size()) / kv;
+  for (int64_t t = 0; t < tokens; ++t) {
     for (int64_t h = 0; h < kv; ++h) {
       const int64_t row = flat_rows[t * kv + h];
-      std::memcpy(keys + row * hd, kp + t * k.stride(0) + h * k.stride(1),
+      std::memcpy(keys + row * hd, k + t * k_token_stride + h * k_head_stride,
                   hd * sizeof(float));
-      std::memcpy(values + row * hd, vp + t * v.stride(0) + h * v.stride(1),
+      std::memcpy(values + row * hd, v + t * v_token_stride + h * v_head_stride,
                   hd * sizeof(float));
     }
   }

@@ -92,6 +92,12 @@ class KvPool {
   // flat_rows.size() == k.size(0) * kv_heads.
   void WriteRows(int layer, const std::vector<int64_t>& flat_rows,
                  const at::Tensor& k, const at::Tensor& v);
+  // The same from raw fp32 rows: token t's kv head h at k + t *
+  // k_token_stride + h * k_head_stride (head_dim adjacent floats), and v
+  // alike; flat_rows.size() / kv_heads tokens.
+  void WriteRows(int layer, const std::vector<int64_t>& flat_rows,
+                 const float* k, int64_t k_token_stride, int64_t k_head_stride,
+                 const float* v, int64_t v_token_stride, int64_t v_head_stride);
   // Appends to `rows` the flat rows (Write's index) of positions
   // [start, start + n) of `slot`: token-major, kv heads inner, as k and v
   // come out of a projection. Valid until the next Reserve or Add.

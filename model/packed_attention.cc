@@ -186,6 +186,31 @@ void PackedAttention::WriteKv(KvPool* pool, int layer, const at::Tensor& k,
   pool->Write(layer, kv_index_, k, v);
 }
 
+void PackedAttention::WriteKvRows(KvPool* pool, int layer, const float* k,
+                                  int64_t k_token_stride, const float* v,
+                                  int64_t v_token_stride) const {
+  TORCH_CHECK(cpu_rows_, "PackedAttention::WriteKvRows: not the row path");
+  const int64_t hd = pool->shape().head_dim;
+  pool->WriteRows(layer, kv_rows_, k, k_token_stride, hd, v, v_token_stride,
+                  hd);
+}
+
+void PackedAttention::RunRows(const float* q, int64_t q_row_stride,
+                              const KvPool& pool, int layer, float* out) const {
+  TORCH_CHECK(cpu_rows_, "PackedAttention::RunRows: not the row path");
+  CpuAttentionRows rows;
+  rows.n = static_cast<int64_t>(row_slot_.size());
+  rows.slot = row_slot_.data();
+  rows.visible = row_visible_.data();
+  CpuProductPool* threads = CpuProductThreads() > 1 && rows.n >= 2
+                                ? CpuProductPool::ForThisThread()
+                                : nullptr;
+  CpuAttention(q, q_row_stride, rows, heads_, kv_heads_, pool.shape().head_dim,
+               pool.keys(layer).data_ptr<float>(),
+               pool.values(layer).data_ptr<float>(), pool.slab_tokens(), out,
+               threads);
+}
+
 at::Tensor PackedAttention::Run(const at::Tensor& q, const KvPool& pool,
                                 int layer) const {
   if (cpu_rows_) {
@@ -193,19 +218,9 @@ at::Tensor PackedAttention::Run(const at::Tensor& q, const KvPool& pool,
                 "PackedAttention: an fp32 CPU pool needs fp32 CPU queries");
     const at::Tensor qr =
         q.stride(2) == 1 && q.stride(1) == q.size(2) ? q : q.contiguous();
-    const int64_t n = qr.size(0), hd = qr.size(2);
-    at::Tensor out = at::empty({n, heads_ * hd}, qr.options());
-    CpuAttentionRows rows;
-    rows.n = n;
-    rows.slot = row_slot_.data();
-    rows.visible = row_visible_.data();
-    CpuProductPool* threads = CpuProductThreads() > 1 && n >= 2
-                                  ? CpuProductPool::ForThisThread()
-                                  : nullptr;
-    CpuAttention(qr.data_ptr<float>(), qr.stride(0), rows, heads_, kv_heads_,
-                 hd, pool.keys(layer).data_ptr<float>(),
-                 pool.values(layer).data_ptr<float>(), pool.slab_tokens(),
-                 out.data_ptr<float>(), threads);
+    at::Tensor out = at::empty({qr.size(0), heads_ * qr.size(2)}, qr.options());
+    RunRows(qr.data_ptr<float>(), qr.stride(0), pool, layer,
+            out.data_ptr<float>());
     return out;
   }
   if (groups_.size() == 1) return RunGroup(groups_[0], q, pool, layer);

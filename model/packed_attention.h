@@ -66,6 +66,20 @@ class PackedAttention {
   // head_dim].
   at::Tensor Run(const at::Tensor& q, const KvPool& pool, int layer) const;
 
+  // The CPU row kernel's path (model/cpu_attention.h): WriteKvRows and
+  // RunRows take raw fp32 rows, with no ATen op (CpuDecoderLayer,
+  // model/transformer_ops.h).
+  bool cpu_rows() const { return cpu_rows_; }
+  // WriteKv on raw rows: token t's kv head h at k + t * k_token_stride + h
+  // * head_dim, and v alike. REQUIRES cpu_rows().
+  void WriteKvRows(KvPool* pool, int layer, const float* k,
+                   int64_t k_token_stride, const float* v,
+                   int64_t v_token_stride) const;
+  // Run on raw rows: q [n rows at q_row_stride, heads * head_dim adjacent],
+  // out [n, heads * head_dim]. REQUIRES cpu_rows().
+  void RunRows(const float* q, int64_t q_row_stride, const KvPool& pool,
+               int layer, float* out) const;
+
   // Padded query rows over every group (what the scores are computed for).
   int64_t padded_queries() const;
   size_t num_groups() const { return groups_.size(); }

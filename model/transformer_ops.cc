@@ -4,10 +4,12 @@
 #include <ATen/TensorOperators.h>
 
 #include <cmath>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
 #include "model/cpu_kernels.h"
+#include "model/cpu_product_pool.h"
 #include "model/tensor_io.h"
 
 namespace dedit {
@@ -215,6 +217,71 @@ at::Tensor FinishDecoderLayer(const at::Tensor& x, const at::Tensor& attn,
                                       : at::silu(gu.narrow(1, 0, inter)) *
                                             gu.narrow(1, inter, inter);
   return CpuAddmm(y, act, w.down_t, w.down_p.get());
+}
+
+bool CpuDecoderLayerApplies(const at::Tensor& x, const DecoderLayerWeights& w,
+                            const Qwen3Config& c, const at::Tensor& cos,
+                            const at::Tensor& sin,
+                            const PackedAttention& attention) {
+  const int64_t hd = c.head_dim;
+  const int64_t qk_rows = c.num_attention_heads + c.num_key_value_heads;
+  return attention.cpu_rows() && w.qkv_p != nullptr && w.o_p != nullptr &&
+         w.gate_up_p != nullptr && w.down_p != nullptr && x.dim() == 2 &&
+         CpuKernelsApply(x) && x.size(1) == c.hidden_size &&
+         w.qkv_p->k() == c.hidden_size &&
+         w.qkv_p->n() == (qk_rows + c.num_key_value_heads) * hd &&
+         w.o_p->k() == c.num_attention_heads * hd &&
+         w.o_p->n() == c.hidden_size && w.gate_up_p->k() == c.hidden_size &&
+         w.gate_up_p->n() % 2 == 0 && w.down_p->k() == w.gate_up_p->n() / 2 &&
+         w.down_p->n() == c.hidden_size && hd % 2 == 0 && hd <= 512 &&
+         CpuKernelsApply(w.qk_norm) && w.qk_norm.numel() == qk_rows * hd &&
+         CpuKernelsApply(cos) && CpuKernelsApply(sin) &&
+         cos.numel() == x.size(0) * hd && sin.numel() == cos.numel();
+}
+
+at::Tensor CpuDecoderLayer(const at::Tensor& x, const DecoderLayerWeights& w,
+                           const Qwen3Config& c, const at::Tensor& cos,
+                           const at::Tensor& sin,
+                           const PackedAttention& attention, KvPool* pool,
+                           int layer) {
+  TORCH_CHECK(CpuDecoderLayerApplies(x, w, c, cos, sin, attention),
+              "CpuDecoderLayer: the layer is not on the CPU kernels' path");
+  const int64_t n = x.size(0), hidden = c.hidden_size, hd = c.head_dim;
+  const int64_t heads = c.num_attention_heads, kv = c.num_key_value_heads;
+  const int64_t qkv_width = w.qkv_p->n(), inter = w.down_p->k();
+  const int64_t qk_width = (heads + kv) * hd;
+  // Scratch rows: normalised input (then normalised y), qkv, q/k after
+  // norm and RoPE, attention output, y, gate/up, SiLU x up.
+  thread_local std::vector<float> scratch;
+  const int64_t need =
+      n * (hidden + qkv_width + qk_width + heads * hd + hidden + 3 * inter);
+  if (static_cast<int64_t>(scratch.size()) < need) scratch.resize(need);
+  float* normed = scratch.data();
+  float* qkv = normed + n * hidden;
+  float* qk = qkv + n * qkv_width;
+  float* attn = qk + n * qk_width;
+  float* y = attn + n * heads * hd;
+  float* gu = y + n * hidden;
+  float* act = gu + n * 2 * inter;
+  CpuProductPool* products = CpuProductThreads() > 1 && n >= 2
+                                 ? CpuProductPool::ForThisThread()
+                                 : nullptr;
+  const float* xp = x.data_ptr<float>();
+  CpuRmsNormalizeRows(xp, n, hidden, c.rms_norm_eps, normed);
+  w.qkv_p->Multiply(normed, n, nullptr, qkv, products);
+  CpuHeadNormRopeRows(qkv, n, qkv_width, heads + kv, hd,
+                      w.qk_norm.data_ptr<float>(), c.rms_norm_eps,
+                      cos.data_ptr<float>(), sin.data_ptr<float>(), qk);
+  attention.WriteKvRows(pool, layer, qk + heads * hd, qk_width, qkv + qk_width,
+                        qkv_width);
+  attention.RunRows(qk, qk_width, *pool, layer, attn);
+  w.o_p->Multiply(attn, n, xp, y, products);
+  CpuRmsNormalizeRows(y, n, hidden, c.rms_norm_eps, normed);
+  w.gate_up_p->Multiply(normed, n, nullptr, gu, products);
+  PanelSiluMul(gu, n, inter, act);
+  at::Tensor out = at::empty({n, hidden}, x.options());
+  w.down_p->Multiply(act, n, y, out.data_ptr<float>(), products);
+  return out;
 }
 
 }  // namespace dedit

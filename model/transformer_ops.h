@@ -17,6 +17,7 @@
 #include "base/model_config.h"
 #include "base/safetensors.h"
 #include "model/cpu_panels.h"
+#include "model/packed_attention.h"
 
 namespace dedit {
 
@@ -129,6 +130,28 @@ QkvProjection ProjectQkv(const at::Tensor& x, const DecoderLayerWeights& w,
 at::Tensor FinishDecoderLayer(const at::Tensor& x, const at::Tensor& attn,
                               const DecoderLayerWeights& w,
                               const Qwen3Config& c);
+
+// The same layer in one call on the CPU's own kernels (--cpu_products
+// f32|bf16): RMSNorm, the qkv panel product, the q/k norm and RoPE, the
+// K/V row write, the row attention, the o, gate/up and down panel
+// products with their residuals, and SiLU x up, on raw rows in a scratch
+// buffer of this thread; the only ATen op is the output's allocation (13
+// ops a layer otherwise: a decode step was dispatch and allocation more
+// than arithmetic). It runs the kernels ProjectQkv, PackedAttention and
+// FinishDecoderLayer run on that path, in the same order, so its output
+// and the K/V it writes equal theirs to the bit
+// (tests/model/cpu_decoder_layer_test.cc). CpuDecoderLayerApplies says
+// whether it takes the layer: an fp32 CPU x [n, hidden], the four products
+// on panels, the attention on the CPU row path.
+bool CpuDecoderLayerApplies(const at::Tensor& x, const DecoderLayerWeights& w,
+                            const Qwen3Config& c, const at::Tensor& cos,
+                            const at::Tensor& sin,
+                            const PackedAttention& attention);
+at::Tensor CpuDecoderLayer(const at::Tensor& x, const DecoderLayerWeights& w,
+                           const Qwen3Config& c, const at::Tensor& cos,
+                           const at::Tensor& sin,
+                           const PackedAttention& attention, KvPool* pool,
+                           int layer);
 
 // down(silu(gate(x)) * up(x)).
 at::Tensor SwiGluMlp(const at::Tensor& x, const DecoderLayerWeights& w);

@@ -16,7 +16,9 @@
 #include "gtest/gtest.h"
 #include "model/cpu_kernels.h"
 #include "model/cpu_product_pool.h"
+#include "model/kv_pool.h"
 #include "model/local_backends.h"
+#include "model/packed_attention.h"
 #include "model/transformer_ops.h"
 #include "tests/model/test_util.h"
 
@@ -231,6 +233,87 @@ TEST_P(CpuPanelsTest, VerifyRowsEqualDecodeStepsToTheBit) {
                .max()
                .item<float>();
   }
+}
+
+// CpuDecoderLayer runs a whole layer on raw rows; it must compute what
+// the op-by-op layer (ProjectQkv, PackedAttention, FinishDecoderLayer)
+// computes on the same kernels, to the bit: its output and the K/V it
+// writes, for prefill chunks, a verify block and decode rows in one
+// forward, then a forward over the cached keys.
+TEST_P(CpuPanelsTest, FusedLayerEqualsTheOpByOpLayerToTheBit) {
+  SetCpuProducts(GetParam());
+  absl::Cleanup blas = [] { SetCpuProducts(CpuProducts::kBlas); };
+  Qwen3Config c;
+  c.hidden_size = 64;
+  c.intermediate_size = 96;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 16;
+  c.rms_norm_eps = 1e-6;
+  c.rope_theta = 10000;
+  at::manual_seed(5);
+  const int64_t h = c.hidden_size, hd = c.head_dim;
+  DecoderLayerWeights w;
+  w.input_layernorm = 1 + 0.1 * at::randn({h});
+  w.post_attention_layernorm = 1 + 0.1 * at::randn({h});
+  w.q_proj = 0.1 * at::randn({c.num_attention_heads * hd, h});
+  w.k_proj = 0.1 * at::randn({c.num_key_value_heads * hd, h});
+  w.v_proj = 0.1 * at::randn({c.num_key_value_heads * hd, h});
+  w.o_proj = 0.1 * at::randn({h, c.num_attention_heads * hd});
+  w.q_norm = 1 + 0.1 * at::randn({hd});
+  w.k_norm = 1 + 0.1 * at::randn({hd});
+  w.gate_proj = 0.1 * at::randn({c.intermediate_size, h});
+  w.up_proj = 0.1 * at::randn({c.intermediate_size, h});
+  w.down_proj = 0.1 * at::randn({h, c.intermediate_size});
+  PackDecoderLayer(c, &w);
+  ASSERT_NE(w.qkv_p, nullptr);
+  const Rotary rotary(static_cast<int>(hd), c.rope_theta, at::kCPU);
+  KvPool::Shape shape{1, c.num_key_value_heads, static_cast<int>(hd), 256};
+  KvPool op_pool(shape, at::kFloat, at::kCPU),
+      fused_pool(shape, at::kFloat, at::kCPU);
+  for (KvPool* pool : {&op_pool, &fused_pool}) {
+    for (SequenceId id : {1, 2, 3}) ASSERT_TRUE(pool->Add(id).ok());
+    pool->Reserve(64);
+  }
+  // Two forwards: prefills (20, 5 and 1 tokens), then a 7-token verify
+  // block, a decode row and a bidirectional 4-token block (a drafter's).
+  const std::vector<std::vector<AttentionSegment>> forwards = {
+      {{0, 0, 20, true}, {1, 0, 5, true}, {2, 0, 1, true}},
+      {{0, 20, 7, true}, {1, 5, 1, true}, {2, 1, 4, false}}};
+  for (const std::vector<AttentionSegment>& segments : forwards) {
+    std::vector<int64_t> positions;
+    for (const AttentionSegment& s : segments) {
+      for (int64_t i = 0; i < s.length; ++i) positions.push_back(s.start + i);
+    }
+    const int64_t n = static_cast<int64_t>(positions.size());
+    const at::Tensor x = at::randn({n, h});
+    at::Tensor cos, sin;
+    rotary.HeadTables(at::tensor(positions, at::kLong), at::kFloat, &cos, &sin);
+    const PackedAttention op_attention(segments, op_pool,
+                                       c.num_attention_heads);
+    const PackedAttention fused_attention(segments, fused_pool,
+                                          c.num_attention_heads);
+    ASSERT_TRUE(CpuDecoderLayerApplies(x, w, c, cos, sin, fused_attention));
+    auto [q, k, v] = ProjectQkv(x, w, c, rotary, cos, sin);
+    op_attention.WriteKv(&op_pool, 0, k, v);
+    const at::Tensor expected =
+        FinishDecoderLayer(x, op_attention.Run(q, op_pool, 0), w, c);
+    const at::Tensor got =
+        CpuDecoderLayer(x, w, c, cos, sin, fused_attention, &fused_pool, 0);
+    EXPECT_TRUE(BitEqual(got, expected))
+        << "max diff " << (got - expected).abs().max().item<float>();
+    EXPECT_TRUE(BitEqual(fused_pool.keys(0), op_pool.keys(0)));
+    EXPECT_TRUE(BitEqual(fused_pool.values(0), op_pool.values(0)));
+  }
+  // A layer off the panels' path is not taken.
+  DecoderLayerWeights blas_weights = w;
+  blas_weights.o_p = nullptr;
+  const PackedAttention attention(forwards[0], fused_pool,
+                                  c.num_attention_heads);
+  at::Tensor cos, sin;
+  rotary.HeadTables(at::arange(26, at::kLong), at::kFloat, &cos, &sin);
+  EXPECT_FALSE(CpuDecoderLayerApplies(at::randn({26, h}), blas_weights, c, cos,
+                                      sin, attention));
 }
 
 INSTANTIATE_TEST_SUITE_P(Kernels, CpuPanelsTest,
