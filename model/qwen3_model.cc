@@ -225,13 +225,8 @@ TargetForwardResult Qwen3Model::RunForward(
     // A profiler scope: dedit-engine-bench counts the ops of one layer.
     RECORD_USER_SCOPE("dedit::decoder_layer");
     const DecoderLayerWeights& w = layers_[l];
-    if (CpuDecoderLayerApplies(x, w, c, cos, sin, attention)) {
-      x = CpuDecoderLayer(x, w, c, cos, sin, attention, pool_.get(), l);
-    } else {
-      auto [q, k, v] = ProjectQkv(x, w, c, rotary_, cos, sin);
-      attention.WriteKv(pool_.get(), l, k, v);
-      x = FinishDecoderLayer(x, attention.Run(q, *pool_, l), w, c);
-    }
+    x = DecoderLayerForward(x, w, c, rotary_, cos, sin, attention, pool_.get(),
+                            l);
     for (size_t f = 0; f < features.size(); ++f) {
       if (options_.feature_layer_ids[f] == l) features[f] = x;
     }

@@ -284,4 +284,18 @@ at::Tensor CpuDecoderLayer(const at::Tensor& x, const DecoderLayerWeights& w,
   return out;
 }
 
+at::Tensor DecoderLayerForward(const at::Tensor& x,
+                               const DecoderLayerWeights& w,
+                               const Qwen3Config& c, const Rotary& rotary,
+                               const at::Tensor& cos, const at::Tensor& sin,
+                               const PackedAttention& attention, KvPool* pool,
+                               int layer) {
+  if (CpuDecoderLayerApplies(x, w, c, cos, sin, attention)) {
+    return CpuDecoderLayer(x, w, c, cos, sin, attention, pool, layer);
+  }
+  auto [q, k, v] = ProjectQkv(x, w, c, rotary, cos, sin);
+  attention.WriteKv(pool, layer, k, v);
+  return FinishDecoderLayer(x, attention.Run(q, *pool, layer), w, c);
+}
+
 }  // namespace dedit

@@ -153,6 +153,16 @@ at::Tensor CpuDecoderLayer(const at::Tensor& x, const DecoderLayerWeights& w,
                            const PackedAttention& attention, KvPool* pool,
                            int layer);
 
+// One decoder layer of a forward: CpuDecoderLayer where it applies, else
+// ProjectQkv, the attention's K/V write and run, and FinishDecoderLayer.
+// What the target and the drafter run for each layer.
+at::Tensor DecoderLayerForward(const at::Tensor& x,
+                               const DecoderLayerWeights& w,
+                               const Qwen3Config& c, const Rotary& rotary,
+                               const at::Tensor& cos, const at::Tensor& sin,
+                               const PackedAttention& attention, KvPool* pool,
+                               int layer);
+
 // down(silu(gate(x)) * up(x)).
 at::Tensor SwiGluMlp(const at::Tensor& x, const DecoderLayerWeights& w);
 
