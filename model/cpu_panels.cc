@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <limits>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -227,9 +228,53 @@ DEDIT_AVX512 void SiluMulRows(const float* gu, int64_t n, int64_t inter,
   }
 }
 
+DEDIT_AVX512 void ArgmaxConfidenceRows(const float* logits, int64_t n,
+                                       int64_t vocab, int64_t* argmax,
+                                       float* confidence) {
+  const __m512i lane =
+      _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  for (int64_t r = 0; r < n; ++r) {
+    const float* l = logits + r * vocab;
+    // Each lane keeps its largest value and the first index holding it.
+    __m512 best = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+    __m512i at = _mm512_setzero_si512();
+    for (int64_t j = 0; j < vocab; j += kGroup) {
+      const __mmask16 live = avx512::LaneMask(vocab - j);
+      const __m512 v = _mm512_mask_loadu_ps(best, live, l + j);
+      const __mmask16 more = _mm512_cmp_ps_mask(v, best, _CMP_GT_OQ);
+      best = _mm512_mask_mov_ps(best, more, v);
+      at = _mm512_mask_mov_epi32(
+          at, more,
+          _mm512_add_epi32(lane, _mm512_set1_epi32(static_cast<int32_t>(j))));
+    }
+    const float top = _mm512_reduce_max_ps(best);
+    const __mmask16 tops =
+        _mm512_cmp_ps_mask(best, _mm512_set1_ps(top), _CMP_EQ_OQ);
+    argmax[r] = _mm512_mask_reduce_min_epi32(tops, at);
+    const __m512 m = _mm512_set1_ps(top);
+    __m512 total = _mm512_setzero_ps();
+    for (int64_t j = 0; j < vocab; j += kGroup) {
+      const __mmask16 live = avx512::LaneMask(vocab - j);
+      const __m512 v = _mm512_maskz_loadu_ps(live, l + j);
+      total = _mm512_add_ps(
+          total, _mm512_maskz_mov_ps(live, avx512::Exp(_mm512_sub_ps(v, m))));
+    }
+    confidence[r] = 1.0f / _mm512_reduce_add_ps(total);
+  }
+}
+
 #endif  // DEDIT_PANELS_X86
 
 }  // namespace
+
+void CpuArgmaxConfidence(const float* logits, int64_t n, int64_t vocab,
+                         int64_t* argmax, float* confidence) {
+#if DEDIT_PANELS_X86
+  ArgmaxConfidenceRows(logits, n, vocab, argmax, confidence);
+#else
+  (void)logits, (void)n, (void)vocab, (void)argmax, (void)confidence;
+#endif
+}
 
 void PanelSiluMul(const float* gu, int64_t n, int64_t inter, float* out) {
 #if DEDIT_PANELS_X86

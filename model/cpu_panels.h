@@ -73,6 +73,14 @@ absl::Status SetCpuProductsFlag(std::string_view name);
 // REQUIRES CpuRuns(CpuProducts::kF32).
 void PanelSiluMul(const float* gu, int64_t n, int64_t inter, float* out);
 
+// For each of n rows of `vocab` finite fp32 logits: argmax[r], the first
+// index of the row's largest logit (at::max's choice), and confidence[r]
+// = 1 / sum(exp(l - max)), the largest softmax probability (the drafter's
+// confidence), in one AVX-512 pass for each, with model/cpu_avx512_math.h's
+// exp. REQUIRES CpuRuns(CpuProducts::kF32).
+void CpuArgmaxConfidence(const float* logits, int64_t n, int64_t vocab,
+                         int64_t* argmax, float* confidence);
+
 class CpuPanels {
  public:
   // `w` ([k, n]: fp32, on the CPU, contiguous) packed for `kind`, or null

@@ -14,6 +14,8 @@
 #include "base/status.h"
 #include "engine/ngram_drafter.h"
 #include "model/checkpoint_weights.h"
+#include "model/cpu_kernels.h"
+#include "model/cpu_panels.h"
 #include "model/packed_attention.h"
 #include "model/torch_status.h"
 
@@ -379,6 +381,16 @@ std::pair<at::Tensor, at::Tensor> DEditDrafter::RunPass(
   at::Tensor logits =
       head_.Logits(RmsNorm(rows, final_norm_, c.rms_norm_eps)).to(at::kFloat);
   // Confidence = max softmax probability = 1 / sum(exp(l - max)).
+  if (GetCpuProducts() != CpuProducts::kBlas && CpuKernelsApply(logits) &&
+      logits.dim() == 2) {
+    // One pass for the argmax and one for the sum instead of six ops.
+    at::Tensor argmax = at::empty({logits.size(0)}, long_opts);
+    at::Tensor conf = at::empty({logits.size(0)}, logits.options());
+    CpuArgmaxConfidence(logits.data_ptr<float>(), logits.size(0),
+                        logits.size(1), argmax.data_ptr<int64_t>(),
+                        conf.data_ptr<float>());
+    return {argmax, conf};
+  }
   auto [max_logit, argmax] = logits.max(-1);
   at::Tensor conf =
       at::exp(logits - max_logit.unsqueeze(1)).sum(-1).reciprocal();

@@ -343,6 +343,46 @@ TEST(PanelSiluMul, MatchesTheComposition) {
   }
 }
 
+// The drafter's argmax and confidence in two AVX-512 passes: the same
+// argmax as at::max (the first of equal maxima), and the same confidence
+// as the ATen composition up to the exp's rounding.
+TEST(CpuArgmaxConfidence, MatchesAtenMaxAndSoftmax) {
+  if (!CpuRuns(CpuProducts::kF32)) GTEST_SKIP() << "needs AVX-512";
+  at::manual_seed(3);
+  for (int64_t vocab : {1, 15, 16, 17, 2048, 2053}) {
+    at::Tensor logits = 3 * at::randn({5, vocab});
+    if (vocab > 20) {
+      // Row 1: a tie between two lanes of different blocks; row 2: a tie
+      // within a lane, 16 apart; row 3: all equal.
+      logits[1][3] = 50;
+      logits[1][vocab - 2] = 50;
+      logits[2][7] = 60;
+      logits[2][23] = 60;
+      logits[3].fill_(0.5);
+    }
+    std::vector<int64_t> argmax(5);
+    std::vector<float> conf(5);
+    CpuArgmaxConfidence(logits.data_ptr<float>(), 5, vocab, argmax.data(),
+                        conf.data());
+    auto [max_logit, expected] = logits.max(-1);
+    const at::Tensor expected_conf =
+        at::exp(logits - max_logit.unsqueeze(1)).sum(-1).reciprocal();
+    for (int64_t r = 0; r < 5; ++r) {
+      EXPECT_EQ(argmax[r], expected[r].item<int64_t>())
+          << "vocab " << vocab << " row " << r;
+      EXPECT_NEAR(conf[r], expected_conf[r].item<float>(),
+                  2e-6 * expected_conf[r].item<float>())
+          << "vocab " << vocab << " row " << r;
+    }
+    if (vocab > 20) {
+      EXPECT_EQ(argmax[1], 3);
+      EXPECT_EQ(argmax[2], 7);
+      EXPECT_EQ(argmax[3], 0);
+      EXPECT_NEAR(conf[3], 1.0f / vocab, 1e-6);
+    }
+  }
+}
+
 TEST(CpuProductsFlag, NamesTheFlagAndTheKernels) {
   absl::Cleanup blas = [] { SetCpuProducts(CpuProducts::kBlas); };
   const absl::Status bad = SetCpuProductsFlag("fp16");
