@@ -26,6 +26,7 @@
 #include "base/file_util.h"
 #include "base/status.h"
 #include "cli/command_flags.h"
+#include "model/cpu_flags.h"
 #include "model/cpu_panels.h"
 #include "model/cpu_product_pool.h"
 #include "model/cpu_threads.h"
@@ -87,13 +88,6 @@ ABSL_FLAG(int, batch, 1, "prompts decoded concurrently in --json mode");
 ABSL_FLAG(std::string, device, "cpu", "cpu, cuda, cuda:N");
 ABSL_FLAG(std::string, dtype, "float32", "compute dtype: float32 or bfloat16");
 ABSL_FLAG(int, threads, 2, "CPU threads for libtorch");
-ABSL_FLAG(std::string, cpu_products, "auto",
-          "CPU kernels for fp32 weight products and attention: bf16 or f32 "
-          "(this project's AVX-512 kernels; model/cpu_panels.h), blas "
-          "(libtorch/OpenBLAS), auto (the fastest this CPU runs)");
-ABSL_FLAG(int, product_threads, 1,
-          "threads per model thread for products of 2-32 rows (1 = the model "
-          "thread alone; model/cpu_product_pool.h)");
 
 namespace dedit {
 namespace {
@@ -291,16 +285,7 @@ void PrintHuman(const GenerationResult& r) {
 
 int Run() {
   SetCpuThreads(absl::GetFlag(FLAGS_threads));
-  if (const absl::Status s =
-          SetCpuProductThreadsFlag(absl::GetFlag(FLAGS_product_threads));
-      !s.ok()) {
-    std::fprintf(stderr, "dedit-generate: %s\n",
-                 std::string(s.message()).c_str());
-    return 2;
-  }
-  if (const absl::Status s =
-          SetCpuProductsFlag(absl::GetFlag(FLAGS_cpu_products));
-      !s.ok()) {
+  if (const absl::Status s = ApplyCpuKernelFlags(); !s.ok()) {
     std::fprintf(stderr, "dedit-generate: %s\n",
                  std::string(s.message()).c_str());
     return 2;

@@ -10,6 +10,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "drafter_service/drafter_server.h"
+#include "model/cpu_flags.h"
 #include "model/cpu_panels.h"
 #include "model/cpu_product_pool.h"
 #include "serving/shutdown_signals.h"
@@ -21,13 +22,6 @@ ABSL_FLAG(std::string, model_name, "", "served name (default: folder name)");
 ABSL_FLAG(std::string, device, "cpu", "cpu, cuda, cuda:N");
 ABSL_FLAG(std::string, dtype, "float32", "compute dtype: float32 or bfloat16");
 ABSL_FLAG(int, threads, 0, "CPU threads for libtorch (0 = default)");
-ABSL_FLAG(std::string, cpu_products, "auto",
-          "CPU kernels for fp32 weight products and attention: bf16 or f32 "
-          "(this project's AVX-512 kernels; model/cpu_panels.h), blas "
-          "(libtorch/OpenBLAS), auto (the fastest this CPU runs)");
-ABSL_FLAG(int, product_threads, 1,
-          "threads per model thread for products of 2-32 rows (1 = the model "
-          "thread alone; model/cpu_product_pool.h)");
 ABSL_FLAG(bool, causal_editor, false, "force the causal editor (ablation)");
 ABSL_FLAG(std::string, host, "0.0.0.0", "listen host");
 ABSL_FLAG(int, port, 50052, "gRPC port (0 = ephemeral)");
@@ -78,16 +72,7 @@ int main(int argc, char** argv) {
   o.device = absl::GetFlag(FLAGS_device);
   o.dtype = absl::GetFlag(FLAGS_dtype);
   o.cpu_threads = absl::GetFlag(FLAGS_threads);
-  if (const absl::Status s =
-          dedit::SetCpuProductThreadsFlag(absl::GetFlag(FLAGS_product_threads));
-      !s.ok()) {
-    std::fprintf(stderr, "dedit-drafter: %s\n",
-                 std::string(s.message()).c_str());
-    return 2;
-  }
-  if (const absl::Status s =
-          dedit::SetCpuProductsFlag(absl::GetFlag(FLAGS_cpu_products));
-      !s.ok()) {
+  if (const absl::Status s = dedit::ApplyCpuKernelFlags(); !s.ok()) {
     std::fprintf(stderr, "dedit-drafter: %s\n",
                  std::string(s.message()).c_str());
     return 2;

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "model/cpu_flags.h"
 #include "model/cpu_panels.h"
 #include "model/cpu_product_pool.h"
 #include "serving/shutdown_signals.h"
@@ -31,13 +32,6 @@ ABSL_FLAG(std::string, drafter, "",
 ABSL_FLAG(std::string, device, "cpu", "cpu, cuda, cuda:N");
 ABSL_FLAG(std::string, dtype, "float32", "compute dtype: float32 or bfloat16");
 ABSL_FLAG(int, threads, 0, "CPU threads for libtorch (0 = default)");
-ABSL_FLAG(std::string, cpu_products, "auto",
-          "CPU kernels for fp32 weight products and attention: bf16 or f32 "
-          "(this project's AVX-512 kernels; model/cpu_panels.h), blas "
-          "(libtorch/OpenBLAS), auto (the fastest this CPU runs)");
-ABSL_FLAG(int, product_threads, 1,
-          "threads per model thread for products of 2-32 rows (1 = the model "
-          "thread alone; model/cpu_product_pool.h)");
 ABSL_FLAG(std::string, host, "0.0.0.0", "listen host");
 ABSL_FLAG(int, port, 50051, "gRPC port (0 = ephemeral)");
 ABSL_FLAG(int, metrics_port, 9101, "Prometheus /metrics port (0 = ephemeral)");
@@ -98,16 +92,7 @@ int main(int argc, char** argv) {
   o.device = absl::GetFlag(FLAGS_device);
   o.dtype = absl::GetFlag(FLAGS_dtype);
   o.cpu_threads = absl::GetFlag(FLAGS_threads);
-  if (const absl::Status s =
-          dedit::SetCpuProductThreadsFlag(absl::GetFlag(FLAGS_product_threads));
-      !s.ok()) {
-    std::fprintf(stderr, "dedit-target: %s\n",
-                 std::string(s.message()).c_str());
-    return 2;
-  }
-  if (const absl::Status s =
-          dedit::SetCpuProductsFlag(absl::GetFlag(FLAGS_cpu_products));
-      !s.ok()) {
+  if (const absl::Status s = dedit::ApplyCpuKernelFlags(); !s.ok()) {
     std::fprintf(stderr, "dedit-target: %s\n",
                  std::string(s.message()).c_str());
     return 2;

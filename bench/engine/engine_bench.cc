@@ -32,6 +32,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "model/cpu_flags.h"
 #include "model/cpu_panels.h"
 #include "model/cpu_product_pool.h"
 #include "model/cpu_threads.h"
@@ -40,13 +41,6 @@
 ABSL_FLAG(std::string, target, "", "target model folder");
 ABSL_FLAG(std::string, drafter, "", "drafter model folder (optional)");
 ABSL_FLAG(int, threads, 1, "libtorch threads");
-ABSL_FLAG(std::string, cpu_products, "auto",
-          "CPU kernels for fp32 weight products and attention: bf16 or f32 "
-          "(this project's AVX-512 kernels; model/cpu_panels.h), blas "
-          "(libtorch/OpenBLAS), auto (the fastest this CPU runs)");
-ABSL_FLAG(int, product_threads, 1,
-          "threads per model thread for products of 2-32 rows (1 = the model "
-          "thread alone; model/cpu_product_pool.h)");
 ABSL_FLAG(std::string, device, "cpu", "cpu, cuda or cuda:N");
 ABSL_FLAG(std::string, dtype, "float32", "float32, bfloat16 or float16");
 ABSL_FLAG(int, window, 16, "W for verify and speculative runs");
@@ -194,9 +188,7 @@ void Check(const absl::Status& s, const char* what) {
 
 int Main() {
   SetCpuThreads(absl::GetFlag(FLAGS_threads));
-  Check(SetCpuProductThreadsFlag(absl::GetFlag(FLAGS_product_threads)),
-        "flags");
-  Check(SetCpuProductsFlag(absl::GetFlag(FLAGS_cpu_products)), "flags");
+  Check(ApplyCpuKernelFlags(), "flags");
   InProcessStack::Options o;
   o.max_speculative_batch = absl::GetFlag(FLAGS_max_speculative_batch);
   o.adaptive_speculation = absl::GetFlag(FLAGS_adaptive_speculation);

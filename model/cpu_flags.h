@@ -1,0 +1,25 @@
+// The CPU kernel flags every binary that runs a model takes, defined once:
+// --cpu_products (model/cpu_panels.h) and --product_threads
+// (model/cpu_product_pool.h). dedit-target, dedit-drafter, dedit-generate
+// and dedit-engine-bench link this library and call ApplyCpuKernelFlags
+// before loading a model.
+#ifndef DEDIT_MODEL_CPU_FLAGS_H_
+#define DEDIT_MODEL_CPU_FLAGS_H_
+
+#include <string>
+
+#include "absl/flags/declare.h"
+#include "absl/status/status.h"
+
+ABSL_DECLARE_FLAG(std::string, cpu_products);
+ABSL_DECLARE_FLAG(int, product_threads);
+
+namespace dedit {
+
+// Sets the process's product threads and CPU product kernel from the two
+// flags; INVALID_ARGUMENT naming the flag when either is out of range.
+absl::Status ApplyCpuKernelFlags();
+
+}  // namespace dedit
+
+#endif  // DEDIT_MODEL_CPU_FLAGS_H_
