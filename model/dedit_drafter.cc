@@ -57,6 +57,7 @@ absl::StatusOr<std::unique_ptr<DEditDrafter>> DEditDrafter::FromArchive(
     d->embed_tokens_ = embed_tokens.to(dev, dt);
     d->head_ = OutputHead::Pack(lm_head.to(dev, dt));
     d->rotary_ = Rotary(c.head_dim, c.rope_theta, dev, dt);
+    d->rotary_.CacheTables(c.max_position_embeddings, dt);
   }));
   ASSIGN_OR_RETURN(
       const NamedTensors weights,

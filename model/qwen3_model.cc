@@ -82,6 +82,7 @@ absl::StatusOr<std::unique_ptr<Qwen3Model>> Qwen3Model::FromArchive(
     for (DecoderLayerWeights& w : m->layers_) PackDecoderLayer(config, &w);
     m->head_ = OutputHead::Pack(lm_head);
     m->rotary_ = Rotary(config.head_dim, config.rope_theta, dev, options.dtype);
+    m->rotary_.CacheTables(config.max_position_embeddings, options.dtype);
     KvPool::Shape shape;
     shape.num_layers = config.num_hidden_layers;
     shape.kv_heads = config.num_key_value_heads;

@@ -3,7 +3,9 @@
 #include <ATen/Functions.h>
 #include <ATen/TensorOperators.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -43,8 +45,40 @@ Rotary::Rotary(int head_dim, double theta, c10::Device device,
   rotate_half_ = r.to(device, dtype);
 }
 
+void Rotary::CacheTables(int64_t n, at::ScalarType dtype) {
+  n = std::min(n, kMaxCachedTables);
+  if (n <= 0 || dtype != at::kFloat || !inv_freq_.device().is_cpu()) return;
+  Tables(at::arange(n, at::TensorOptions().dtype(at::kLong)), dtype,
+         &cached_cos_, &cached_sin_);
+  cached_cos_ = cached_cos_.contiguous();
+  cached_sin_ = cached_sin_.contiguous();
+}
+
 void Rotary::HeadTables(const at::Tensor& positions, at::ScalarType dtype,
                         at::Tensor* cos, at::Tensor* sin) const {
+  if (cached_cos_.defined() && dtype == at::kFloat &&
+      positions.device().is_cpu() && positions.scalar_type() == at::kLong &&
+      positions.dim() == 1 && positions.is_contiguous()) {
+    const int64_t n = positions.numel(), hd = cached_cos_.size(1);
+    const int64_t* p = positions.data_ptr<int64_t>();
+    bool cached = true;
+    for (int64_t i = 0; i < n && cached; ++i) {
+      cached = p[i] >= 0 && p[i] < cached_cos_.size(0);
+    }
+    if (cached) {
+      *cos = at::empty({n, 1, hd}, cached_cos_.options());
+      *sin = at::empty({n, 1, hd}, cached_sin_.options());
+      const float* cc = cached_cos_.data_ptr<float>();
+      const float* cs = cached_sin_.data_ptr<float>();
+      float* oc = cos->data_ptr<float>();
+      float* os = sin->data_ptr<float>();
+      for (int64_t i = 0; i < n; ++i) {
+        std::memcpy(oc + i * hd, cc + p[i] * hd, hd * sizeof(float));
+        std::memcpy(os + i * hd, cs + p[i] * hd, hd * sizeof(float));
+      }
+      return;
+    }
+  }
   Tables(positions, dtype, cos, sin);
   *cos = cos->unsqueeze(1);
   *sin = sin->unsqueeze(1);

@@ -52,9 +52,20 @@ class Rotary {
   at::Tensor ApplyPacked(const at::Tensor& x, const at::Tensor& cos,
                          const at::Tensor& sin) const;
 
+  // On the CPU in fp32: Tables for positions [0, min(n, kMaxCachedTables)),
+  // made once by Tables itself, so that HeadTables copies its rows for
+  // those positions instead of 11 ops a forward. The rows equal what
+  // Tables gives for the same positions to the bit (ATen's vectorised
+  // cos/sin take every element alike: a row is head_dim floats, whole
+  // vectors); tests/model/cpu_kernels_test.cc checks it. Elsewhere
+  // (CUDA, other dtypes, positions past the cache) HeadTables computes.
+  static constexpr int64_t kMaxCachedTables = 32768;
+  void CacheTables(int64_t n, at::ScalarType dtype);
+
  private:
   at::Tensor inv_freq_;     // [head_dim / 2], fp32
   at::Tensor rotate_half_;  // [head_dim, head_dim]: x @ R = rotate_half(x)
+  at::Tensor cached_cos_, cached_sin_;  // [cached, head_dim], CacheTables
 };
 
 // Grouped-query attention for one sequence: the per-sequence reference

@@ -227,5 +227,44 @@ TEST(CpuKernels, BadHeadDimIsAnError) {
                c10::Error);
 }
 
+// The inference models' RoPE tables come from a cache made once at load;
+// its rows must be what Tables computes for the same positions, to the bit
+// (a forward's positions are any subset, and a verify row must equal the
+// decode step of its token). Positions past the cache are computed.
+TEST(RotaryCache, HeadTablesEqualComputedTablesToTheBit) {
+  at::NoGradGuard no_grad;
+  for (auto [hd, theta] : {std::pair<int, double>{32, 1e4}, {128, 1e6}}) {
+    const Rotary computed(hd, theta, at::kCPU);
+    Rotary cached(hd, theta, at::kCPU);
+    cached.CacheTables(1024, at::kFloat);
+    const std::vector<std::vector<int64_t>> sets = {
+        {0},
+        {5},
+        {1023},
+        {7, 8, 9, 10, 11, 12, 13, 14, 15},
+        {1000, 3, 517, 2, 2},
+        {1024, 3},
+        {40000}};
+    for (const std::vector<int64_t>& positions : sets) {
+      const at::Tensor p = at::tensor(positions, at::kLong);
+      at::Tensor cos, sin, want_cos, want_sin;
+      cached.HeadTables(p, at::kFloat, &cos, &sin);
+      computed.HeadTables(p, at::kFloat, &want_cos, &want_sin);
+      ASSERT_EQ(cos.sizes(), want_cos.sizes());
+      EXPECT_TRUE(at::equal(cos, want_cos)) << "hd " << hd;
+      EXPECT_TRUE(at::equal(sin, want_sin)) << "hd " << hd;
+    }
+    // Every cached row against a one-position computation.
+    for (int64_t pos = 0; pos < 1024; pos += 37) {
+      at::Tensor cos, sin, want_cos, want_sin;
+      cached.HeadTables(at::tensor({pos}, at::kLong), at::kFloat, &cos, &sin);
+      computed.Tables(at::tensor({pos}, at::kLong), at::kFloat, &want_cos,
+                      &want_sin);
+      EXPECT_TRUE(at::equal(cos.squeeze(1), want_cos)) << "position " << pos;
+      EXPECT_TRUE(at::equal(sin.squeeze(1), want_sin)) << "position " << pos;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dedit
