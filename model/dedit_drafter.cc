@@ -193,7 +193,7 @@ absl::Status DEditDrafter::AppendContexts(
     at::Tensor ctx = RmsNorm(fc_.Logits(f), hidden_norm_, c.rms_norm_eps);
     auto long_opts = at::TensorOptions().dtype(at::kLong);
     at::Tensor cos, sin;
-    rotary_.Tables(at::tensor(positions, long_opts).to(options_.device),
+    rotary_.Tables(OnDevice(at::tensor(positions, long_opts), options_.device),
                    options_.dtype, &cos, &sin);
     pool_->Reserve(longest);  // before any slot index is taken
     std::vector<int64_t> rows;
@@ -203,7 +203,7 @@ absl::Status DEditDrafter::AppendContexts(
       pool_->MarkWritten(chunk.sequence, chunk.start + n);
     }
     const at::Tensor flat_rows =
-        at::tensor(rows, long_opts).to(options_.device);
+        OnDevice(at::tensor(rows, long_opts), options_.device);
     for (int l = 0; l < c.num_hidden_layers; ++l) {
       const DecoderLayerWeights& w = layers_[l];
       const int64_t kv_width = int64_t{c.num_key_value_heads} * c.head_dim;
@@ -285,7 +285,7 @@ std::vector<DraftResult> DEditDrafter::RunDraft(
               source_host.begin() + num + 1 + i * max_slots);
   }
   auto long_opts = at::TensorOptions().dtype(at::kLong);
-  at::Tensor source = at::tensor(source_host, long_opts).to(dev);
+  at::Tensor source = OnDevice(at::tensor(source_host, long_opts), dev);
   std::vector<std::vector<size_t>> actives;
   std::vector<at::Tensor> pass_tokens, pass_confidences;
   for (int p = 0; p < max_passes; ++p) {
@@ -310,13 +310,13 @@ std::vector<DraftResult> DEditDrafter::RunDraft(
       }
     }
     at::Tensor ids =
-        source.index_select(0, at::tensor(gather, long_opts).to(dev));
+        source.index_select(0, OnDevice(at::tensor(gather, long_opts), dev));
     auto [tokens, confidences] =
         RunPass(requests, active, ids, positions, head_rows,
                 /*causal=*/causal_editor_ && p > 0);
     // The next pass reads this one's tokens from the device.
     source.narrow(0, num + 1, num * max_slots)
-        .index_copy_(0, at::tensor(slots, long_opts).to(dev), tokens);
+        .index_copy_(0, OnDevice(at::tensor(slots, long_opts), dev), tokens);
     actives.push_back(std::move(active));
     pass_tokens.push_back(tokens);
     pass_confidences.push_back(confidences);
@@ -369,8 +369,8 @@ std::pair<at::Tensor, at::Tensor> DEditDrafter::RunPass(
   const PackedAttention attention(segments, *pool_, c.num_attention_heads);
   at::Tensor x = at::embedding(embed_tokens_, ids);
   at::Tensor cos, sin;
-  rotary_.HeadTables(at::tensor(positions, long_opts).to(dev), options_.dtype,
-                     &cos, &sin);
+  rotary_.HeadTables(OnDevice(at::tensor(positions, long_opts), dev),
+                     options_.dtype, &cos, &sin);
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     // A profiler scope: dedit-engine-bench counts the ops of one layer.
     RECORD_USER_SCOPE("dedit::decoder_layer");
@@ -378,9 +378,10 @@ std::pair<at::Tensor, at::Tensor> DEditDrafter::RunPass(
     x = DecoderLayerForward(x, w, c, rotary_, cos, sin, attention, pool_.get(),
                             l);
   }
-  at::Tensor rows = x.index_select(0, at::tensor(head_rows, long_opts).to(dev));
+  at::Tensor rows =
+      x.index_select(0, OnDevice(at::tensor(head_rows, long_opts), dev));
   at::Tensor logits =
-      head_.Logits(RmsNorm(rows, final_norm_, c.rms_norm_eps)).to(at::kFloat);
+      AsFloat(head_.Logits(RmsNorm(rows, final_norm_, c.rms_norm_eps)));
   // Confidence = max softmax probability = 1 / sum(exp(l - max)).
   if (GetCpuProducts() != CpuProducts::kBlas && CpuKernelsApply(logits) &&
       logits.dim() == 2) {

@@ -211,8 +211,8 @@ TargetForwardResult Qwen3Model::RunForward(
     pool_->MarkWritten(s.sequence, s.start + len);
   }
   auto long_opts = at::TensorOptions().dtype(at::kLong);
-  at::Tensor ids_t = at::tensor(ids, long_opts).to(dev);
-  at::Tensor pos_t = at::tensor(positions, long_opts).to(dev);
+  at::Tensor ids_t = OnDevice(at::tensor(ids, long_opts), dev);
+  at::Tensor pos_t = OnDevice(at::tensor(positions, long_opts), dev);
   const PackedAttention attention(attention_segments, *pool_,
                                   c.num_attention_heads);
 
@@ -234,10 +234,17 @@ TargetForwardResult Qwen3Model::RunForward(
   }
   if (!features.empty()) result.features = at::cat(features, -1);
   if (!logit_index.empty()) {
+    // Every row (a verify block, a decode batch) needs no gather.
+    bool every_row = static_cast<int64_t>(logit_index.size()) == x.size(0);
+    for (size_t i = 0; every_row && i < logit_index.size(); ++i) {
+      every_row = logit_index[i] == static_cast<int64_t>(i);
+    }
     at::Tensor rows =
-        x.index_select(0, at::tensor(logit_index, long_opts).to(dev));
+        every_row ? x
+                  : x.index_select(
+                        0, OnDevice(at::tensor(logit_index, long_opts), dev));
     result.logits =
-        head_.Logits(RmsNorm(rows, final_norm_, c.rms_norm_eps)).to(at::kFloat);
+        AsFloat(head_.Logits(RmsNorm(rows, final_norm_, c.rms_norm_eps)));
     at::Tensor greedy =
         result.logits.argmax(-1).to(at::kCPU, at::kInt).contiguous();
     result.greedy.assign(greedy.data_ptr<int32_t>(),

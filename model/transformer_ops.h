@@ -25,6 +25,16 @@ namespace dedit {
 // back to x's dtype, then scaled by `weight`. Normalises the last dimension.
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps);
 
+// t on `device`, with no op when it is there already (a forward's index
+// tensors on the CPU).
+inline at::Tensor OnDevice(const at::Tensor& t, c10::Device device) {
+  return t.device() == device ? t : t.to(device);
+}
+// t in fp32, with no op when it is already.
+inline at::Tensor AsFloat(const at::Tensor& t) {
+  return t.scalar_type() == at::kFloat ? t : t.to(at::kFloat);
+}
+
 // RMSNorm without the weight: x * rsqrt(mean(x^2) + eps), in 5 ops for fp32.
 at::Tensor RmsNormalize(const at::Tensor& x, double eps);
 
