@@ -251,12 +251,9 @@ at::Tensor PanelProduct(const at::Tensor* bias, const at::Tensor& x,
                         const CpuPanels& panels) {
   const int64_t m = x.size(0);
   at::Tensor out = at::empty({m, panels.n()}, x.options());
-  CpuProductPool* pool = CpuProductThreads() > 1 && m >= 2
-                             ? CpuProductPool::ForThisThread()
-                             : nullptr;
   panels.Multiply(x.data_ptr<float>(), m,
                   bias == nullptr ? nullptr : bias->data_ptr<float>(),
-                  out.data_ptr<float>(), pool);
+                  out.data_ptr<float>(), CpuProductPool::ForRows(m));
   return out;
 }
 

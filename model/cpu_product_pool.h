@@ -53,6 +53,12 @@ class CpuProductPool {
   // The calling thread's pool (created on first use, joined when the
   // thread exits), or null when CpuProductThreads() <= 1.
   static CpuProductPool* ForThisThread();
+  // ForThisThread() for work over `rows` rows (a product, attention), or
+  // null for one row: a decode step's one-row work stays on the model
+  // thread, where handing half to a helper made it slower (bench/README.md).
+  static CpuProductPool* ForRows(int64_t rows) {
+    return rows >= 2 ? ForThisThread() : nullptr;
+  }
 
   explicit CpuProductPool(int helpers);
   ~CpuProductPool();

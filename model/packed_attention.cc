@@ -202,13 +202,10 @@ void PackedAttention::RunRows(const float* q, int64_t q_row_stride,
   rows.n = static_cast<int64_t>(row_slot_.size());
   rows.slot = row_slot_.data();
   rows.visible = row_visible_.data();
-  CpuProductPool* threads = CpuProductThreads() > 1 && rows.n >= 2
-                                ? CpuProductPool::ForThisThread()
-                                : nullptr;
   CpuAttention(q, q_row_stride, rows, heads_, kv_heads_, pool.shape().head_dim,
                pool.keys(layer).data_ptr<float>(),
                pool.values(layer).data_ptr<float>(), pool.slab_tokens(), out,
-               threads);
+               CpuProductPool::ForRows(rows.n));
 }
 
 at::Tensor PackedAttention::Run(const at::Tensor& q, const KvPool& pool,
@@ -216,6 +213,9 @@ at::Tensor PackedAttention::Run(const at::Tensor& q, const KvPool& pool,
   if (cpu_rows_) {
     TORCH_CHECK(q.scalar_type() == at::kFloat && q.device().is_cpu(),
                 "PackedAttention: an fp32 CPU pool needs fp32 CPU queries");
+    TORCH_CHECK(q.size(0) == static_cast<int64_t>(row_slot_.size()),
+                "PackedAttention: ", q.size(0), " query rows for ",
+                row_slot_.size(), " packed rows");
     const at::Tensor qr =
         q.stride(2) == 1 && q.stride(1) == q.size(2) ? q : q.contiguous();
     at::Tensor out = at::empty({qr.size(0), heads_ * qr.size(2)}, qr.options());

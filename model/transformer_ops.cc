@@ -273,13 +273,14 @@ bool CpuDecoderLayerApplies(const at::Tensor& x, const DecoderLayerWeights& w,
          cos.numel() == x.size(0) * hd && sin.numel() == cos.numel();
 }
 
-at::Tensor CpuDecoderLayer(const at::Tensor& x, const DecoderLayerWeights& w,
-                           const Qwen3Config& c, const at::Tensor& cos,
-                           const at::Tensor& sin,
-                           const PackedAttention& attention, KvPool* pool,
-                           int layer) {
-  TORCH_CHECK(CpuDecoderLayerApplies(x, w, c, cos, sin, attention),
-              "CpuDecoderLayer: the layer is not on the CPU kernels' path");
+namespace {
+
+// CpuDecoderLayer once CpuDecoderLayerApplies said yes.
+at::Tensor FusedDecoderLayer(const at::Tensor& x, const DecoderLayerWeights& w,
+                             const Qwen3Config& c, const at::Tensor& cos,
+                             const at::Tensor& sin,
+                             const PackedAttention& attention, KvPool* pool,
+                             int layer) {
   const int64_t n = x.size(0), hidden = c.hidden_size, hd = c.head_dim;
   const int64_t heads = c.num_attention_heads, kv = c.num_key_value_heads;
   const int64_t qkv_width = w.qkv_p->n(), inter = w.down_p->k();
@@ -297,9 +298,7 @@ at::Tensor CpuDecoderLayer(const at::Tensor& x, const DecoderLayerWeights& w,
   float* y = attn + n * heads * hd;
   float* gu = y + n * hidden;
   float* act = gu + n * 2 * inter;
-  CpuProductPool* products = CpuProductThreads() > 1 && n >= 2
-                                 ? CpuProductPool::ForThisThread()
-                                 : nullptr;
+  CpuProductPool* products = CpuProductPool::ForRows(n);
   const float* xp = x.data_ptr<float>();
   CpuRmsNormalizeRows(xp, n, hidden, c.rms_norm_eps, normed);
   w.qkv_p->Multiply(normed, n, nullptr, qkv, products);
@@ -318,6 +317,18 @@ at::Tensor CpuDecoderLayer(const at::Tensor& x, const DecoderLayerWeights& w,
   return out;
 }
 
+}  // namespace
+
+at::Tensor CpuDecoderLayer(const at::Tensor& x, const DecoderLayerWeights& w,
+                           const Qwen3Config& c, const at::Tensor& cos,
+                           const at::Tensor& sin,
+                           const PackedAttention& attention, KvPool* pool,
+                           int layer) {
+  TORCH_CHECK(CpuDecoderLayerApplies(x, w, c, cos, sin, attention),
+              "CpuDecoderLayer: the layer is not on the CPU kernels' path");
+  return FusedDecoderLayer(x, w, c, cos, sin, attention, pool, layer);
+}
+
 at::Tensor DecoderLayerForward(const at::Tensor& x,
                                const DecoderLayerWeights& w,
                                const Qwen3Config& c, const Rotary& rotary,
@@ -325,7 +336,7 @@ at::Tensor DecoderLayerForward(const at::Tensor& x,
                                const PackedAttention& attention, KvPool* pool,
                                int layer) {
   if (CpuDecoderLayerApplies(x, w, c, cos, sin, attention)) {
-    return CpuDecoderLayer(x, w, c, cos, sin, attention, pool, layer);
+    return FusedDecoderLayer(x, w, c, cos, sin, attention, pool, layer);
   }
   auto [q, k, v] = ProjectQkv(x, w, c, rotary, cos, sin);
   attention.WriteKv(pool, layer, k, v);
