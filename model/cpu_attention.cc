@@ -23,124 +23,193 @@ constexpr int64_t kLanes = 16;
 
 using avx512::Exp;
 
-// Lane i of the result = the sum of t[i]'s 16 lanes (a transpose-reduce
-// tree: the same adds in the same order for every block).
-DEDIT_AVX512 inline __m512 SumEach(const __m512* t) {
-  __m512 s[8];
-  for (int i = 0; i < 8; ++i) {
-    s[i] = _mm512_add_ps(_mm512_unpacklo_ps(t[2 * i], t[2 * i + 1]),
-                         _mm512_unpackhi_ps(t[2 * i], t[2 * i + 1]));
+// The transpose-reduce tree that sums each of 16 vectors' lanes, fed two
+// vectors at a time: lane i of the result is the sum of t[i]'s 16 lanes.
+// Add(t[2p], t[2p + 1]) for p = 0..7 in order; Sum() after the eighth.
+// Each level's adds happen as soon as their operands exist, so at most one
+// pending value per level is live (a few registers, whatever is being
+// reduced beside it), and the adds are the same, on the same operands, for
+// every block.
+struct LaneSums {
+  // Each set by Add before it is read; `sum` by the eighth.
+  __m512 s, u, w, sum;
+
+  DEDIT_AVX512 void Add(int p, __m512 a, __m512 b) {
+    const __m512 sp =
+        _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+    if ((p & 1) == 0) {
+      s = sp;
+      return;
+    }
+    const __m512 up =
+        _mm512_add_ps(_mm512_shuffle_ps(s, sp, _MM_SHUFFLE(1, 0, 1, 0)),
+                      _mm512_shuffle_ps(s, sp, _MM_SHUFFLE(3, 2, 3, 2)));
+    if ((p & 2) == 0) {
+      u = up;
+      return;
+    }
+    const __m512 wp =
+        _mm512_add_ps(_mm512_shuffle_f32x4(u, up, _MM_SHUFFLE(2, 0, 2, 0)),
+                      _mm512_shuffle_f32x4(u, up, _MM_SHUFFLE(3, 1, 3, 1)));
+    if ((p & 4) == 0) {
+      w = wp;
+      return;
+    }
+    sum = _mm512_add_ps(_mm512_shuffle_f32x4(w, wp, _MM_SHUFFLE(2, 0, 2, 0)),
+                        _mm512_shuffle_f32x4(w, wp, _MM_SHUFFLE(3, 1, 3, 1)));
   }
-  __m512 u[4];
-  for (int i = 0; i < 4; ++i) {
-    u[i] = _mm512_add_ps(
-        _mm512_shuffle_ps(s[2 * i], s[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-        _mm512_shuffle_ps(s[2 * i], s[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+};
+
+// q . k in 16 lanes, chunk by chunk (their sum is the score).
+template <int Chunks>
+DEDIT_AVX512 inline __m512 Dot(const __m512* qv, const float* k) {
+  __m512 acc = _mm512_mul_ps(qv[0], _mm512_loadu_ps(k));
+  for (int c = 1; c < Chunks; ++c) {
+    acc = _mm512_fmadd_ps(qv[c], _mm512_loadu_ps(k + c * kLanes), acc);
   }
-  const __m512 w01 =
-      _mm512_add_ps(_mm512_shuffle_f32x4(u[0], u[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                    _mm512_shuffle_f32x4(u[0], u[1], _MM_SHUFFLE(3, 1, 3, 1)));
-  const __m512 w23 =
-      _mm512_add_ps(_mm512_shuffle_f32x4(u[2], u[3], _MM_SHUFFLE(2, 0, 2, 0)),
-                    _mm512_shuffle_f32x4(u[2], u[3], _MM_SHUFFLE(3, 1, 3, 1)));
-  return _mm512_add_ps(_mm512_shuffle_f32x4(w01, w23, _MM_SHUFFLE(2, 0, 2, 0)),
-                       _mm512_shuffle_f32x4(w01, w23, _MM_SHUFFLE(3, 1, 3, 1)));
+  return acc;
 }
 
-// One (row, head): q [hd], keys / values [visible, hd] rows of one slab,
-// out [hd]. scores: room for visible rounded up to 16.
-// Chunks = hd / 16, a template argument so that the query and the
+// The query heads h .. h + Group - 1 of one row, which share one kv head
+// (grouped-query attention): q [Group, hd] (pre-scaled), keys / values
+// [visible, hd] rows of one slab, out [Group, hd]. scores: room for Group
+// times (visible rounded up to 16). Each key and value is loaded once for
+// the group; each head's sums are the ones a group of one computes, in the
+// same order, so a head's output does not depend on the group it ran in.
+// Chunks = hd / 16, a template argument so that the queries and the
 // accumulators stay in registers.
-template <int Chunks>
-DEDIT_AVX512 void AttendOne(const float* q, const float* keys,
-                            const float* values, int64_t visible, float* scores,
-                            float* out) {
-  constexpr int64_t chunks = Chunks, hd = Chunks * kLanes;
-  __m512 qv[Chunks];
-  for (int64_t c = 0; c < chunks; ++c) qv[c] = _mm512_loadu_ps(q + c * kLanes);
+template <int Chunks, int Group>
+DEDIT_AVX512 void AttendGroup(const float* q, const float* keys,
+                              const float* values, int64_t visible,
+                              float* scores, float* out) {
+  constexpr int64_t hd = Chunks * kLanes;
+  const int64_t stride = (visible + kLanes - 1) / kLanes * kLanes;
+  __m512 qv[Group][Chunks];
+  for (int g = 0; g < Group; ++g) {
+    for (int c = 0; c < Chunks; ++c) {
+      qv[g][c] = _mm512_loadu_ps(q + g * hd + c * kLanes);
+    }
+  }
   // Scores, 16 keys per block from key 0; keys past `visible` are not read.
-  __m512 best = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  __m512 best[Group];
+  for (int g = 0; g < Group; ++g) {
+    best[g] = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  }
   for (int64_t j0 = 0; j0 < visible; j0 += kLanes) {
     const int64_t in_block = std::min(kLanes, visible - j0);
-    __m512 t[kLanes];
-    for (int64_t i = 0; i < kLanes; ++i) {
-      if (i >= in_block) {
-        t[i] = _mm512_setzero_ps();
-        continue;
-      }
+    LaneSums sums[Group];
+    for (int p = 0; p < kLanes / 2; ++p) {
+      const int64_t i = 2 * p;
       const float* k = keys + (j0 + i) * hd;
-      __m512 acc = _mm512_mul_ps(qv[0], _mm512_loadu_ps(k));
-      for (int64_t c = 1; c < chunks; ++c) {
-        acc = _mm512_fmadd_ps(qv[c], _mm512_loadu_ps(k + c * kLanes), acc);
+      for (int g = 0; g < Group; ++g) {
+        const __m512 a =
+            i < in_block ? Dot<Chunks>(qv[g], k) : _mm512_setzero_ps();
+        const __m512 b =
+            i + 1 < in_block ? Dot<Chunks>(qv[g], k + hd) : _mm512_setzero_ps();
+        sums[g].Add(p, a, b);
       }
-      t[i] = acc;
     }
     const __mmask16 live = avx512::LaneMask(in_block);
-    const __m512 s = SumEach(t);
-    _mm512_storeu_ps(scores + j0, s);
-    best = _mm512_mask_max_ps(best, live, best, s);
+    for (int g = 0; g < Group; ++g) {
+      _mm512_storeu_ps(scores + g * stride + j0, sums[g].sum);
+      best[g] = _mm512_mask_max_ps(best[g], live, best[g], sums[g].sum);
+    }
   }
-  const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(best));
-  __m512 total = _mm512_setzero_ps();
-  for (int64_t j0 = 0; j0 < visible; j0 += kLanes) {
-    const int64_t in_block = std::min(kLanes, visible - j0);
-    const __mmask16 live = avx512::LaneMask(in_block);
-    const __m512 p = _mm512_maskz_mov_ps(
-        live, Exp(_mm512_sub_ps(_mm512_loadu_ps(scores + j0), m)));
-    _mm512_storeu_ps(scores + j0, p);
-    total = _mm512_add_ps(total, p);
+  __m512 scale[Group];
+  for (int g = 0; g < Group; ++g) {
+    float* sc = scores + g * stride;
+    const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(best[g]));
+    __m512 total = _mm512_setzero_ps();
+    for (int64_t j0 = 0; j0 < visible; j0 += kLanes) {
+      const int64_t in_block = std::min(kLanes, visible - j0);
+      const __mmask16 live = avx512::LaneMask(in_block);
+      const __m512 p = _mm512_maskz_mov_ps(
+          live, Exp(_mm512_sub_ps(_mm512_loadu_ps(sc + j0), m)));
+      _mm512_storeu_ps(sc + j0, p);
+      total = _mm512_add_ps(total, p);
+    }
+    scale[g] = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(total));
   }
-  // Even and odd keys in two sums, added at the end: two FMA chains.
-  __m512 even[Chunks], odd[Chunks];
-  for (int64_t c = 0; c < chunks; ++c) {
-    even[c] = _mm512_setzero_ps();
-    odd[c] = _mm512_setzero_ps();
+  // Even and odd keys in two sums per head, added at the end: two FMA
+  // chains.
+  __m512 even[Group][Chunks], odd[Group][Chunks];
+  for (int g = 0; g < Group; ++g) {
+    for (int c = 0; c < Chunks; ++c) {
+      even[g][c] = _mm512_setzero_ps();
+      odd[g][c] = _mm512_setzero_ps();
+    }
   }
   int64_t j = 0;
   for (; j + 1 < visible; j += 2) {
-    const __m512 p0 = _mm512_set1_ps(scores[j]);
-    const __m512 p1 = _mm512_set1_ps(scores[j + 1]);
     const float* v = values + j * hd;
-    for (int64_t c = 0; c < chunks; ++c) {
-      even[c] = _mm512_fmadd_ps(p0, _mm512_loadu_ps(v + c * kLanes), even[c]);
-      odd[c] =
-          _mm512_fmadd_ps(p1, _mm512_loadu_ps(v + hd + c * kLanes), odd[c]);
+    __m512 v0[Chunks], v1[Chunks];
+    for (int c = 0; c < Chunks; ++c) {
+      v0[c] = _mm512_loadu_ps(v + c * kLanes);
+      v1[c] = _mm512_loadu_ps(v + hd + c * kLanes);
+    }
+    for (int g = 0; g < Group; ++g) {
+      const __m512 p0 = _mm512_set1_ps(scores[g * stride + j]);
+      const __m512 p1 = _mm512_set1_ps(scores[g * stride + j + 1]);
+      for (int c = 0; c < Chunks; ++c) {
+        even[g][c] = _mm512_fmadd_ps(p0, v0[c], even[g][c]);
+        odd[g][c] = _mm512_fmadd_ps(p1, v1[c], odd[g][c]);
+      }
     }
   }
   if (j < visible) {
-    const __m512 p0 = _mm512_set1_ps(scores[j]);
-    for (int64_t c = 0; c < chunks; ++c) {
-      even[c] = _mm512_fmadd_ps(
-          p0, _mm512_loadu_ps(values + j * hd + c * kLanes), even[c]);
+    for (int g = 0; g < Group; ++g) {
+      const __m512 p0 = _mm512_set1_ps(scores[g * stride + j]);
+      for (int c = 0; c < Chunks; ++c) {
+        even[g][c] = _mm512_fmadd_ps(
+            p0, _mm512_loadu_ps(values + j * hd + c * kLanes), even[g][c]);
+      }
     }
   }
-  const __m512 scale = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(total));
-  for (int64_t c = 0; c < chunks; ++c) {
-    _mm512_storeu_ps(out + c * kLanes,
-                     _mm512_mul_ps(_mm512_add_ps(even[c], odd[c]), scale));
+  for (int g = 0; g < Group; ++g) {
+    for (int c = 0; c < Chunks; ++c) {
+      _mm512_storeu_ps(
+          out + g * hd + c * kLanes,
+          _mm512_mul_ps(_mm512_add_ps(even[g][c], odd[g][c]), scale[g]));
+    }
   }
 }
 
 using AttendFn = void (*)(const float*, const float*, const float*, int64_t,
                           float*, float*);
-AttendFn AttendFor(int64_t hd) {
+
+// The kernel for `group` heads at once, where their queries and
+// accumulators fit the 32 vector registers (Chunks x Group <= 4), else one
+// head at a time (*heads_per_call = 1).
+template <int Chunks>
+AttendFn AttendChunks(int group, int* heads_per_call) {
+  if constexpr (Chunks <= 2) {
+    if (group % 2 == 0) {
+      *heads_per_call = 2;
+      return &AttendGroup<Chunks, 2>;
+    }
+  }
+  *heads_per_call = 1;
+  return &AttendGroup<Chunks, 1>;
+}
+
+AttendFn AttendFor(int64_t hd, int group, int* heads_per_call) {
   switch (hd / kLanes) {
     case 1:
-      return &AttendOne<1>;
+      return AttendChunks<1>(group, heads_per_call);
     case 2:
-      return &AttendOne<2>;
+      return AttendChunks<2>(group, heads_per_call);
     case 3:
-      return &AttendOne<3>;
+      return AttendChunks<3>(group, heads_per_call);
     case 4:
-      return &AttendOne<4>;
+      return AttendChunks<4>(group, heads_per_call);
     case 5:
-      return &AttendOne<5>;
+      return AttendChunks<5>(group, heads_per_call);
     case 6:
-      return &AttendOne<6>;
+      return AttendChunks<6>(group, heads_per_call);
     case 7:
-      return &AttendOne<7>;
+      return AttendChunks<7>(group, heads_per_call);
     case 8:
-      return &AttendOne<8>;
+      return AttendChunks<8>(group, heads_per_call);
     default:
       return nullptr;
   }
@@ -166,17 +235,19 @@ void CpuAttention(const float* q, int64_t q_row_stride,
                   int64_t slab, float* out, CpuProductPool* pool) {
 #if DEDIT_ATTENTION_X86
   const int group = heads / kv_heads;
-  const int64_t pairs = rows.n * heads;
-  const AttendFn attend = AttendFor(hd);
+  int per_call = 1;
+  const AttendFn attend = AttendFor(hd, group, &per_call);
+  // Work items: (row, run of per_call heads of one kv head).
+  const int calls_per_row = heads / per_call;
+  const int64_t pairs = rows.n * calls_per_row;
   auto run = [&](int64_t begin, int64_t end) {
     thread_local std::vector<float> scores;
     for (int64_t i = begin; i < end; ++i) {
-      const int64_t r = i / heads;
-      const int h = static_cast<int>(i % heads);
+      const int64_t r = i / calls_per_row;
+      const int h = static_cast<int>(i % calls_per_row) * per_call;
       const int64_t visible = rows.visible[r];
-      if (static_cast<int64_t>(scores.size()) < visible + kLanes) {
-        scores.resize(visible + kLanes);
-      }
+      const int64_t need = per_call * (visible + kLanes);
+      if (static_cast<int64_t>(scores.size()) < need) scores.resize(need);
       const int64_t base =
           (int64_t{rows.slot[r]} * kv_heads + h / group) * slab * hd;
       attend(q + r * q_row_stride + h * hd, keys + base, values + base, visible,

@@ -12,7 +12,12 @@
 // visible keys alone, in one fixed order: scores in blocks of 16 keys from
 // key 0, the softmax with a vectorised exp, then the weighted values key
 // by key. A row's output is the same to the bit whatever the rows, heads
-// and threads beside it.
+// and threads beside it. Query heads that share a kv head (grouped-query
+// attention) run in one pass over its keys and values where their
+// registers fit (head size 16 or 32, even group): each key and value is
+// loaded once for two heads, and each head's sums stay the ones it gets
+// alone, in the same order (bench/README.md, "Grouped-query heads in one
+// pass").
 #ifndef DEDIT_MODEL_CPU_ATTENTION_H_
 #define DEDIT_MODEL_CPU_ATTENTION_H_
 

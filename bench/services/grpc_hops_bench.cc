@@ -23,6 +23,22 @@
 //                     thread (sleeping, or polling --spin_us), which works
 //                     and starts the write. No call is set up per round:
 //                     no headers, trailers or call objects.
+//   stream_sync       the stream served by gRPC's synchronous API: the
+//                     handler thread reads, works and writes (no hand-off);
+//   stream_sync_handoff, stream_sync_spin
+//                     the sync handler reads and queues the request for the
+//                     model thread (sleeping, or polling --spin_us), which
+//                     works and writes; the handler then reads the next;
+//   stream_async_poll the model thread itself reads, works and writes on an
+//                     async service's completion queue: no gRPC thread and
+//                     no hand-off on the round's path.
+//   stream_async_spin the same, with the model thread polling the queue
+//                     (zero-deadline AsyncNext) for --spin_us before it
+//                     blocks.
+//
+// --client_spin_us N: the client's streamed rounds go on an async stream
+// whose completion queue the calling thread polls for N µs before it
+// blocks (as serving/round_stream.h's client does, plus the poll).
 //
 //   dedit-grpc-hops-bench [--calls 2000] [--work_us 600] [--spin_us 500]
 //                         [--transports tcp,unix]
@@ -56,6 +72,8 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "base/spin_wait.h"
 #include "dedit/v1/services.grpc.pb.h"
 #include "hops_bench.grpc.pb.h"
@@ -65,10 +83,17 @@ ABSL_FLAG(int, work_us, 600, "busy work per call, µs (a forward)");
 ABSL_FLAG(int, spin_us, 500, "the model thread's idle poll in callback_spin");
 ABSL_FLAG(std::string, shapes,
           "callback_inline,callback_handoff,callback_spin,async_poll,"
-          "stream_inline,stream_handoff,stream_spin",
+          "stream_inline,stream_handoff,stream_spin,stream_sync,"
+          "stream_sync_handoff,stream_sync_spin,stream_async_poll,"
+          "stream_async_spin",
           "server shapes to time, in order");
 ABSL_FLAG(std::string, transports, "tcp,unix",
           "transports to time each shape over: tcp (loopback), unix");
+ABSL_FLAG(int, client_spin_us, 0,
+          "streamed shapes: the client polls its completion queue this "
+          "long before it blocks (0: the synchronous stream API)");
+ABSL_FLAG(bool, with_callback_service, false,
+          "stream_async_*: register an idle callback service beside it");
 ABSL_FLAG(std::string, serve, "", "internal: run the server of this shape");
 ABSL_FLAG(std::string, address, "", "internal: the server's address");
 
@@ -211,6 +236,101 @@ class StreamTarget final : public HopsBench::CallbackService {
   ModelThread* model_;
 };
 
+// The stream on gRPC's synchronous API: the handler thread reads; it
+// works and writes itself, or queues the request for the model thread,
+// which works and writes while the handler waits to read the next.
+class SyncStreamTarget final : public HopsBench::Service {
+ public:
+  SyncStreamTarget(int work_us, ModelThread* model)
+      : work_us_(work_us), model_(model) {}
+  grpc::Status StepStream(
+      grpc::ServerContext*,
+      grpc::ServerReaderWriter<StepResponse, StepRequest>* stream) override {
+    StepRequest request;
+    StepResponse response;
+    while (stream->Read(&request)) {
+      response.Clear();
+      if (model_ == nullptr) {
+        Work(work_us_);
+        Answer(&response);
+        if (!stream->Write(response)) break;
+        continue;
+      }
+      absl::Mutex mu;
+      bool done = false;
+      bool wrote = false;
+      model_->Queue([&] {
+        Answer(&response);
+        const bool ok = stream->Write(response);
+        absl::MutexLock lock(&mu);
+        wrote = ok;
+        done = true;
+      });
+      absl::MutexLock lock(&mu);
+      mu.Await(absl::Condition(&done));
+      if (!wrote) break;
+    }
+    return grpc::Status::OK;
+  }
+
+ private:
+  const int work_us_;
+  ModelThread* const model_;
+};
+
+// The next event of `cq`: polled for `spin` first, then waited for.
+bool NextEvent(grpc::CompletionQueue* cq, absl::Duration spin) {
+  void* tag;
+  bool ok;
+  const absl::Time until = absl::Now() + spin;
+  while (absl::Now() < until) {
+    const auto next = cq->AsyncNext(&tag, &ok, gpr_time_0(GPR_CLOCK_MONOTONIC));
+    if (next == grpc::CompletionQueue::GOT_EVENT) return ok;
+    if (next == grpc::CompletionQueue::SHUTDOWN) std::_Exit(1);
+  }
+  if (!cq->Next(&tag, &ok)) std::_Exit(1);
+  return ok;
+}
+
+// One stream at a time, served by the thread that polls the completion
+// queue: read, work, write, read the next.
+[[noreturn]] void ServeStreamAsyncPoll(grpc::ServerBuilder& builder,
+                                       int work_us, absl::Duration spin) {
+  HopsBench::AsyncService service;
+  builder.RegisterService(&service);
+  // An idle callback service beside it, as a real target serves its other
+  // calls (its threads poll too).
+  CallbackTarget callbacks(work_us, nullptr);
+  if (absl::GetFlag(FLAGS_with_callback_service)) {
+    builder.RegisterService(&callbacks);
+  }
+  std::unique_ptr<grpc::ServerCompletionQueue> cq =
+      builder.AddCompletionQueue();
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  void* tag;
+  bool ok;
+  for (;;) {
+    grpc::ServerContext context;
+    grpc::ServerAsyncReaderWriter<StepResponse, StepRequest> stream(&context);
+    service.RequestStepStream(&context, &stream, cq.get(), cq.get(),
+                              reinterpret_cast<void*>(1));
+    if (!cq->Next(&tag, &ok)) std::_Exit(1);
+    StepRequest request;
+    StepResponse response;
+    for (;;) {
+      stream.Read(&request, reinterpret_cast<void*>(2));
+      if (!NextEvent(cq.get(), spin)) break;
+      Work(work_us);
+      response.Clear();
+      Answer(&response);
+      stream.Write(response, reinterpret_cast<void*>(3));
+      if (!NextEvent(cq.get(), absl::ZeroDuration())) break;
+    }
+    stream.Finish(grpc::Status::OK, reinterpret_cast<void*>(4));
+    if (!cq->Next(&tag, &ok)) std::_Exit(1);
+  }
+}
+
 [[noreturn]] void Serve(const std::string& shape, const std::string& address,
                         int work_us, int spin_us) {
   grpc::ServerBuilder builder;
@@ -239,11 +359,25 @@ class StreamTarget final : public HopsBench::CallbackService {
       if (!cq->Next(&tag, &ok)) std::_Exit(1);
     }
   }
+  if (shape == "stream_async_poll") {
+    ServeStreamAsyncPoll(builder, work_us, absl::ZeroDuration());
+  }
+  if (shape == "stream_async_spin") {
+    ServeStreamAsyncPoll(builder, work_us, absl::Microseconds(spin_us));
+  }
   std::unique_ptr<ModelThread> model;
-  if (shape != "callback_inline" && shape != "stream_inline") {
-    model = std::make_unique<ModelThread>(
-        work_us,
-        shape == "callback_spin" || shape == "stream_spin" ? spin_us : 0);
+  if (shape != "callback_inline" && shape != "stream_inline" &&
+      shape != "stream_sync") {
+    const bool spin = shape == "callback_spin" || shape == "stream_spin" ||
+                      shape == "stream_sync_spin";
+    model = std::make_unique<ModelThread>(work_us, spin ? spin_us : 0);
+  }
+  if (shape.rfind("stream_sync", 0) == 0) {
+    SyncStreamTarget sync_service(work_us, model.get());
+    builder.RegisterService(&sync_service);
+    std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+    server->Wait();
+    std::_Exit(0);
   }
   CallbackTarget service(work_us, model.get());
   StreamTarget stream_service(work_us, model.get());
@@ -293,10 +427,14 @@ nlohmann::json TimeShape(const std::string& shape, const std::string& transport,
             {"error", "unknown transport (tcp or unix)"}};
   }
   const std::string self = "/proc/self/exe";
-  std::vector<std::string> args = {"dedit-grpc-hops-bench", "--serve=" + shape,
+  std::vector<std::string> args = {"dedit-grpc-hops-bench",
+                                   "--serve=" + shape,
                                    "--address=" + address,
                                    "--work_us=" + std::to_string(work_us),
-                                   "--spin_us=" + std::to_string(spin_us)};
+                                   "--spin_us=" + std::to_string(spin_us),
+                                   absl::GetFlag(FLAGS_with_callback_service)
+                                       ? "--with_callback_service"
+                                       : "--nowith_callback_service"};
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -322,13 +460,31 @@ nlohmann::json TimeShape(const std::string& shape, const std::string& transport,
     std::unique_ptr<HopsBench::Stub> stream_stub = HopsBench::NewStub(channel);
     grpc::ClientContext stream_context;
     std::unique_ptr<grpc::ClientReaderWriter<StepRequest, StepResponse>> stream;
-    if (streamed) stream = stream_stub->StepStream(&stream_context);
+    const absl::Duration client_spin =
+        absl::Microseconds(absl::GetFlag(FLAGS_client_spin_us));
+    grpc::CompletionQueue client_cq;
+    std::unique_ptr<grpc::ClientAsyncReaderWriter<StepRequest, StepResponse>>
+        async_stream;
+    if (streamed && client_spin > absl::ZeroDuration()) {
+      async_stream = stream_stub->AsyncStepStream(&stream_context, &client_cq,
+                                                  reinterpret_cast<void*>(1));
+      NextEvent(&client_cq, absl::ZeroDuration());
+    } else if (streamed) {
+      stream = stream_stub->StepStream(&stream_context);
+    }
     for (int i = 0; i < calls + 100; ++i) {
       grpc::ClientContext context;
       StepResponse response;
       const auto t0 = Clock::now();
       grpc::Status status;
-      if (streamed) {
+      if (async_stream != nullptr) {
+        async_stream->Write(request, reinterpret_cast<void*>(2));
+        async_stream->Read(&response, reinterpret_cast<void*>(3));
+        const bool first = NextEvent(&client_cq, client_spin);
+        if (!NextEvent(&client_cq, client_spin) || !first) {
+          status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream broke");
+        }
+      } else if (streamed) {
         if (!stream->Write(request) || !stream->Read(&response)) {
           status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream broke");
         }
@@ -355,6 +511,14 @@ nlohmann::json TimeShape(const std::string& shape, const std::string& transport,
     if (stream != nullptr) {
       stream->WritesDone();
       stream->Finish();
+    }
+    if (async_stream != nullptr) {
+      stream_context.TryCancel();
+      client_cq.Shutdown();
+      void* tag;
+      bool ok;
+      while (client_cq.Next(&tag, &ok)) {
+      }
     }
   }
   kill(pid, SIGKILL);
