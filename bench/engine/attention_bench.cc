@@ -7,13 +7,16 @@
 // times that) and ns per (row, head). With --dump FILE, the outputs of
 // every shape (seeded inputs) are written to FILE, so that two builds'
 // kernels can be compared to the bit. Built with the tests, never run by
-// ctest.
+// ctest. --layers 12 --slab 256 reads K/V as a forward of the target does:
+// each call another layer's, in slabs of the pool's size.
 //
 //   build/bench/engine/dedit-attention-bench [--keys 96] [--dump FILE]
+//       [--layers 1] [--slab 0]
 #include <ATen/Functions.h>
 #include <ATen/TensorOperators.h>
 #include <ATen/core/grad_mode.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -33,6 +36,12 @@ ABSL_FLAG(int, kv_heads, 2, "kv heads");
 ABSL_FLAG(int, head_dim, 32, "head size");
 ABSL_FLAG(int, product_threads, 1, "threads (CpuProductPool)");
 ABSL_FLAG(std::string, dump, "", "write every shape's output here");
+ABSL_FLAG(int, layers, 1,
+          "layers of K/V, each call attends the next one's: 12 makes the "
+          "K/V a call reads as cold as in a forward of the target");
+ABSL_FLAG(int, slab, 0,
+          "positions per slot (the KvPool's slab, 256 at least there); 0: "
+          "the keys and rows only");
 
 namespace dedit {
 namespace {
@@ -71,10 +80,14 @@ int Main() {
                           {"batch64", 64, 1},  {"batch16_verify9", 16, 9}};
   for (const Shape& shape : shapes) {
     at::manual_seed(7);
-    const int64_t slab = keys + shape.rows;
+    const int64_t slab =
+        std::max<int64_t>(keys + shape.rows, absl::GetFlag(FLAGS_slab));
     const int64_t n = int64_t{shape.sequences} * shape.rows;
-    const at::Tensor k = at::randn({shape.sequences, kv_heads, slab, hd});
-    const at::Tensor v = at::randn({shape.sequences, kv_heads, slab, hd});
+    const int layers = std::max(1, absl::GetFlag(FLAGS_layers));
+    const at::Tensor k =
+        at::randn({layers, shape.sequences, kv_heads, slab, hd});
+    const at::Tensor v = at::randn_like(k);
+    const int64_t layer_floats = k.numel() / layers;
     const at::Tensor q = at::randn({n, heads * hd}) * (1.0 / std::sqrt(hd));
     at::Tensor out = at::empty({n, heads * hd});
     std::vector<int32_t> slot;
@@ -89,13 +102,17 @@ int Main() {
     rows.n = n;
     rows.slot = slot.data();
     rows.visible = visible.data();
+    int layer = 0;
     auto call = [&] {
+      const int64_t at = layer * layer_floats;
       CpuAttention(q.data_ptr<float>(), q.stride(0), rows, heads, kv_heads, hd,
-                   k.data_ptr<float>(), v.data_ptr<float>(), slab,
+                   k.data_ptr<float>() + at, v.data_ptr<float>() + at, slab,
                    out.data_ptr<float>(), CpuProductPool::ForThisThread());
+      layer = (layer + 1) % layers;
     };
     const double us = bench::MedianUs(call, 200, 20, 7);
     if (dump.is_open()) {
+      layer = 0;
       call();
       dump.write(reinterpret_cast<const char*>(out.data_ptr<float>()),
                  out.numel() * sizeof(float));
@@ -104,6 +121,8 @@ int Main() {
                         {"sequences", shape.sequences},
                         {"rows_per_sequence", shape.rows},
                         {"keys", keys},
+                        {"layers", layers},
+                        {"slab", slab},
                         {"us", us},
                         {"ns_per_row_head", 1000 * us / (n * heads)}};
     std::printf("%s\n", j.dump().c_str());
