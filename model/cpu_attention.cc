@@ -25,7 +25,8 @@ using avx512::Exp;
 
 // The transpose-reduce tree that sums each of 16 vectors' lanes, fed two
 // vectors at a time: lane i of the result is the sum of t[i]'s 16 lanes.
-// Add(t[2p], t[2p + 1]) for p = 0..7 in order; Sum() after the eighth.
+// Add(t[2p], t[2p + 1]) for p = 0..7 in order; `sum` holds the result
+// after the eighth.
 // Each level's adds happen as soon as their operands exist, so at most one
 // pending value per level is live (a few registers, whatever is being
 // reduced beside it), and the adds are the same, on the same operands, for
@@ -177,12 +178,14 @@ DEDIT_AVX512 void AttendGroup(const float* q, const float* keys,
 using AttendFn = void (*)(const float*, const float*, const float*, int64_t,
                           float*, float*);
 
-// The kernel for `group` heads at once, where their queries and
-// accumulators fit the 32 vector registers (Chunks x Group <= 4), else one
-// head at a time (*heads_per_call = 1).
+// Two heads at a time for an even group, else one (*heads_per_call).
+// Head sizes to 112: two heads at a time measured 1.1-1.7x faster than one
+// (dedit-attention-bench at 256 keys, 12:50 UTC); at 128 their queries and
+// accumulators no longer fit the 32 vector registers, and spilling made it
+// 1.15-1.4x slower, so 128 keeps one head a call.
 template <int Chunks>
 AttendFn AttendChunks(int group, int* heads_per_call) {
-  if constexpr (Chunks <= 2) {
+  if constexpr (Chunks <= 7) {
     if (group % 2 == 0) {
       *heads_per_call = 2;
       return &AttendGroup<Chunks, 2>;

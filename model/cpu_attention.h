@@ -14,7 +14,7 @@
 // by key. A row's output is the same to the bit whatever the rows, heads
 // and threads beside it. Query heads that share a kv head (grouped-query
 // attention) run in one pass over its keys and values where their
-// registers fit (head size 16 or 32, even group): each key and value is
+// registers fit (head sizes to 112, even group): each key and value is
 // loaded once for two heads, and each head's sums stay the ones it gets
 // alone, in the same order (bench/README.md, "Grouped-query heads in one
 // pass").

@@ -316,8 +316,9 @@ TEST(PackedAttentionTest, CpuRowKernelEqualsPerSequenceReference) {
 // Query heads that share a kv head run together (each key and value
 // loaded once for the group): every head's output must equal, to the bit,
 // the one it gets alone, here with each head given its own copy of its kv
-// head (kv_heads = heads, one head per call). Head sizes of one, two and
-// four 16-lane chunks, key counts around the 16-key blocks.
+// head (kv_heads = heads, one head per call). Head sizes of one, two,
+// four and seven 16-lane chunks (two heads a call), and eight (one head a
+// call either way); key counts around the 16-key blocks.
 TEST(PackedAttentionTest, CpuRowKernelGroupedHeadsEqualOneHeadAtATimeToTheBit) {
   if (!CpuAttentionRuns(16)) GTEST_SKIP() << "needs AVX-512";
   const int heads = 4, kv_heads = 2, slots = 3;
@@ -325,7 +326,7 @@ TEST(PackedAttentionTest, CpuRowKernelGroupedHeadsEqualOneHeadAtATimeToTheBit) {
   const std::vector<int32_t> slot = {2, 0, 1, 2, 0, 1};
   const std::vector<int64_t> visible = {1, 15, 16, 17, 33, 48};
   const int64_t n = static_cast<int64_t>(slot.size());
-  for (const int64_t hd : {16, 32, 64}) {
+  for (const int64_t hd : {16, 32, 64, 112, 128}) {
     at::Tensor q = at::randn({n, heads * hd});
     at::Tensor keys = at::randn({slots, kv_heads, slab, hd});
     at::Tensor values = at::randn({slots, kv_heads, slab, hd});
