@@ -38,7 +38,9 @@
 //
 // --client_spin_us N: the client's streamed rounds go on an async stream
 // whose completion queue the calling thread polls for N µs before it
-// blocks (as serving/round_stream.h's client does, plus the poll).
+// blocks (as serving/round_stream.h's client does, plus the poll);
+// --client_sleep_us S first sleeps S µs (timer slack set to 1 µs), so that
+// only the round's tail is polled.
 //
 //   dedit-grpc-hops-bench [--calls 2000] [--work_us 600] [--spin_us 500]
 //                         [--transports tcp,unix]
@@ -53,6 +55,7 @@
 #include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
 #include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -89,6 +92,9 @@ ABSL_FLAG(std::string, shapes,
           "server shapes to time, in order");
 ABSL_FLAG(std::string, transports, "tcp,unix",
           "transports to time each shape over: tcp (loopback), unix");
+ABSL_FLAG(int, client_sleep_us, 0,
+          "with --client_spin_us: the client sleeps this long after sending "
+          "a round before it polls (the poll covers only the round's tail)");
 ABSL_FLAG(int, client_spin_us, 0,
           "streamed shapes: the client polls its completion queue this "
           "long before it blocks (0: the synchronous stream API)");
@@ -480,6 +486,12 @@ nlohmann::json TimeShape(const std::string& shape, const std::string& transport,
       if (async_stream != nullptr) {
         async_stream->Write(request, reinterpret_cast<void*>(2));
         async_stream->Read(&response, reinterpret_cast<void*>(3));
+        if (absl::GetFlag(FLAGS_client_sleep_us) > 0) {
+          static const int slack = prctl(PR_SET_TIMERSLACK, 1000, 0, 0, 0);
+          (void)slack;
+          absl::SleepFor(
+              absl::Microseconds(absl::GetFlag(FLAGS_client_sleep_us)));
+        }
         const bool first = NextEvent(&client_cq, client_spin);
         if (!NextEvent(&client_cq, client_spin) || !first) {
           status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream broke");
