@@ -18,8 +18,9 @@
 # DEMO_CHAT_FAMILY (its family, for the check), or DEMO_PROMPT (plain text,
 # no check); DEMO_MAX_TOKENS (default 448 for a chat task, 160 otherwise),
 # DEMO_WINDOW (8), DEMO_PASSES (1): the DEdit drafter's fastest setting in
-# docs/RESULTS.md; DEMO_NGRAM_WINDOW (8), DEMO_KEEP_LOGS=1
-# (keep the run folder).
+# docs/RESULTS.md; DEMO_NGRAM_WINDOW (8), DEMO_TIMING_ROUNDS (5: timed
+# runs per method, in turns, for the speed table; 0 times the first runs),
+# DEMO_KEEP_LOGS=1 (keep the run folder).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=$(cd "${1:-$ROOT/build}" && pwd)
@@ -138,20 +139,54 @@ for method in speculative ngram hybrid; do
     exit 1
   fi
 done
-# Speeds from the CLI's summary lines, relative to target-only.
-python3 - "$RUN_DIR" <<'PY'
-import re, sys
-def rate(name):
+# Speeds: one request is a fraction of a second, and a VM's slow spell can
+# flip a single comparison, so each method runs DEMO_TIMING_ROUNDS more
+# times (default 5), the methods in turns, every text checked again; the
+# table gives each method's median.
+ROUNDS=${DEMO_TIMING_ROUNDS:-5}
+for r in $(seq 1 "$ROUNDS"); do
+  for method in target_only speculative ngram hybrid; do
+    case $method in
+      target_only) args=(--no_speculation) ;;
+      speculative) args=(--window "$WINDOW" --passes "$PASSES") ;;
+      ngram) args=(--method ngram --window "$NGRAM_WINDOW") ;;
+      hybrid) args=(--method hybrid --window "$WINDOW" --passes "$PASSES") ;;
+    esac
+    out="$RUN_DIR/$method.$r.txt"
+    if ! "$CLI" generate --router "127.0.0.1:$RP" "${PROMPT_ARGS[@]}" \
+        --max_tokens "$MAX_TOKENS" "${args[@]}" >"$out" 2>"$out.stats"; then
+      echo "demo: dedit-cli generate failed:" >&2
+      cat "$out.stats" >&2
+      exit 1
+    fi
+    if ! cmp -s "$out" "$RUN_DIR/target_only.txt"; then
+      echo "demo: $method (timing round $r) and target-only texts differ" >&2
+      exit 1
+    fi
+  done
+done
+python3 - "$RUN_DIR" "$ROUNDS" <<'PY'
+import re, statistics, sys
+run_dir, rounds = sys.argv[1], int(sys.argv[2])
+def rate(path):
     m = re.search(r"([0-9.]+) tokens/s, mean acceptance length ([0-9.]+)",
-                  open(f"{sys.argv[1]}/{name}.txt.stats").read())
+                  open(path).read())
     return (float(m.group(1)), float(m.group(2))) if m else (0.0, 0.0)
-base, _ = rate("target_only")
-print("through the router (one stream, wall time incl. prefill):")
+def median_rate(name):
+    paths = [f"{run_dir}/{name}.{r}.txt.stats" for r in range(1, rounds + 1)]
+    if not paths:
+        paths = [f"{run_dir}/{name}.txt.stats"]
+    rates = [rate(p) for p in paths]
+    return statistics.median(r for r, _ in rates), rates[0][1]
+base, _ = median_rate("target_only")
+n = max(rounds, 1)
+print(f"through the router (one stream, wall time incl. prefill; median of "
+      f"{n} run{'s' if n > 1 else ''} per method, in turns):")
 for name, label in (("target_only", "target-only"),
                     ("speculative", "DEdit drafter"),
                     ("ngram", "n-gram"),
                     ("hybrid", "hybrid")):
-    r, tau = rate(name)
+    r, tau = median_rate(name)
     ratio = r / base if base else 0.0
     print(f"  {label:<14} {r:8.1f} tokens/s  {ratio:5.2f}x"
           + (f"  tau {tau:.2f}" if name != "target_only" else ""))
