@@ -1,6 +1,6 @@
 // dedit-grpc-hops-bench: what the thread hand-offs of a target round cost,
 // without a model. A server answers dedit.v1.Target.Step after busy-working
-// --work_us (a forward's stand-in) in one of four shapes, and a client in
+// --work_us (a forward's stand-in) in one of the shapes below, and a client in
 // another process times sequential one-at-a-time calls, as the router's
 // round loop makes them:
 //
