@@ -27,8 +27,6 @@
 #include "base/status.h"
 #include "cli/command_flags.h"
 #include "model/cpu_flags.h"
-#include "model/cpu_panels.h"
-#include "model/cpu_product_pool.h"
 #include "model/cpu_threads.h"
 #include "model/in_process.h"
 #include "nlohmann/json.hpp"

@@ -12,7 +12,6 @@
 #include "drafter_service/drafter_server.h"
 #include "model/cpu_flags.h"
 #include "model/cpu_panels.h"
-#include "model/cpu_product_pool.h"
 #include "serving/shutdown_signals.h"
 
 ABSL_FLAG(std::string, drafter_dir, "", "DEdit/DFlash drafter folder");

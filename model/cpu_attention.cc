@@ -242,7 +242,7 @@ void CpuAttention(const float* q, int64_t q_row_stride,
   const AttendFn attend = AttendFor(hd, group, &per_call);
   // Work items: (row, run of per_call heads of one kv head).
   const int calls_per_row = heads / per_call;
-  const int64_t pairs = rows.n * calls_per_row;
+  const int64_t items = rows.n * calls_per_row;
   auto run = [&](int64_t begin, int64_t end) {
     thread_local std::vector<float> scores;
     for (int64_t i = begin; i < end; ++i) {
@@ -257,14 +257,14 @@ void CpuAttention(const float* q, int64_t q_row_stride,
              scores.data(), out + (r * heads + h) * hd);
     }
   };
-  const int parts = pool == nullptr || pairs < 2 ? 1 : pool->threads();
+  const int parts = pool == nullptr || items < 2 ? 1 : pool->threads();
   if (parts <= 1) {
-    run(0, pairs);
+    run(0, items);
     return;
   }
-  const int64_t per = (pairs + parts - 1) / parts;
+  const int64_t per = (items + parts - 1) / parts;
   pool->Run(parts, [&](int part) {
-    run(std::min(pairs, part * per), std::min(pairs, (part + 1) * per));
+    run(std::min(items, part * per), std::min(items, (part + 1) * per));
   });
 #else
   (void)q, (void)q_row_stride, (void)rows, (void)heads, (void)kv_heads;

@@ -122,8 +122,8 @@ class PackedAttention {
   int heads_;
   int kv_heads_;
   std::vector<Group> groups_;
-  at::Tensor
-      kv_index_;  // the same on the device (KvPool::Write); not cpu_rows_
+  // The same flat rows on the device (KvPool::Write); not on cpu_rows_.
+  at::Tensor kv_index_;
   // With several groups: the packed row of each row of the groups' outputs
   // concatenated, inverted (output row of each packed row).
   at::Tensor unpermute_;

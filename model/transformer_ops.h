@@ -161,7 +161,8 @@ at::Tensor FinishDecoderLayer(const at::Tensor& x, const at::Tensor& attn,
 // than arithmetic). It runs the kernels ProjectQkv, PackedAttention and
 // FinishDecoderLayer run on that path, in the same order, so its output
 // and the K/V it writes equal theirs to the bit
-// (tests/model/cpu_decoder_layer_test.cc). CpuDecoderLayerApplies says
+// (CpuPanelsTest.FusedLayerEqualsTheOpByOpLayerToTheBit,
+// tests/model/cpu_panels_test.cc). CpuDecoderLayerApplies says
 // whether it takes the layer: an fp32 CPU x [n, hidden], the four products
 // on panels, the attention on the CPU row path.
 bool CpuDecoderLayerApplies(const at::Tensor& x, const DecoderLayerWeights& w,

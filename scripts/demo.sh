@@ -108,17 +108,31 @@ generate() {  # file, cli flags...
   cat "$file.stats"
 }
 
+# Each method's dedit-cli flags, for its shown run and its timed ones.
+method_args() {  # method -> sets `args`
+  case $1 in
+    speculative) args=(--window "$WINDOW" --passes "$PASSES") ;;
+    target_only) args=(--no_speculation) ;;
+    ngram) args=(--method ngram --window "$NGRAM_WINDOW") ;;
+    hybrid) args=(--method hybrid --window "$WINDOW" --passes "$PASSES") ;;
+  esac
+}
+
 echo "== speculative (W=$WINDOW, K=$PASSES), streamed from the router =="
-generate "$RUN_DIR/speculative.txt" --window "$WINDOW" --passes "$PASSES"
+method_args speculative
+generate "$RUN_DIR/speculative.txt" "${args[@]}"
 echo
 echo "== target-only (--no_speculation), same router =="
-generate "$RUN_DIR/target_only.txt" --no_speculation
+method_args target_only
+generate "$RUN_DIR/target_only.txt" "${args[@]}"
 echo
 echo "== n-gram method (W=$NGRAM_WINDOW, prompt lookup in the router), same router =="
-generate "$RUN_DIR/ngram.txt" --method ngram --window "$NGRAM_WINDOW"
+method_args ngram
+generate "$RUN_DIR/ngram.txt" "${args[@]}"
 echo
 echo "== hybrid method (W=$WINDOW, K=$PASSES: lookup when the recent tokens recur, else the DEdit drafter), same router =="
-generate "$RUN_DIR/hybrid.txt" --method hybrid --window "$WINDOW" --passes "$PASSES"
+method_args hybrid
+generate "$RUN_DIR/hybrid.txt" "${args[@]}"
 echo
 if [ -n "$CHAT_FAMILY" ]; then
   echo "== the answer, checked against the reference computed from the message =="
@@ -146,12 +160,7 @@ done
 ROUNDS=${DEMO_TIMING_ROUNDS:-5}
 for r in $(seq 1 "$ROUNDS"); do
   for method in target_only speculative ngram hybrid; do
-    case $method in
-      target_only) args=(--no_speculation) ;;
-      speculative) args=(--window "$WINDOW" --passes "$PASSES") ;;
-      ngram) args=(--method ngram --window "$NGRAM_WINDOW") ;;
-      hybrid) args=(--method hybrid --window "$WINDOW" --passes "$PASSES") ;;
-    esac
+    method_args "$method"
     out="$RUN_DIR/$method.$r.txt"
     if ! "$CLI" generate --router "127.0.0.1:$RP" "${PROMPT_ARGS[@]}" \
         --max_tokens "$MAX_TOKENS" "${args[@]}" >"$out" 2>"$out.stats"; then

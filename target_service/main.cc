@@ -15,7 +15,6 @@
 #include "absl/time/time.h"
 #include "model/cpu_flags.h"
 #include "model/cpu_panels.h"
-#include "model/cpu_product_pool.h"
 #include "serving/shutdown_signals.h"
 #include "target_service/target_server.h"
 

@@ -33,8 +33,6 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "model/cpu_flags.h"
-#include "model/cpu_panels.h"
-#include "model/cpu_product_pool.h"
 #include "model/cpu_threads.h"
 #include "model/in_process.h"
 
