@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "model/cpu_panels.h"
@@ -61,6 +62,29 @@ struct LaneSums {
   }
 };
 
+// Each head's scores (Group rows of `stride` floats, the first `visible`
+// real) become exp(score - max) in place, with scale[g] = 1 / their sum:
+// the softmax of AttendGroup and AttendGroupBf16. best[g]: the lanes'
+// running maxima of head g's scores.
+template <int Group>
+DEDIT_AVX512 inline void Softmax(float* scores, int64_t stride, int64_t visible,
+                                 const __m512* best, __m512* scale) {
+  for (int g = 0; g < Group; ++g) {
+    float* sc = scores + g * stride;
+    const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(best[g]));
+    __m512 total = _mm512_setzero_ps();
+    for (int64_t j0 = 0; j0 < visible; j0 += kLanes) {
+      const int64_t in_block = std::min(kLanes, visible - j0);
+      const __mmask16 live = avx512::LaneMask(in_block);
+      const __m512 p = _mm512_maskz_mov_ps(
+          live, Exp(_mm512_sub_ps(_mm512_loadu_ps(sc + j0), m)));
+      _mm512_storeu_ps(sc + j0, p);
+      total = _mm512_add_ps(total, p);
+    }
+    scale[g] = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(total));
+  }
+}
+
 // q . k in 16 lanes, chunk by chunk (their sum is the score).
 template <int Chunks>
 DEDIT_AVX512 inline __m512 Dot(const __m512* qv, const float* k) {
@@ -117,20 +141,7 @@ DEDIT_AVX512 void AttendGroup(const float* q, const float* keys,
     }
   }
   __m512 scale[Group];
-  for (int g = 0; g < Group; ++g) {
-    float* sc = scores + g * stride;
-    const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(best[g]));
-    __m512 total = _mm512_setzero_ps();
-    for (int64_t j0 = 0; j0 < visible; j0 += kLanes) {
-      const int64_t in_block = std::min(kLanes, visible - j0);
-      const __mmask16 live = avx512::LaneMask(in_block);
-      const __m512 p = _mm512_maskz_mov_ps(
-          live, Exp(_mm512_sub_ps(_mm512_loadu_ps(sc + j0), m)));
-      _mm512_storeu_ps(sc + j0, p);
-      total = _mm512_add_ps(total, p);
-    }
-    scale[g] = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(total));
-  }
+  Softmax<Group>(scores, stride, visible, best, scale);
   // Even and odd keys in two sums per head, added at the end: two FMA
   // chains.
   __m512 even[Group][Chunks], odd[Group][Chunks];
@@ -175,71 +186,184 @@ DEDIT_AVX512 void AttendGroup(const float* q, const float* keys,
   }
 }
 
-using AttendFn = void (*)(const float*, const float*, const float*, int64_t,
-                          float*, float*);
+// q . k over bf16 pieces of 32 elements (VDPBF16PS), in 16 lanes.
+template <int Pieces>
+DEDIT_AVX512_BF16 inline __m512 DotBf16(const __m512bh* qv, const uint16_t* k) {
+  __m512 acc = _mm512_dpbf16_ps(_mm512_setzero_ps(), qv[0],
+                                static_cast<__m512bh>(_mm512_loadu_si512(k)));
+  for (int c = 1; c < Pieces; ++c) {
+    acc = _mm512_dpbf16_ps(
+        acc, qv[c],
+        static_cast<__m512bh>(_mm512_loadu_si512(k + c * 2 * kLanes)));
+  }
+  return acc;
+}
+
+// 16 bf16 values widened to f32 (exact): the bits moved to the high half.
+DEDIT_AVX512 inline __m512 WidenBf16(const uint16_t* v) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(
+      _mm512_cvtepu16_epi32(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v))),
+      16));
+}
+
+// AttendGroup over bf16 K/V (bf16 bits as uint16, the same [visible, hd]
+// rows): the queries rounded to bf16 (to nearest even), each score the
+// VDPBF16PS dot products of 32-element pieces summed in f32, through the
+// same 16-key tree and softmax; the values widened to f32 (exact) and
+// summed with the f32 weights as AttendGroup sums them. Chunks = hd / 16,
+// even.
+template <int Chunks, int Group>
+DEDIT_AVX512_BF16 void AttendGroupBf16(const float* q, const uint16_t* keys,
+                                       const uint16_t* values, int64_t visible,
+                                       float* scores, float* out) {
+  static_assert(Chunks % 2 == 0, "bf16 pieces are 32 elements");
+  constexpr int Pieces = Chunks / 2;
+  constexpr int64_t hd = Chunks * kLanes;
+  const int64_t stride = (visible + kLanes - 1) / kLanes * kLanes;
+  __m512bh qv[Group][Pieces];
+  for (int g = 0; g < Group; ++g) {
+    for (int c = 0; c < Pieces; ++c) {
+      const float* piece = q + g * hd + c * 2 * kLanes;
+      qv[g][c] = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(piece + kLanes),
+                                     _mm512_loadu_ps(piece));
+    }
+  }
+  __m512 best[Group];
+  for (int g = 0; g < Group; ++g) {
+    best[g] = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  }
+  for (int64_t j0 = 0; j0 < visible; j0 += kLanes) {
+    const int64_t in_block = std::min(kLanes, visible - j0);
+    LaneSums sums[Group];
+    for (int p = 0; p < kLanes / 2; ++p) {
+      const int64_t i = 2 * p;
+      const uint16_t* k = keys + (j0 + i) * hd;
+      for (int g = 0; g < Group; ++g) {
+        const __m512 a =
+            i < in_block ? DotBf16<Pieces>(qv[g], k) : _mm512_setzero_ps();
+        const __m512 b = i + 1 < in_block ? DotBf16<Pieces>(qv[g], k + hd)
+                                          : _mm512_setzero_ps();
+        sums[g].Add(p, a, b);
+      }
+    }
+    const __mmask16 live = avx512::LaneMask(in_block);
+    for (int g = 0; g < Group; ++g) {
+      _mm512_storeu_ps(scores + g * stride + j0, sums[g].sum);
+      best[g] = _mm512_mask_max_ps(best[g], live, best[g], sums[g].sum);
+    }
+  }
+  __m512 scale[Group];
+  Softmax<Group>(scores, stride, visible, best, scale);
+  __m512 even[Group][Chunks], odd[Group][Chunks];
+  for (int g = 0; g < Group; ++g) {
+    for (int c = 0; c < Chunks; ++c) {
+      even[g][c] = _mm512_setzero_ps();
+      odd[g][c] = _mm512_setzero_ps();
+    }
+  }
+  int64_t j = 0;
+  for (; j + 1 < visible; j += 2) {
+    const uint16_t* v = values + j * hd;
+    __m512 v0[Chunks], v1[Chunks];
+    for (int c = 0; c < Chunks; ++c) {
+      v0[c] = WidenBf16(v + c * kLanes);
+      v1[c] = WidenBf16(v + hd + c * kLanes);
+    }
+    for (int g = 0; g < Group; ++g) {
+      const __m512 p0 = _mm512_set1_ps(scores[g * stride + j]);
+      const __m512 p1 = _mm512_set1_ps(scores[g * stride + j + 1]);
+      for (int c = 0; c < Chunks; ++c) {
+        even[g][c] = _mm512_fmadd_ps(p0, v0[c], even[g][c]);
+        odd[g][c] = _mm512_fmadd_ps(p1, v1[c], odd[g][c]);
+      }
+    }
+  }
+  if (j < visible) {
+    for (int g = 0; g < Group; ++g) {
+      const __m512 p0 = _mm512_set1_ps(scores[g * stride + j]);
+      for (int c = 0; c < Chunks; ++c) {
+        even[g][c] = _mm512_fmadd_ps(
+            p0, WidenBf16(values + j * hd + c * kLanes), even[g][c]);
+      }
+    }
+  }
+  for (int g = 0; g < Group; ++g) {
+    for (int c = 0; c < Chunks; ++c) {
+      _mm512_storeu_ps(
+          out + g * hd + c * kLanes,
+          _mm512_mul_ps(_mm512_add_ps(even[g][c], odd[g][c]), scale[g]));
+    }
+  }
+}
+
+template <typename Kv>
+using AttendFn = void (*)(const float*, const Kv*, const Kv*, int64_t, float*,
+                          float*);
 
 // Two heads at a time for an even group, else one (*heads_per_call).
 // Head sizes to 112: two heads at a time measured 1.1-1.7x faster than one
 // (dedit-attention-bench at 256 keys, 12:50 UTC); at 128 their queries and
 // accumulators no longer fit the 32 vector registers, and spilling made it
-// 1.15-1.4x slower, so 128 keeps one head a call.
-template <int Chunks>
-AttendFn AttendChunks(int group, int* heads_per_call) {
-  if constexpr (Chunks <= 7) {
-    if (group % 2 == 0) {
-      *heads_per_call = 2;
-      return &AttendGroup<Chunks, 2>;
+// 1.15-1.4x slower, so 128 keeps one head a call. The bf16 kernel (Bf16)
+// takes even Chunks only.
+template <int Chunks, bool Bf16>
+auto AttendChunks(int group, int* heads_per_call) {
+  using Fn = AttendFn<std::conditional_t<Bf16, uint16_t, float>>;
+  if constexpr (Bf16 && Chunks % 2 != 0) {
+    return Fn{nullptr};
+  } else {
+    auto pick = [](auto per_call) -> Fn {
+      constexpr int kGroup = decltype(per_call)::value;
+      if constexpr (Bf16) {
+        return &AttendGroupBf16<Chunks, kGroup>;
+      } else {
+        return &AttendGroup<Chunks, kGroup>;
+      }
+    };
+    if constexpr (Chunks <= 7) {
+      if (group % 2 == 0) {
+        *heads_per_call = 2;
+        return pick(std::integral_constant<int, 2>{});
+      }
     }
+    *heads_per_call = 1;
+    return pick(std::integral_constant<int, 1>{});
   }
-  *heads_per_call = 1;
-  return &AttendGroup<Chunks, 1>;
 }
 
-AttendFn AttendFor(int64_t hd, int group, int* heads_per_call) {
+template <bool Bf16>
+auto AttendFor(int64_t hd, int group, int* heads_per_call) {
   switch (hd / kLanes) {
     case 1:
-      return AttendChunks<1>(group, heads_per_call);
+      return AttendChunks<1, Bf16>(group, heads_per_call);
     case 2:
-      return AttendChunks<2>(group, heads_per_call);
+      return AttendChunks<2, Bf16>(group, heads_per_call);
     case 3:
-      return AttendChunks<3>(group, heads_per_call);
+      return AttendChunks<3, Bf16>(group, heads_per_call);
     case 4:
-      return AttendChunks<4>(group, heads_per_call);
+      return AttendChunks<4, Bf16>(group, heads_per_call);
     case 5:
-      return AttendChunks<5>(group, heads_per_call);
+      return AttendChunks<5, Bf16>(group, heads_per_call);
     case 6:
-      return AttendChunks<6>(group, heads_per_call);
+      return AttendChunks<6, Bf16>(group, heads_per_call);
     case 7:
-      return AttendChunks<7>(group, heads_per_call);
+      return AttendChunks<7, Bf16>(group, heads_per_call);
     case 8:
-      return AttendChunks<8>(group, heads_per_call);
+      return AttendChunks<8, Bf16>(group, heads_per_call);
     default:
-      return nullptr;
+      return decltype(AttendChunks<2, Bf16>(group, heads_per_call)){nullptr};
   }
 }
 
-#endif  // DEDIT_ATTENTION_X86
-
-}  // namespace
-
-bool CpuAttentionRuns(int64_t head_dim) {
-#if DEDIT_ATTENTION_X86
-  return head_dim > 0 && head_dim % 16 == 0 && head_dim <= 128 &&
-         CpuRuns(CpuProducts::kF32);
-#else
-  (void)head_dim;
-  return false;
-#endif
-}
-
-void CpuAttention(const float* q, int64_t q_row_stride,
-                  const CpuAttentionRows& rows, int heads, int kv_heads,
-                  int64_t hd, const float* keys, const float* values,
-                  int64_t slab, float* out, CpuProductPool* pool) {
-#if DEDIT_ATTENTION_X86
+// Deals the (row, run of heads) items of CpuAttention(Bf16) to the pool's
+// threads; each item runs `attend` on its row's slot.
+template <typename Kv>
+void AttendRows(AttendFn<Kv> attend, int per_call, const float* q,
+                int64_t q_row_stride, const CpuAttentionRows& rows, int heads,
+                int kv_heads, int64_t hd, const Kv* keys, const Kv* values,
+                int64_t slab, float* out, CpuProductPool* pool) {
   const int group = heads / kv_heads;
-  int per_call = 1;
-  const AttendFn attend = AttendFor(hd, group, &per_call);
   // Work items: (row, run of per_call heads of one kv head).
   const int calls_per_row = heads / per_call;
   const int64_t items = rows.n * calls_per_row;
@@ -266,9 +390,79 @@ void CpuAttention(const float* q, int64_t q_row_stride,
   pool->Run(parts, [&](int part) {
     run(std::min(items, part * per), std::min(items, (part + 1) * per));
   });
+}
+
+DEDIT_AVX512_BF16 void FloatsToBf16(const float* x, int64_t n, uint16_t* out) {
+  for (int64_t i = 0; i < n; i += 2 * kLanes) {
+    const int64_t left = std::min<int64_t>(2 * kLanes, n - i);
+    const __m512 a = _mm512_maskz_loadu_ps(avx512::LaneMask(left), x + i);
+    const __m512 b =
+        _mm512_maskz_loadu_ps(avx512::LaneMask(left - kLanes), x + i + kLanes);
+    const __m512i v = static_cast<__m512i>(_mm512_cvtne2ps_pbh(b, a));
+    _mm512_mask_storeu_epi16(
+        out + i,
+        left >= 32 ? ~__mmask32{0}
+                   : static_cast<__mmask32>((uint32_t{1} << left) - 1),
+        v);
+  }
+}
+
+#endif  // DEDIT_ATTENTION_X86
+
+}  // namespace
+
+bool CpuAttentionRuns(int64_t head_dim) {
+#if DEDIT_ATTENTION_X86
+  return head_dim > 0 && head_dim % 16 == 0 && head_dim <= 128 &&
+         CpuRuns(CpuProducts::kF32);
+#else
+  (void)head_dim;
+  return false;
+#endif
+}
+
+bool CpuAttentionBf16Runs(int64_t head_dim) {
+  return CpuAttentionRuns(head_dim) && head_dim % 32 == 0 &&
+         CpuRuns(CpuProducts::kBf16);
+}
+
+void CpuAttention(const float* q, int64_t q_row_stride,
+                  const CpuAttentionRows& rows, int heads, int kv_heads,
+                  int64_t hd, const float* keys, const float* values,
+                  int64_t slab, float* out, CpuProductPool* pool) {
+#if DEDIT_ATTENTION_X86
+  int per_call = 1;
+  const AttendFn<float> attend =
+      AttendFor<false>(hd, heads / kv_heads, &per_call);
+  AttendRows(attend, per_call, q, q_row_stride, rows, heads, kv_heads, hd, keys,
+             values, slab, out, pool);
 #else
   (void)q, (void)q_row_stride, (void)rows, (void)heads, (void)kv_heads;
   (void)hd, (void)keys, (void)values, (void)slab, (void)out, (void)pool;
+#endif
+}
+
+void CpuAttentionBf16(const float* q, int64_t q_row_stride,
+                      const CpuAttentionRows& rows, int heads, int kv_heads,
+                      int64_t hd, const uint16_t* keys, const uint16_t* values,
+                      int64_t slab, float* out, CpuProductPool* pool) {
+#if DEDIT_ATTENTION_X86
+  int per_call = 1;
+  const AttendFn<uint16_t> attend =
+      AttendFor<true>(hd, heads / kv_heads, &per_call);
+  AttendRows(attend, per_call, q, q_row_stride, rows, heads, kv_heads, hd, keys,
+             values, slab, out, pool);
+#else
+  (void)q, (void)q_row_stride, (void)rows, (void)heads, (void)kv_heads;
+  (void)hd, (void)keys, (void)values, (void)slab, (void)out, (void)pool;
+#endif
+}
+
+void CpuFloatsToBf16(const float* x, int64_t n, uint16_t* out) {
+#if DEDIT_ATTENTION_X86
+  FloatsToBf16(x, n, out);
+#else
+  (void)x, (void)n, (void)out;
 #endif
 }
 

@@ -31,6 +31,10 @@ class CpuProductPool;
 // and a multiple of 16).
 bool CpuAttentionRuns(int64_t head_dim);
 
+// Whether CpuAttentionBf16 runs: CpuAttentionRuns, AVX512_BF16, and
+// head_dim a multiple of 32.
+bool CpuAttentionBf16Runs(int64_t head_dim);
+
 struct CpuAttentionRows {
   int64_t n = 0;                     // query rows
   const int32_t* slot = nullptr;     // [n] KV pool slot of each row
@@ -40,13 +44,28 @@ struct CpuAttentionRows {
 // out[r, h * hd .. (h + 1) * hd) = softmax(q[r, h] . K^T) V over the
 // row's slot's keys [0, visible), for query head h on kv head h / (heads /
 // kv_heads). q: rows of stride q_row_stride, heads at stride hd (pre-scaled
-// by 1/sqrt(hd)); keys, values: one layer of the pool, [slots, kv_heads,
+// by 1/sqrt(hd)); keys, values: one fp32 layer of the pool, [slots, kv_heads,
 // slab, hd]; out: [n, heads * hd]. Every visible count >= 1. With a pool,
 // the (row, head) pairs are dealt to its threads.
 void CpuAttention(const float* q, int64_t q_row_stride,
                   const CpuAttentionRows& rows, int heads, int kv_heads,
                   int64_t hd, const float* keys, const float* values,
                   int64_t slab, float* out, CpuProductPool* pool);
+
+// CpuAttention over a bf16 pool (--kv_cache_dtype bf16, model/kv_pool.h):
+// keys and values are bf16 bits. Each query is rounded to bf16 (to nearest
+// even) and its scores are VDPBF16PS dot products summed in f32, through
+// the same 16-key blocks and softmax; the values are widened to f32
+// (exactly) and summed with the f32 weights. A row's output is still the
+// same to the bit whatever the batch. REQUIRES CpuAttentionBf16Runs(hd).
+void CpuAttentionBf16(const float* q, int64_t q_row_stride,
+                      const CpuAttentionRows& rows, int heads, int kv_heads,
+                      int64_t hd, const uint16_t* keys, const uint16_t* values,
+                      int64_t slab, float* out, CpuProductPool* pool);
+
+// out[i] = x[i] rounded to bf16 (to nearest even, as VCVTNE2PS2BF16),
+// i < n: what a bf16 pool stores. REQUIRES CpuRuns(CpuProducts::kBf16).
+void CpuFloatsToBf16(const float* x, int64_t n, uint16_t* out);
 
 }  // namespace dedit
 

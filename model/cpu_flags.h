@@ -1,8 +1,8 @@
 // The CPU kernel flags every binary that runs a model takes, defined once:
-// --cpu_products (model/cpu_panels.h) and --product_threads
-// (model/cpu_product_pool.h). dedit-target, dedit-drafter, dedit-generate
-// and dedit-engine-bench link this library and call ApplyCpuKernelFlags
-// before loading a model.
+// --cpu_products (model/cpu_panels.h), --product_threads
+// (model/cpu_product_pool.h) and --kv_cache_dtype (model/kv_pool.h).
+// dedit-target, dedit-drafter, dedit-generate and dedit-engine-bench link this
+// library and call ApplyCpuKernelFlags before loading a model.
 #ifndef DEDIT_MODEL_CPU_FLAGS_H_
 #define DEDIT_MODEL_CPU_FLAGS_H_
 
@@ -13,11 +13,13 @@
 
 ABSL_DECLARE_FLAG(std::string, cpu_products);
 ABSL_DECLARE_FLAG(int, product_threads);
+ABSL_DECLARE_FLAG(std::string, kv_cache_dtype);
 
 namespace dedit {
 
-// Sets the process's product threads and CPU product kernel from the two
-// flags; INVALID_ARGUMENT naming the flag when either is out of range.
+// Sets the process's product threads, CPU product kernel and K/V cache
+// dtype from the three flags; INVALID_ARGUMENT naming the flag when one is
+// out of range.
 absl::Status ApplyCpuKernelFlags();
 
 }  // namespace dedit

@@ -71,6 +71,8 @@ absl::StatusOr<std::unique_ptr<DEditDrafter>> DEditDrafter::FromArchive(
                      BindDecoderLayer(weights, DrafterLayerTensorNames(l)));
     d->layers_.push_back(std::move(w));
   }
+  ASSIGN_OR_RETURN(const at::ScalarType kv_dtype,
+                   KvPoolDtype(dt, dev, c.head_dim));
   RETURN_IF_ERROR(GuardTorch([&] {
     d->fc_ = OutputHead::Pack(fc);
     for (DecoderLayerWeights& w : d->layers_) {
@@ -85,8 +87,9 @@ absl::StatusOr<std::unique_ptr<DEditDrafter>> DEditDrafter::FromArchive(
         (options.max_context_tokens > 0 ? options.max_context_tokens
                                         : int64_t{c.max_position_embeddings}) +
         config.block_size;
-    d->pool_ = std::make_unique<KvPool>(
-        shape, dt, dev, options.initial_context_slots, options.max_sequences);
+    d->pool_ = std::make_unique<KvPool>(shape, kv_dtype, dev,
+                                        options.initial_context_slots,
+                                        options.max_sequences);
   }));
   return d;
 }

@@ -4,11 +4,60 @@
 #include <c10/core/InferenceMode.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <string>
 
 #include "absl/strings/str_cat.h"
+#include "model/cpu_attention.h"
+#include "model/cpu_panels.h"
 
 namespace dedit {
+namespace {
+
+std::atomic<KvCacheDtype> process_kv_dtype{KvCacheDtype::kAuto};
+
+}  // namespace
+
+void SetKvCacheDtype(KvCacheDtype dtype) { process_kv_dtype.store(dtype); }
+KvCacheDtype GetKvCacheDtype() { return process_kv_dtype.load(); }
+
+absl::Status SetKvCacheDtypeFlag(std::string_view name) {
+  if (name == "auto") {
+    SetKvCacheDtype(KvCacheDtype::kAuto);
+  } else if (name == "bf16") {
+    SetKvCacheDtype(KvCacheDtype::kBf16);
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kv_cache_dtype must be auto or bf16, got \"",
+                     std::string(name), "\""));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<at::ScalarType> KvPoolDtype(at::ScalarType model_dtype,
+                                           c10::Device device,
+                                           int64_t head_dim) {
+  if (GetKvCacheDtype() == KvCacheDtype::kAuto ||
+      model_dtype == at::kBFloat16) {
+    return model_dtype;
+  }
+  if (!device.is_cpu()) {
+    return absl::FailedPreconditionError(
+        "--kv_cache_dtype=bf16 on a GPU needs a bf16 model (the pool keeps "
+        "the model's dtype there)");
+  }
+  if (model_dtype != at::kFloat || GetCpuProducts() == CpuProducts::kBlas ||
+      !CpuAttentionBf16Runs(head_dim)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--kv_cache_dtype=bf16 on the CPU needs an fp32 model on the row "
+        "attention kernel: --cpu_products f32 or bf16 (now ",
+        std::string(CpuProductsName(GetCpuProducts())), "), AVX512_BF16 (",
+        CpuRuns(CpuProducts::kBf16) ? "present" : "absent",
+        ") and a head_dim that is a multiple of 32 (", head_dim, ")"));
+  }
+  return at::kBFloat16;
+}
 
 KvPool::KvPool(const Shape& shape, at::ScalarType dtype, c10::Device device,
                int initial_slots, int max_slots, int64_t initial_slab_tokens)
@@ -172,13 +221,28 @@ void KvPool::WriteRows(int layer, const std::vector<int64_t>& flat_rows,
                        int64_t k_head_stride, const float* v,
                        int64_t v_token_stride, int64_t v_head_stride) {
   const int64_t kv = shape_.kv_heads, hd = shape_.head_dim;
-  TORCH_CHECK(k_[layer].scalar_type() == at::kFloat &&
-                  k_[layer].device().is_cpu() &&
+  const bool bf16 = dtype_ == at::kBFloat16;
+  TORCH_CHECK((dtype_ == at::kFloat || bf16) && k_[layer].device().is_cpu() &&
                   static_cast<int64_t>(flat_rows.size()) % kv == 0,
-              "KvPool::WriteRows: an fp32 CPU pool and whole tokens");
+              "KvPool::WriteRows: an fp32 or bf16 CPU pool and whole tokens");
+  const int64_t tokens = static_cast<int64_t>(flat_rows.size()) / kv;
+  if (bf16) {
+    // Rounded as the row kernel rounds its queries (CpuFloatsToBf16).
+    auto* keys = static_cast<uint16_t*>(k_rows_[layer].data_ptr());
+    auto* values = static_cast<uint16_t*>(v_rows_[layer].data_ptr());
+    for (int64_t t = 0; t < tokens; ++t) {
+      for (int64_t h = 0; h < kv; ++h) {
+        const int64_t row = flat_rows[t * kv + h];
+        CpuFloatsToBf16(k + t * k_token_stride + h * k_head_stride, hd,
+                        keys + row * hd);
+        CpuFloatsToBf16(v + t * v_token_stride + h * v_head_stride, hd,
+                        values + row * hd);
+      }
+    }
+    return;
+  }
   float* keys = k_rows_[layer].data_ptr<float>();
   float* values = v_rows_[layer].data_ptr<float>();
-  const int64_t tokens = static_cast<int64_t>(flat_rows.size()) / kv;
   for (int64_t t = 0; t < tokens; ++t) {
     for (int64_t h = 0; h < kv; ++h) {
       const int64_t row = flat_rows[t * kv + h];
@@ -194,8 +258,10 @@ void KvPool::Write(int layer, const at::Tensor& flat_index, const at::Tensor& k,
                    const at::Tensor& v) {
   c10::InferenceMode inference_mode;
   const int64_t n = k.size(0) * shape_.kv_heads;
-  k_rows_[layer].index_copy_(0, flat_index, k.reshape({n, shape_.head_dim}));
-  v_rows_[layer].index_copy_(0, flat_index, v.reshape({n, shape_.head_dim}));
+  k_rows_[layer].index_copy_(0, flat_index,
+                             k.reshape({n, shape_.head_dim}).to(dtype_));
+  v_rows_[layer].index_copy_(0, flat_index,
+                             v.reshape({n, shape_.head_dim}).to(dtype_));
 }
 
 int64_t KvPool::nbytes() const {

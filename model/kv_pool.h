@@ -24,6 +24,10 @@
 // mark, because padded attention multiplies them by zero weights and a
 // stale NaN would poison the product.
 //
+// The pool holds K/V in the model's dtype, or in bf16 under
+// --kv_cache_dtype bf16 (KvPoolDtype below): half the bytes, read by the
+// CPU's bf16 row kernel (model/cpu_attention.h).
+//
 // Not thread-safe: the pool belongs to the model thread that owns the model.
 #ifndef DEDIT_MODEL_KV_POOL_H_
 #define DEDIT_MODEL_KV_POOL_H_
@@ -31,6 +35,7 @@
 #include <ATen/Tensor.h>
 
 #include <cstdint>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -39,6 +44,27 @@
 #include "engine/draft.h"
 
 namespace dedit {
+
+// The K/V cache's element type, process-wide (--kv_cache_dtype, set before
+// a model loads):
+enum class KvCacheDtype {
+  kAuto,  // the model's dtype
+  kBf16,  // bf16: on the CPU, fp32 models on the row kernel
+          // (CpuAttentionBf16Runs); on a GPU, bf16 models
+};
+void SetKvCacheDtype(KvCacheDtype dtype);
+KvCacheDtype GetKvCacheDtype();
+// --kv_cache_dtype: "auto" or "bf16"; INVALID_ARGUMENT naming the flag
+// otherwise.
+absl::Status SetKvCacheDtypeFlag(std::string_view name);
+// The dtype of a pool for a model of `model_dtype` on `device` with heads
+// of `head_dim`, under GetKvCacheDtype(): FAILED_PRECONDITION, naming the
+// flag and what is missing, for a bf16 cache this model cannot attend
+// over (on the CPU: --cpu_products blas, no AVX512_BF16, or a head_dim
+// not a multiple of 32; on a GPU: an fp32 model).
+absl::StatusOr<at::ScalarType> KvPoolDtype(at::ScalarType model_dtype,
+                                           c10::Device device,
+                                           int64_t head_dim);
 
 class KvPool {
  public:
@@ -53,6 +79,7 @@ class KvPool {
          int64_t initial_slab_tokens = 256);
 
   const Shape& shape() const { return shape_; }
+  at::ScalarType dtype() const { return dtype_; }
   // The current slab length: positions [0, slab) exist in every slot.
   int64_t slab_tokens() const { return slab_; }
   // Makes every slab hold at least `tokens` positions (doubling, copying).
@@ -83,13 +110,15 @@ class KvPool {
   const at::Tensor& keys(int layer) const { return k_[layer]; }
   const at::Tensor& values(int layer) const { return v_[layer]; }
   // Writes k, v ([n, kv_heads, head_dim]) of `layer` at the flat rows
-  // `flat_index` ([n * kv_heads], from AppendRows) in one op each.
+  // `flat_index` ([n * kv_heads], from AppendRows) in one op each
+  // (converted to the pool's dtype).
   void Write(int layer, const at::Tensor& flat_index, const at::Tensor& k,
              const at::Tensor& v);
   // The same from a host list of the flat rows, copying row by row with
-  // no ATen op: for fp32 CPU pools and k, v whose last dimension is
-  // contiguous (the CPU row path, model/cpu_attention.h). REQUIRES
-  // flat_rows.size() == k.size(0) * kv_heads.
+  // no ATen op (a bf16 pool rounds them, CpuFloatsToBf16): for fp32 or
+  // bf16 CPU pools and fp32 k, v whose last dimension is contiguous (the
+  // CPU row path, model/cpu_attention.h). REQUIRES flat_rows.size() ==
+  // k.size(0) * kv_heads.
   void WriteRows(int layer, const std::vector<int64_t>& flat_rows,
                  const at::Tensor& k, const at::Tensor& v);
   // The same from raw fp32 rows: token t's kv head h at k + t *

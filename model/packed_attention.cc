@@ -37,10 +37,13 @@ PackedAttention::PackedAttention(const std::vector<AttentionSegment>& segments,
     n += s.length;
   }
   const at::Tensor& keys = pool.keys(0);
+  const int64_t hd = pool.shape().head_dim;
+  const bool row_dtype =
+      (keys.scalar_type() == at::kFloat && CpuAttentionRuns(hd)) ||
+      (keys.scalar_type() == at::kBFloat16 && CpuAttentionBf16Runs(hd));
   if (GetCpuProducts() != CpuProducts::kBlas && keys.device().is_cpu() &&
-      keys.scalar_type() == at::kFloat && keys.is_contiguous() &&
-      pool.values(0).is_contiguous() && heads_ % kv_heads_ == 0 &&
-      CpuAttentionRuns(pool.shape().head_dim)) {
+      row_dtype && keys.is_contiguous() && pool.values(0).is_contiguous() &&
+      heads_ % kv_heads_ == 0) {
     cpu_rows_ = true;
     kv_rows_ = std::move(kv_index);
     for (const AttentionSegment& s : segments) {
@@ -202,17 +205,26 @@ void PackedAttention::RunRows(const float* q, int64_t q_row_stride,
   rows.n = static_cast<int64_t>(row_slot_.size());
   rows.slot = row_slot_.data();
   rows.visible = row_visible_.data();
+  CpuProductPool* threads = CpuProductPool::ForRows(rows.n);
+  if (pool.dtype() == at::kBFloat16) {
+    CpuAttentionBf16(
+        q, q_row_stride, rows, heads_, kv_heads_, pool.shape().head_dim,
+        static_cast<const uint16_t*>(pool.keys(layer).data_ptr()),
+        static_cast<const uint16_t*>(pool.values(layer).data_ptr()),
+        pool.slab_tokens(), out, threads);
+    return;
+  }
   CpuAttention(q, q_row_stride, rows, heads_, kv_heads_, pool.shape().head_dim,
                pool.keys(layer).data_ptr<float>(),
                pool.values(layer).data_ptr<float>(), pool.slab_tokens(), out,
-               CpuProductPool::ForRows(rows.n));
+               threads);
 }
 
 at::Tensor PackedAttention::Run(const at::Tensor& q, const KvPool& pool,
                                 int layer) const {
   if (cpu_rows_) {
     TORCH_CHECK(q.scalar_type() == at::kFloat && q.device().is_cpu(),
-                "PackedAttention: an fp32 CPU pool needs fp32 CPU queries");
+                "PackedAttention: the CPU row kernel needs fp32 CPU queries");
     TORCH_CHECK(q.size(0) == static_cast<int64_t>(row_slot_.size()),
                 "PackedAttention: ", q.size(0), " query rows for ",
                 row_slot_.size(), " packed rows");

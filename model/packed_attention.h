@@ -23,10 +23,10 @@
 // so that padding at most doubles a group's queries, and each group is one
 // call (one in steady-state decoding or verification).
 //
-// Under --cpu_products f32|bf16 (model/cpu_panels.h) an fp32 CPU pool
-// takes model/cpu_attention.h instead: one query row at a time, its output
-// the same to the bit whatever the batch (what keeps bf16 speculation
-// lossless).
+// Under --cpu_products f32|bf16 (model/cpu_panels.h) an fp32 or bf16
+// (--kv_cache_dtype bf16) CPU pool takes model/cpu_attention.h instead: one
+// query row at a time, its output the same to the bit whatever the batch
+// (what keeps bf16 speculation lossless).
 //
 // The matmul path builds on libtorch 1.13; GroupedAttention
 // (model/transformer_ops.h) is the per-sequence reference it is tested
@@ -112,8 +112,8 @@ class PackedAttention {
                       int layer) const;
 
   // The CPU's row-at-a-time kernel (model/cpu_attention.h), taken under
-  // --cpu_products f32|bf16 for an fp32 CPU pool: each packed row's slot
-  // and visible keys, and no groups.
+  // --cpu_products f32|bf16 for an fp32 or bf16 CPU pool: each packed
+  // row's slot and visible keys, and no groups.
   bool cpu_rows_ = false;
   std::vector<int64_t> kv_rows_;  // the flat pool rows (KvPool::WriteRows)
   std::vector<int32_t> row_slot_;

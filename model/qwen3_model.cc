@@ -78,6 +78,8 @@ absl::StatusOr<std::unique_ptr<Qwen3Model>> Qwen3Model::FromArchive(
     m->layers_.push_back(std::move(w));
   }
   const c10::Device dev = options.device;
+  ASSIGN_OR_RETURN(const at::ScalarType kv_dtype,
+                   KvPoolDtype(options.dtype, dev, config.head_dim));
   RETURN_IF_ERROR(GuardTorch([&] {
     for (DecoderLayerWeights& w : m->layers_) PackDecoderLayer(config, &w);
     m->head_ = OutputHead::Pack(lm_head);
@@ -88,9 +90,8 @@ absl::StatusOr<std::unique_ptr<Qwen3Model>> Qwen3Model::FromArchive(
     shape.kv_heads = config.num_key_value_heads;
     shape.head_dim = config.head_dim;
     shape.max_tokens = config.max_position_embeddings;
-    m->pool_ = std::make_unique<KvPool>(shape, options.dtype, dev,
-                                        options.initial_kv_slots,
-                                        options.max_sequences);
+    m->pool_ = std::make_unique<KvPool>(
+        shape, kv_dtype, dev, options.initial_kv_slots, options.max_sequences);
   }));
   return m;
 }

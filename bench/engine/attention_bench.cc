@@ -10,8 +10,11 @@
 // ctest. --layers 12 --slab 256 reads K/V as a forward of the target does:
 // each call another layer's, in slabs of the pool's size.
 //
+// --kv_dtype bf16 runs CpuAttentionBf16 over bf16 K/V (--kv_cache_dtype
+// bf16).
+//
 //   build/bench/engine/dedit-attention-bench [--keys 96] [--dump FILE]
-//       [--layers 1] [--slab 0]
+//       [--layers 1] [--slab 0] [--kv_dtype f32]
 #include <ATen/Functions.h>
 #include <ATen/TensorOperators.h>
 #include <ATen/core/grad_mode.h>
@@ -36,6 +39,8 @@ ABSL_FLAG(int, kv_heads, 2, "kv heads");
 ABSL_FLAG(int, head_dim, 32, "head size");
 ABSL_FLAG(int, product_threads, 1, "threads (CpuProductPool)");
 ABSL_FLAG(std::string, dump, "", "write every shape's output here");
+ABSL_FLAG(std::string, kv_dtype, "f32",
+          "K/V element type: f32 (CpuAttention) or bf16 (CpuAttentionBf16)");
 ABSL_FLAG(int, layers, 1,
           "layers of K/V, each call attends the next one's: 12 makes the "
           "K/V a call reads as cold as in a forward of the target");
@@ -54,7 +59,14 @@ struct Shape {
 
 int Main() {
   at::NoGradGuard no_grad;
-  if (!CpuAttentionRuns(absl::GetFlag(FLAGS_head_dim))) {
+  const std::string kv_dtype = absl::GetFlag(FLAGS_kv_dtype);
+  const bool bf16 = kv_dtype == "bf16";
+  if (!bf16 && kv_dtype != "f32") {
+    std::fprintf(stderr, "dedit-attention-bench: --kv_dtype f32 or bf16\n");
+    return 2;
+  }
+  if (!(bf16 ? CpuAttentionBf16Runs(absl::GetFlag(FLAGS_head_dim))
+             : CpuAttentionRuns(absl::GetFlag(FLAGS_head_dim)))) {
     std::fprintf(stderr,
                  "dedit-attention-bench: CpuAttention does not run "
                  "on this CPU for this head size\n");
@@ -84,8 +96,9 @@ int Main() {
         std::max<int64_t>(keys + shape.rows, absl::GetFlag(FLAGS_slab));
     const int64_t n = int64_t{shape.sequences} * shape.rows;
     const int layers = std::max(1, absl::GetFlag(FLAGS_layers));
+    const at::ScalarType dtype = bf16 ? at::kBFloat16 : at::kFloat;
     const at::Tensor k =
-        at::randn({layers, shape.sequences, kv_heads, slab, hd});
+        at::randn({layers, shape.sequences, kv_heads, slab, hd}).to(dtype);
     const at::Tensor v = at::randn_like(k);
     const int64_t layer_floats = k.numel() / layers;
     const at::Tensor q = at::randn({n, heads * hd}) * (1.0 / std::sqrt(hd));
@@ -105,9 +118,18 @@ int Main() {
     int layer = 0;
     auto call = [&] {
       const int64_t at = layer * layer_floats;
-      CpuAttention(q.data_ptr<float>(), q.stride(0), rows, heads, kv_heads, hd,
-                   k.data_ptr<float>() + at, v.data_ptr<float>() + at, slab,
-                   out.data_ptr<float>(), CpuProductPool::ForThisThread());
+      if (bf16) {
+        CpuAttentionBf16(
+            q.data_ptr<float>(), q.stride(0), rows, heads, kv_heads, hd,
+            static_cast<const uint16_t*>(k.data_ptr()) + at,
+            static_cast<const uint16_t*>(v.data_ptr()) + at, slab,
+            out.data_ptr<float>(), CpuProductPool::ForThisThread());
+      } else {
+        CpuAttention(q.data_ptr<float>(), q.stride(0), rows, heads, kv_heads,
+                     hd, k.data_ptr<float>() + at, v.data_ptr<float>() + at,
+                     slab, out.data_ptr<float>(),
+                     CpuProductPool::ForThisThread());
+      }
       layer = (layer + 1) % layers;
     };
     const double us = bench::MedianUs(call, 200, 20, 7);
@@ -122,6 +144,7 @@ int Main() {
                         {"rows_per_sequence", shape.rows},
                         {"keys", keys},
                         {"layers", layers},
+                        {"kv_dtype", kv_dtype},
                         {"slab", slab},
                         {"us", us},
                         {"ns_per_row_head", 1000 * us / (n * heads)}};
