@@ -468,7 +468,8 @@ int main(int argc, char** argv) {
        "dtype",
        "threads",
        "product_threads",
-       "cpu_products"}};
+       "cpu_products",
+       "kv_cache_dtype"}};
   if (std::optional<int> exit = dedit::ParseCommandFlags(
           command, argv[0], std::vector<std::string>(argv + 1, argv + argc))) {
     return *exit;

@@ -11,7 +11,6 @@
 #include "absl/strings/str_cat.h"
 #include "drafter_service/drafter_server.h"
 #include "model/cpu_flags.h"
-#include "model/cpu_panels.h"
 #include "serving/shutdown_signals.h"
 
 ABSL_FLAG(std::string, drafter_dir, "", "DEdit/DFlash drafter folder");
@@ -76,10 +75,9 @@ int main(int argc, char** argv) {
                  std::string(s.message()).c_str());
     return 2;
   }
-  // Which kernel "auto" resolved to, for the operator's log.
-  std::fprintf(
-      stderr, "dedit-drafter: CPU weight products: %s\n",
-      std::string(dedit::CpuProductsName(dedit::GetCpuProducts())).c_str());
+  // What "auto" resolved to, for the operator's log.
+  std::fprintf(stderr, "dedit-drafter: %s\n",
+               dedit::CpuKernelSummary().c_str());
   if (absl::GetFlag(FLAGS_causal_editor)) o.causal_editor = true;
   o.serve = dedit::ServeOptionsFor(
       absl::GetFlag(FLAGS_host), absl::GetFlag(FLAGS_port),

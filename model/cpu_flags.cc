@@ -1,6 +1,7 @@
 #include "model/cpu_flags.h"
 
 #include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
 #include "base/status.h"
 #include "model/cpu_panels.h"
 #include "model/cpu_product_pool.h"
@@ -15,9 +16,10 @@ ABSL_FLAG(int, product_threads, 1,
           "thread alone; model/cpu_product_pool.h)");
 
 ABSL_FLAG(std::string, kv_cache_dtype, "auto",
-          "K/V cache element type: auto (the model's dtype) or bf16 (half "
-          "the bytes; on the CPU, the bf16 row attention kernel; "
-          "model/kv_pool.h)");
+          "K/V cache element type: bf16 (half the bytes; on the CPU, read "
+          "by the bf16 row attention kernel), model (the model's dtype), or "
+          "auto: bf16 under --cpu_products bf16 where the kernel takes the "
+          "head size, else the model's (model/kv_pool.h)");
 
 namespace dedit {
 
@@ -26,6 +28,13 @@ absl::Status ApplyCpuKernelFlags() {
       SetCpuProductThreadsFlag(absl::GetFlag(FLAGS_product_threads)));
   RETURN_IF_ERROR(SetCpuProductsFlag(absl::GetFlag(FLAGS_cpu_products)));
   return SetKvCacheDtypeFlag(absl::GetFlag(FLAGS_kv_cache_dtype));
+}
+
+std::string CpuKernelSummary() {
+  return absl::StrCat(
+      "CPU weight products: ", std::string(CpuProductsName(GetCpuProducts())),
+      ", product threads: ", CpuProductThreads(),
+      ", K/V cache: ", std::string(KvCacheDtypeName(GetKvCacheDtype())));
 }
 
 }  // namespace dedit

@@ -22,6 +22,10 @@ namespace dedit {
 // out of range.
 absl::Status ApplyCpuKernelFlags();
 
+// What the flags resolved to ("auto" included), for the operator's log:
+// "CPU weight products: bf16, product threads: 1, K/V cache: auto".
+std::string CpuKernelSummary();
+
 }  // namespace dedit
 
 #endif  // DEDIT_MODEL_CPU_FLAGS_H_

@@ -22,41 +22,59 @@ std::atomic<KvCacheDtype> process_kv_dtype{KvCacheDtype::kAuto};
 void SetKvCacheDtype(KvCacheDtype dtype) { process_kv_dtype.store(dtype); }
 KvCacheDtype GetKvCacheDtype() { return process_kv_dtype.load(); }
 
-absl::Status SetKvCacheDtypeFlag(std::string_view name) {
-  if (name == "auto") {
-    SetKvCacheDtype(KvCacheDtype::kAuto);
-  } else if (name == "bf16") {
-    SetKvCacheDtype(KvCacheDtype::kBf16);
-  } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--kv_cache_dtype must be auto or bf16, got \"",
-                     std::string(name), "\""));
+std::string_view KvCacheDtypeName(KvCacheDtype dtype) {
+  switch (dtype) {
+    case KvCacheDtype::kAuto:
+      return "auto";
+    case KvCacheDtype::kModel:
+      return "model";
+    case KvCacheDtype::kBf16:
+      return "bf16";
   }
-  return absl::OkStatus();
+  return "?";
+}
+
+absl::Status SetKvCacheDtypeFlag(std::string_view name) {
+  for (KvCacheDtype dtype :
+       {KvCacheDtype::kAuto, KvCacheDtype::kModel, KvCacheDtype::kBf16}) {
+    if (name == KvCacheDtypeName(dtype)) {
+      SetKvCacheDtype(dtype);
+      return absl::OkStatus();
+    }
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("--kv_cache_dtype must be auto, model or bf16, got \"",
+                   std::string(name), "\""));
 }
 
 absl::StatusOr<at::ScalarType> KvPoolDtype(at::ScalarType model_dtype,
                                            c10::Device device,
                                            int64_t head_dim) {
-  if (GetKvCacheDtype() == KvCacheDtype::kAuto ||
-      model_dtype == at::kBFloat16) {
-    return model_dtype;
+  // What the CPU's bf16 row kernel serves.
+  const bool cpu_bf16 = device.is_cpu() && model_dtype == at::kFloat &&
+                        GetCpuProducts() != CpuProducts::kBlas &&
+                        CpuAttentionBf16Runs(head_dim);
+  switch (GetKvCacheDtype()) {
+    case KvCacheDtype::kModel:
+      return model_dtype;
+    case KvCacheDtype::kAuto:
+      return cpu_bf16 && GetCpuProducts() == CpuProducts::kBf16 ? at::kBFloat16
+                                                                : model_dtype;
+    case KvCacheDtype::kBf16:
+      break;
   }
+  if (model_dtype == at::kBFloat16 || cpu_bf16) return at::kBFloat16;
   if (!device.is_cpu()) {
     return absl::FailedPreconditionError(
         "--kv_cache_dtype=bf16 on a GPU needs a bf16 model (the pool keeps "
         "the model's dtype there)");
   }
-  if (model_dtype != at::kFloat || GetCpuProducts() == CpuProducts::kBlas ||
-      !CpuAttentionBf16Runs(head_dim)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "--kv_cache_dtype=bf16 on the CPU needs an fp32 model on the row "
-        "attention kernel: --cpu_products f32 or bf16 (now ",
-        std::string(CpuProductsName(GetCpuProducts())), "), AVX512_BF16 (",
-        CpuRuns(CpuProducts::kBf16) ? "present" : "absent",
-        ") and a head_dim that is a multiple of 32 (", head_dim, ")"));
-  }
-  return at::kBFloat16;
+  return absl::FailedPreconditionError(absl::StrCat(
+      "--kv_cache_dtype=bf16 on the CPU needs an fp32 model on the row "
+      "attention kernel: --cpu_products f32 or bf16 (now ",
+      std::string(CpuProductsName(GetCpuProducts())), "), AVX512_BF16 (",
+      CpuRuns(CpuProducts::kBf16) ? "present" : "absent",
+      ") and a head_dim that is a multiple of 32 (", head_dim, ")"));
 }
 
 KvPool::KvPool(const Shape& shape, at::ScalarType dtype, c10::Device device,

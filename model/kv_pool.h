@@ -24,9 +24,9 @@
 // mark, because padded attention multiplies them by zero weights and a
 // stale NaN would poison the product.
 //
-// The pool holds K/V in the model's dtype, or in bf16 under
-// --kv_cache_dtype bf16 (KvPoolDtype below): half the bytes, read by the
-// CPU's bf16 row kernel (model/cpu_attention.h).
+// The pool holds K/V in the model's dtype or in bf16 (--kv_cache_dtype,
+// KvPoolDtype below; bf16 by default under --cpu_products bf16): half the
+// bytes, read on the CPU by the bf16 row kernel (model/cpu_attention.h).
 //
 // Not thread-safe: the pool belongs to the model thread that owns the model.
 #ifndef DEDIT_MODEL_KV_POOL_H_
@@ -35,6 +35,7 @@
 #include <ATen/Tensor.h>
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -48,20 +49,26 @@ namespace dedit {
 // The K/V cache's element type, process-wide (--kv_cache_dtype, set before
 // a model loads):
 enum class KvCacheDtype {
-  kAuto,  // the model's dtype
-  kBf16,  // bf16: on the CPU, fp32 models on the row kernel
-          // (CpuAttentionBf16Runs); on a GPU, bf16 models
+  kAuto,   // bf16 for an fp32 CPU model under --cpu_products bf16 whose
+           // head_dim the bf16 row kernel takes (CpuAttentionBf16Runs):
+           // its activations are already rounded to bf16 before every
+           // product, as on a GPU serving the bf16 checkpoint, which caches
+           // bf16 K/V. Otherwise the model's dtype.
+  kModel,  // the model's dtype
+  kBf16,   // bf16: on the CPU, fp32 models on the row kernel; on a GPU,
+           // bf16 models
 };
 void SetKvCacheDtype(KvCacheDtype dtype);
 KvCacheDtype GetKvCacheDtype();
-// --kv_cache_dtype: "auto" or "bf16"; INVALID_ARGUMENT naming the flag
-// otherwise.
+// --kv_cache_dtype: "auto", "model" or "bf16"; INVALID_ARGUMENT naming the
+// flag otherwise.
 absl::Status SetKvCacheDtypeFlag(std::string_view name);
+std::string_view KvCacheDtypeName(KvCacheDtype dtype);
 // The dtype of a pool for a model of `model_dtype` on `device` with heads
 // of `head_dim`, under GetKvCacheDtype(): FAILED_PRECONDITION, naming the
-// flag and what is missing, for a bf16 cache this model cannot attend
-// over (on the CPU: --cpu_products blas, no AVX512_BF16, or a head_dim
-// not a multiple of 32; on a GPU: an fp32 model).
+// flag and what is missing, for a bf16 cache asked for that this model
+// cannot attend over (on the CPU: --cpu_products blas, no AVX512_BF16, or
+// a head_dim not a multiple of 32; on a GPU: an fp32 model).
 absl::StatusOr<at::ScalarType> KvPoolDtype(at::ScalarType model_dtype,
                                            c10::Device device,
                                            int64_t head_dim);

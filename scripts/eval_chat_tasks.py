@@ -32,7 +32,7 @@ cuts the model's drafts before their first slot less confident than C.
 `pt` (in-process only) is dedit-generate's --product_threads (default
 --product-threads, 1); `cp` (in-process only) its --cpu_products (blas,
 f32, bf16 or auto; default --cpu-products, auto). Compare kernels in runs of
-their own (--cpu-products): the baseline and the lossless check take the
+their own (--cpu-products, --kv-cache-dtype): the baseline and the lossless check take the
 ar configuration's outputs, and bf16 products decode their own greedy
 text. `chunk` (model and hybrid, in-process only; the
 router's --verify_chunk) verifies the model's drafts N block rows per
@@ -97,6 +97,10 @@ def main():
     ap.add_argument("--cpu-products", default="auto",
                     help="dedit-generate --cpu_products for every "
                          "configuration without cp=KERNEL")
+    ap.add_argument("--kv-cache-dtype", default="auto",
+                    help="dedit-generate --kv_cache_dtype (auto or bf16) for "
+                         "every configuration; like --cpu-products, compare "
+                         "in runs of their own")
     ap.add_argument("--limit", type=int, default=0,
                     help="first N instances per family (0 = all)")
     ap.add_argument("--interleave", type=int, default=5,
@@ -254,7 +258,8 @@ def generate_rows(a, gen, c, lines):
     cmd = [gen, "--target", a.target, "--json", "--threads",
            str(a.threads), "--max_tokens", str(a.max_tokens),
            "--product_threads", str(c["pt"]),
-           "--cpu_products", c.get("cp", a.cpu_products)]
+           "--cpu_products", c.get("cp", a.cpu_products),
+           "--kv_cache_dtype", a.kv_cache_dtype]
     if c.get("adaptive"):
         cmd += ["--adaptive_speculation"]
     if c["method"] == "ar":

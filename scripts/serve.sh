@@ -16,7 +16,8 @@
 # thread for products of 2-32 rows; model/cpu_product_pool.h; default 1),
 # --cpu-products KERNEL (both model services' weight products: blas, f32 or
 # bf16; model/cpu_panels.h; default auto, the fastest the CPU runs),
-# --idle-spin-us N (the model services
+# --kv-cache-dtype auto|bf16 (both model services' K/V caches;
+# model/kv_pool.h; default auto), --idle-spin-us N (the model services
 # poll N µs for the next call before sleeping; base/spin_wait.h; default
 # 0), --drafter-idle-spin-us N (the drafter's alone; default
 # --idle-spin-us), --min-draft-confidence C (the router cuts drafter drafts before
@@ -49,6 +50,7 @@ HOST=127.0.0.1
 THREADS=0
 PRODUCT_THREADS=1
 CPU_PRODUCTS=auto
+KV_CACHE_DTYPE=auto
 IDLE_SPIN_US=0
 DRAFTER_IDLE_SPIN_US=
 MIN_DRAFT_CONFIDENCE=0
@@ -74,6 +76,7 @@ while [ $# -gt 0 ]; do
     --threads) THREADS=$2; shift 2 ;;
     --product-threads) PRODUCT_THREADS=$2; shift 2 ;;
     --cpu-products) CPU_PRODUCTS=$2; shift 2 ;;
+    --kv-cache-dtype) KV_CACHE_DTYPE=$2; shift 2 ;;
     --idle-spin-us) IDLE_SPIN_US=$2; shift 2 ;;
     --drafter-idle-spin-us) DRAFTER_IDLE_SPIN_US=$2; shift 2 ;;
     --min-draft-confidence) MIN_DRAFT_CONFIDENCE=$2; shift 2 ;;
@@ -145,7 +148,7 @@ start() {  # name, args...
 
 TARGET_ARGS=(--target_dir "$TARGET_DIR" --device "$TARGET_DEVICE" --dtype "$DTYPE" --threads "$THREADS"
              --product_threads "$PRODUCT_THREADS" --cpu_products "$CPU_PRODUCTS"
-             --host "$HOST" --port "$TARGET_PORT" --metrics_port "$TARGET_METRICS"
+             --kv_cache_dtype "$KV_CACHE_DTYPE" --host "$HOST" --port "$TARGET_PORT" --metrics_port "$TARGET_METRICS"
              --idle_spin_us "$IDLE_SPIN_US")
 ROUTER_ARGS=(--target "$HOST:$TARGET_PORT" --host "$HOST" --port "$ROUTER_PORT"
              --metrics_port "$ROUTER_METRICS")
@@ -157,7 +160,7 @@ if [ "$WITH_DRAFTER" = 1 ]; then
   start drafter --drafter_dir "$DRAFTER_DIR" --target_dir "$TARGET_DIR" \
       --device "$DRAFTER_DEVICE" --dtype "$DTYPE" --threads "$THREADS" \
       --product_threads "$PRODUCT_THREADS" --cpu_products "$CPU_PRODUCTS" \
-      --host "$HOST" --port "$DRAFTER_PORT" --metrics_port "$DRAFTER_METRICS" \
+      --kv_cache_dtype "$KV_CACHE_DTYPE" --host "$HOST" --port "$DRAFTER_PORT" --metrics_port "$DRAFTER_METRICS" \
       --idle_spin_us "${DRAFTER_IDLE_SPIN_US:-$IDLE_SPIN_US}"
   TARGET_ARGS+=(--drafter "$HOST:$DRAFTER_PORT" --drafter_dir "$DRAFTER_DIR")
   ROUTER_ARGS+=(--drafter "$HOST:$DRAFTER_PORT")

@@ -14,7 +14,6 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "model/cpu_flags.h"
-#include "model/cpu_panels.h"
 #include "serving/shutdown_signals.h"
 #include "target_service/target_server.h"
 
@@ -96,10 +95,8 @@ int main(int argc, char** argv) {
                  std::string(s.message()).c_str());
     return 2;
   }
-  // Which kernel "auto" resolved to, for the operator's log.
-  std::fprintf(
-      stderr, "dedit-target: CPU weight products: %s\n",
-      std::string(dedit::CpuProductsName(dedit::GetCpuProducts())).c_str());
+  // What "auto" resolved to, for the operator's log.
+  std::fprintf(stderr, "dedit-target: %s\n", dedit::CpuKernelSummary().c_str());
   o.serve = dedit::ServeOptionsFor(
       absl::GetFlag(FLAGS_host), absl::GetFlag(FLAGS_port),
       absl::GetFlag(FLAGS_metrics_port), absl::GetFlag(FLAGS_ready_file),

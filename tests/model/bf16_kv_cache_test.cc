@@ -65,10 +65,27 @@ TEST(KvCacheDtypeFlag, NamesTheFlagAndWhatIsMissing) {
   EXPECT_THAT(std::string(bad.message()), HasSubstr("fp8"));
   EXPECT_EQ(GetKvCacheDtype(), KvCacheDtype::kAuto);
 
-  // auto: the model's dtype, whatever the kernels.
+  // auto: the model's dtype on the ATen (blas) path and on a GPU.
   ASSERT_TRUE(SetKvCacheDtypeFlag("auto").ok());
-  EXPECT_EQ(*KvPoolDtype(at::kFloat, at::kCPU, 48), at::kFloat);
+  SetCpuProducts(CpuProducts::kBlas);
+  EXPECT_EQ(*KvPoolDtype(at::kFloat, at::kCPU, 32), at::kFloat);
   EXPECT_EQ(*KvPoolDtype(at::kBFloat16, at::kCPU, 48), at::kBFloat16);
+  EXPECT_EQ(*KvPoolDtype(at::kFloat, c10::Device(at::kCUDA, 0), 32),
+            at::kFloat);
+  if (CpuAttentionBf16Runs(32)) {
+    // Under bf16 products: bf16 where the kernel takes the head size, the
+    // model's dtype (no error) where it does not; f32 products keep f32.
+    SetCpuProducts(CpuProducts::kBf16);
+    EXPECT_EQ(*KvPoolDtype(at::kFloat, at::kCPU, 32), at::kBFloat16);
+    EXPECT_EQ(*KvPoolDtype(at::kFloat, at::kCPU, 48), at::kFloat);
+    SetCpuProducts(CpuProducts::kF32);
+    EXPECT_EQ(*KvPoolDtype(at::kFloat, at::kCPU, 32), at::kFloat);
+    // model: the model's dtype whatever the kernels.
+    SetCpuProducts(CpuProducts::kBf16);
+    ASSERT_TRUE(SetKvCacheDtypeFlag("model").ok());
+    EXPECT_EQ(GetKvCacheDtype(), KvCacheDtype::kModel);
+    EXPECT_EQ(*KvPoolDtype(at::kFloat, at::kCPU, 32), at::kFloat);
+  }
 
   ASSERT_TRUE(SetKvCacheDtypeFlag("bf16").ok());
   EXPECT_EQ(GetKvCacheDtype(), KvCacheDtype::kBf16);
@@ -287,13 +304,13 @@ TEST_F(Bf16KvCacheTest, VerifyRowsEqualDecodeStepsToTheBit) {
 }
 
 // Target and drafter on bf16 caches: half the cache bytes, greedy text
-// near the fp32 cache's, and speculation (windows 4 and 16, one and three
-// passes, one and two threads) lossless against the bf16-cache target's
-// own greedy decoding.
+// near the fp32 cache's (--kv_cache_dtype model), and speculation (windows 4
+// and 16, one and three passes, one and two threads) lossless against the
+// bf16-cache target's own greedy decoding.
 TEST_F(Bf16KvCacheTest, ModelsStayLossless) {
   const TinyModelSpec spec = SpecWithHeadsOf32();
   const std::vector<int32_t> prompt = testing::RandomPrompt(23, 128, 9);
-  SetKvCacheDtype(KvCacheDtype::kAuto);
+  SetKvCacheDtype(KvCacheDtype::kModel);
   const auto f32_pair = testing::MakeTinyPair(spec, 41);
   SetKvCacheDtype(KvCacheDtype::kBf16);
   const auto pair = testing::MakeTinyPair(spec, 41);  // same weights
