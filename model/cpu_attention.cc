@@ -186,15 +186,16 @@ DEDIT_AVX512 void AttendGroup(const float* q, const float* keys,
   }
 }
 
-// q . k over bf16 pieces of 32 elements (VDPBF16PS), in 16 lanes.
+// q . k over bf16 pieces of 32 elements (VDPBF16PS), in 16 lanes. (The
+// vector casts are C-style: GCC, which the GPU build uses, takes no
+// static_cast between vector types.)
 template <int Pieces>
 DEDIT_AVX512_BF16 inline __m512 DotBf16(const __m512bh* qv, const uint16_t* k) {
   __m512 acc = _mm512_dpbf16_ps(_mm512_setzero_ps(), qv[0],
-                                static_cast<__m512bh>(_mm512_loadu_si512(k)));
+                                (__m512bh)_mm512_loadu_si512(k));
   for (int c = 1; c < Pieces; ++c) {
-    acc = _mm512_dpbf16_ps(
-        acc, qv[c],
-        static_cast<__m512bh>(_mm512_loadu_si512(k + c * 2 * kLanes)));
+    acc = _mm512_dpbf16_ps(acc, qv[c],
+                           (__m512bh)_mm512_loadu_si512(k + c * 2 * kLanes));
   }
   return acc;
 }
@@ -398,7 +399,7 @@ DEDIT_AVX512_BF16 void FloatsToBf16(const float* x, int64_t n, uint16_t* out) {
     const __m512 a = _mm512_maskz_loadu_ps(avx512::LaneMask(left), x + i);
     const __m512 b =
         _mm512_maskz_loadu_ps(avx512::LaneMask(left - kLanes), x + i + kLanes);
-    const __m512i v = static_cast<__m512i>(_mm512_cvtne2ps_pbh(b, a));
+    const __m512i v = (__m512i)_mm512_cvtne2ps_pbh(b, a);
     _mm512_mask_storeu_epi16(
         out + i,
         left >= 32 ? ~__mmask32{0}

@@ -7,6 +7,10 @@
 # Needs a `.device/` folder (made by scripts/make_device_bundle.sh on a
 # Debian machine) with abseil, nlohmann-json and googletest built there.
 # Usage: scripts/device_check.sh OUTDIR
+# A dry run on a CPU machine without PyTorch's Python package (Debian's
+# libtorch; checks that this script builds):
+#   DEV=cpu SKIP_BENCH=1 ABI=1 TORCH_INC=/usr/include \
+#     TORCH_LIBDIR=/usr/lib/x86_64-linux-gnu scripts/device_check.sh OUTDIR
 set -uo pipefail
 OUT=${1:-/tmp/device_out}
 mkdir -p "$OUT"
@@ -21,8 +25,8 @@ print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torc
 P
 g++ --version | head -1
 ldd --version | head -1
-TORCH=$($PY -c "import torch, os; print(os.path.dirname(torch.__file__))")
-ABI=$($PY -c "import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))")
+TORCH=$($PY -c "import torch, os; print(os.path.dirname(torch.__file__))" 2>/dev/null)
+ABI=${ABI:-$($PY -c "import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))")}
 TORCH_INC=${TORCH_INC:-$TORCH/include}
 TORCH_LIBDIR=${TORCH_LIBDIR:-$TORCH/lib}
 DEV=${DEV:-cuda}
@@ -37,14 +41,18 @@ cat > "$B/cxxflags" <<F
 -I$ROOT -I$ROOT/.device/include -I$TORCH_INC -I$TORCH_INC/torch/csrc/api/include
 -Wno-deprecated-declarations
 F
-SRCS="base/file_util.cc base/safetensors.cc base/model_config.cc
-  engine/speculative_engine.cc engine/sampling_params.cc engine/acceptance.cc
-  model/tensor_io.cc model/torch_status.cc model/transformer_ops.cc model/kv_pool.cc
-  model/packed_attention.cc model/qwen3_model.cc
-  model/dedit_drafter.cc model/sampling.cc model/verify_commit.cc model/local_backends.cc
-  model/tiny_model.cc model/in_process.cc model/cpu_threads.cc
+# The libraries' sources as their CMakeLists list them (add_library(NAME
+# a.cc b.cc ...)), so that this list cannot go stale.
+lib_sources() {  # DIR TARGET
+  awk -v t="add_library($2" 'index($0, t) == 1 {on = 1} on {
+      for (i = 1; i <= NF; ++i) if ($i ~ /\.cc\)?$/) { f = $i; sub(/\)$/, "", f); print f }
+      if ($0 ~ /\)/) on = 0 }' "$ROOT/$1/CMakeLists.txt" | sed "s|^|$1/|"
+}
+SRCS="$(lib_sources base dedit_base) $(lib_sources engine dedit_engine)
+  $(lib_sources model dedit_model) $(lib_sources model dedit_cpu_flags)
   tests/model/test_util.cc tests/model/qwen3_model_test.cc tests/model/dedit_drafter_test.cc
   tests/model/sampling_test.cc tests/model/kv_pool_test.cc tests/model/torch_status_test.cc
+  tests/model/cpu_kernels_test.cc tests/model/cpu_panels_test.cc tests/model/bf16_kv_cache_test.cc
   tests/engine/speculative_engine_test.cc bench/engine/engine_bench.cc
   cli/command_flags.cc cli/generate_main.cc cli/make_tiny_model_main.cc"
 t0=$(date +%s)
@@ -56,6 +64,8 @@ LIBS="-L$TORCH_LIBDIR -Wl,-rpath,$TORCH_LIBDIR -Wl,--no-as-needed -ltorch $CUDA_
   -L$ROOT/.device/lib -Wl,-rpath,$ROOT/.device/lib $ABSL -lpthread -ldl"
 O=$B/obj
 CORE="$O/base_*.o $O/engine_*.o $O/model_*.o"
+# dedit-generate and the engine bench read the CPU kernel flags
+# (model/cpu_flags.cc, in $O/model_*.o).
 g++ -o $B/dedit_engine_tests $CORE $O/tests_*.o -L$ROOT/.device/lib -lgmock -lgtest_main -lgtest $LIBS \
   || echo LINK_FAIL tests
 g++ -o $B/dedit-generate $CORE $O/cli_command_flags.cc.o $O/cli_generate_main.cc.o $LIBS || echo LINK_FAIL generate
