@@ -80,6 +80,9 @@ class KvPool {
     int kv_heads = 0;
     int head_dim = 0;
     int64_t max_tokens = 0;  // tokens one sequence can ever hold
+    // bf16 K/V of an fp32 CPU model, read by the CPU's bf16 row kernel
+    // (PackedAttention takes it; a bf16 model's bf16 pool is not).
+    bool bf16_row_kernel = false;
   };
   KvPool(const Shape& shape, at::ScalarType dtype, c10::Device device,
          int initial_slots = 4, int max_slots = 1 << 16,

@@ -40,7 +40,8 @@ PackedAttention::PackedAttention(const std::vector<AttentionSegment>& segments,
   const int64_t hd = pool.shape().head_dim;
   const bool row_dtype =
       (keys.scalar_type() == at::kFloat && CpuAttentionRuns(hd)) ||
-      (keys.scalar_type() == at::kBFloat16 && CpuAttentionBf16Runs(hd));
+      (keys.scalar_type() == at::kBFloat16 && pool.shape().bf16_row_kernel &&
+       CpuAttentionBf16Runs(hd));
   if (GetCpuProducts() != CpuProducts::kBlas && keys.device().is_cpu() &&
       row_dtype && keys.is_contiguous() && pool.values(0).is_contiguous() &&
       heads_ % kv_heads_ == 0) {

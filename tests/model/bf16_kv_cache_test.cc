@@ -154,7 +154,8 @@ TEST_F(Bf16KvCacheTest, WriteRowsRoundsAsAten) {
 // one batch, on head sizes of one to four 32-element pieces.
 TEST_F(Bf16KvCacheTest, AttentionEqualsThePerSequenceReference) {
   for (const int64_t hd : {32, 64, 128}) {
-    KvPool::Shape shape{1, 2, static_cast<int>(hd), 40};
+    KvPool::Shape shape{1, 2, static_cast<int>(hd), 40,
+                        /*bf16_row_kernel=*/true};
     const int heads = 6;  // group 3
     KvPool pool(shape, at::kBFloat16, at::kCPU, 2);
     struct Case {
@@ -368,6 +369,22 @@ TEST_F(Bf16KvCacheTest, AModelTheKernelCannotServeRefusesToLoad) {
   EXPECT_EQ(model.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(model.status().message()),
               HasSubstr("--kv_cache_dtype=bf16"));
+}
+
+// A bf16 model on the CPU keeps its bf16 pool on the ATen path (its queries
+// are bf16; the row kernel reads fp32 queries): it loads and decodes under
+// bf16 products and the default K/V dtype, as before the bf16 cache.
+TEST_F(Bf16KvCacheTest, ABf16ModelKeepsTheAtenPath) {
+  SetKvCacheDtype(KvCacheDtype::kAuto);
+  const std::string dir = ::testing::TempDir() + "/bf16_model_hd32";
+  ASSERT_TRUE(WriteRandomQwen3(dir, SpecWithHeadsOf32().target, 6).ok());
+  Qwen3Model::Options options;
+  options.dtype = at::kBFloat16;
+  auto model = Qwen3Model::Load(dir, options);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const std::vector<int32_t> greedy =
+      testing::GreedyReference(**model, testing::RandomPrompt(9, 128, 4), 6);
+  EXPECT_EQ(greedy.size(), 6u);
 }
 
 }  // namespace
