@@ -186,20 +186,6 @@ DEDIT_AVX512 void AttendGroup(const float* q, const float* keys,
   }
 }
 
-// q . k over bf16 pieces of 32 elements (VDPBF16PS), in 16 lanes. (The
-// vector casts are C-style: GCC, which the GPU build uses, takes no
-// static_cast between vector types.)
-template <int Pieces>
-DEDIT_AVX512_BF16 inline __m512 DotBf16(const __m512bh* qv, const uint16_t* k) {
-  __m512 acc = _mm512_dpbf16_ps(_mm512_setzero_ps(), qv[0],
-                                (__m512bh)_mm512_loadu_si512(k));
-  for (int c = 1; c < Pieces; ++c) {
-    acc = _mm512_dpbf16_ps(acc, qv[c],
-                           (__m512bh)_mm512_loadu_si512(k + c * 2 * kLanes));
-  }
-  return acc;
-}
-
 // 16 bf16 values widened to f32 (exact): the bits moved to the high half.
 DEDIT_AVX512 inline __m512 WidenBf16(const uint16_t* v) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(
@@ -208,26 +194,33 @@ DEDIT_AVX512 inline __m512 WidenBf16(const uint16_t* v) {
       16));
 }
 
-// AttendGroup over bf16 K/V (bf16 bits as uint16, the same [visible, hd]
-// rows): the queries rounded to bf16 (to nearest even), each score the
-// VDPBF16PS dot products of 32-element pieces summed in f32, through the
-// same 16-key tree and softmax; the values widened to f32 (exact) and
-// summed with the f32 weights as AttendGroup sums them. Chunks = hd / 16,
-// even.
+// AttendGroup over bf16 K/V: keys in the blocked layout of
+// Bf16KeyOffset (a block of 16 keys is [hd / 2 pairs][16 keys][2]),
+// values as bf16 rows [visible, hd]. The queries are rounded to bf16 (to
+// nearest even); a block's 16 scores come out in the lanes of two
+// VDPBF16PS chains per head (pairs 0, 2, 4, ... and 1, 3, 5, ...: each
+// adds one element pair of every key, the query's pair broadcast), added
+// at the end, so no transpose-reduce tree is needed; then the softmax of
+// AttendGroup, and the values widened to f32 (exact) and summed with the
+// f32 weights as AttendGroup sums them. Lanes past `visible` in the last
+// block read positions of the slab that hold finite values and are
+// masked. Chunks = hd / 16, even.
 template <int Chunks, int Group>
 DEDIT_AVX512_BF16 void AttendGroupBf16(const float* q, const uint16_t* keys,
                                        const uint16_t* values, int64_t visible,
                                        float* scores, float* out) {
-  static_assert(Chunks % 2 == 0, "bf16 pieces are 32 elements");
-  constexpr int Pieces = Chunks / 2;
+  static_assert(Chunks % 2 == 0, "bf16 key pairs come 16 to a vector");
+  constexpr int Pairs = Chunks * kLanes / 2;
   constexpr int64_t hd = Chunks * kLanes;
   const int64_t stride = (visible + kLanes - 1) / kLanes * kLanes;
-  __m512bh qv[Group][Pieces];
+  // Each head's query as bf16 pairs, one uint32 per pair.
+  alignas(64) uint32_t qp[Group][Pairs];
   for (int g = 0; g < Group; ++g) {
-    for (int c = 0; c < Pieces; ++c) {
-      const float* piece = q + g * hd + c * 2 * kLanes;
-      qv[g][c] = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(piece + kLanes),
-                                     _mm512_loadu_ps(piece));
+    for (int c = 0; c < Pairs; c += kLanes) {
+      const float* piece = q + g * hd + 2 * c;
+      _mm512_store_si512(qp[g] + c, (__m512i)_mm512_cvtne2ps_pbh(
+                                        _mm512_loadu_ps(piece + kLanes),
+                                        _mm512_loadu_ps(piece)));
     }
   }
   __m512 best[Group];
@@ -235,23 +228,30 @@ DEDIT_AVX512_BF16 void AttendGroupBf16(const float* q, const uint16_t* keys,
     best[g] = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   }
   for (int64_t j0 = 0; j0 < visible; j0 += kLanes) {
-    const int64_t in_block = std::min(kLanes, visible - j0);
-    LaneSums sums[Group];
-    for (int p = 0; p < kLanes / 2; ++p) {
-      const int64_t i = 2 * p;
-      const uint16_t* k = keys + (j0 + i) * hd;
+    const uint16_t* block = keys + j0 * hd;
+    __m512 even[Group], odd[Group];
+    for (int g = 0; g < Group; ++g) {
+      even[g] = _mm512_setzero_ps();
+      odd[g] = _mm512_setzero_ps();
+    }
+    for (int i = 0; i < Pairs; i += 2) {
+      const __m512bh k0 = (__m512bh)_mm512_loadu_si512(block + i * 2 * kLanes);
+      const __m512bh k1 =
+          (__m512bh)_mm512_loadu_si512(block + (i + 1) * 2 * kLanes);
       for (int g = 0; g < Group; ++g) {
-        const __m512 a =
-            i < in_block ? DotBf16<Pieces>(qv[g], k) : _mm512_setzero_ps();
-        const __m512 b = i + 1 < in_block ? DotBf16<Pieces>(qv[g], k + hd)
-                                          : _mm512_setzero_ps();
-        sums[g].Add(p, a, b);
+        even[g] = _mm512_dpbf16_ps(
+            even[g], k0,
+            (__m512bh)_mm512_set1_epi32(static_cast<int>(qp[g][i])));
+        odd[g] = _mm512_dpbf16_ps(
+            odd[g], k1,
+            (__m512bh)_mm512_set1_epi32(static_cast<int>(qp[g][i + 1])));
       }
     }
-    const __mmask16 live = avx512::LaneMask(in_block);
+    const __mmask16 live = avx512::LaneMask(visible - j0);
     for (int g = 0; g < Group; ++g) {
-      _mm512_storeu_ps(scores + g * stride + j0, sums[g].sum);
-      best[g] = _mm512_mask_max_ps(best[g], live, best[g], sums[g].sum);
+      const __m512 sum = _mm512_add_ps(even[g], odd[g]);
+      _mm512_storeu_ps(scores + g * stride + j0, sum);
+      best[g] = _mm512_mask_max_ps(best[g], live, best[g], sum);
     }
   }
   __m512 scale[Group];

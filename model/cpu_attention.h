@@ -52,12 +52,23 @@ void CpuAttention(const float* q, int64_t q_row_stride,
                   int64_t hd, const float* keys, const float* values,
                   int64_t slab, float* out, CpuProductPool* pool);
 
+// Where key position p's element d sits in a slab of the bf16 kernel's
+// keys: in blocks of 16 positions, each [hd / 2][16][2] (a pair of
+// elements of 16 keys per 32 bf16), so that one VDPBF16PS adds an element
+// pair to 16 keys' scores. A slab's length is a multiple of 16.
+constexpr int64_t kBf16KeyBlock = 16;
+inline int64_t Bf16KeyOffset(int64_t p, int64_t d, int64_t hd) {
+  return ((p / kBf16KeyBlock) * (hd / 2) + d / 2) * (2 * kBf16KeyBlock) +
+         (p % kBf16KeyBlock) * 2 + d % 2;
+}
+
 // CpuAttention over a bf16 pool (--kv_cache_dtype bf16, model/kv_pool.h):
-// keys and values are bf16 bits. Each query is rounded to bf16 (to nearest
-// even) and its scores are VDPBF16PS dot products summed in f32, through
-// the same 16-key blocks and softmax; the values are widened to f32
-// (exactly) and summed with the f32 weights. A row's output is still the
-// same to the bit whatever the batch. REQUIRES CpuAttentionBf16Runs(hd).
+// keys and values are bf16 bits, keys in the blocked layout above (slab a
+// multiple of 16), values as rows. Each query is rounded to bf16 (to
+// nearest even) and a block's 16 scores are VDPBF16PS sums in f32, then
+// the same softmax; the values are widened to f32 (exactly) and summed
+// with the f32 weights. A row's output is still the same to the bit
+// whatever the batch. REQUIRES CpuAttentionBf16Runs(hd).
 void CpuAttentionBf16(const float* q, int64_t q_row_stride,
                       const CpuAttentionRows& rows, int heads, int kv_heads,
                       int64_t hd, const uint16_t* keys, const uint16_t* values,

@@ -208,7 +208,9 @@ absl::Status DEditDrafter::AppendContexts(
       pool_->MarkWritten(chunk.sequence, chunk.start + n);
     }
     const at::Tensor flat_rows =
-        OnDevice(at::tensor(rows, long_opts), options_.device);
+        pool_->shape().bf16_row_kernel
+            ? at::Tensor()
+            : OnDevice(at::tensor(rows, long_opts), options_.device);
     for (int l = 0; l < c.num_hidden_layers; ++l) {
       const DecoderLayerWeights& w = layers_[l];
       const int64_t kv_width = int64_t{c.num_key_value_heads} * c.head_dim;
@@ -219,7 +221,13 @@ absl::Status DEditDrafter::AppendContexts(
       at::Tensor v =
           kv.narrow(1, kv_width, kv_width)
               .reshape({rows_total, c.num_key_value_heads, c.head_dim});
-      pool_->Write(l, flat_rows, k, v);
+      if (pool_->shape().bf16_row_kernel) {
+        // The bf16 row kernel's blocked keys are written row by row.
+        pool_->WriteRows(l, rows, k.stride(2) == 1 ? k : k.contiguous(),
+                         v.stride(2) == 1 ? v : v.contiguous());
+      } else {
+        pool_->Write(l, flat_rows, k, v);
+      }
     }
     for (const auto& [id, end] : ends) pool_->SetLength(id, end);
   });

@@ -86,14 +86,32 @@ KvPool::KvPool(const Shape& shape, at::ScalarType dtype, c10::Device device,
       k_(shape.num_layers),
       v_(shape.num_layers) {
   Resize(std::clamp(initial_slots, 1, max_slots_),
-         std::clamp<int64_t>(initial_slab_tokens, 1,
-                             std::max<int64_t>(shape.max_tokens, 1)));
+         SlabFor(std::clamp<int64_t>(initial_slab_tokens, 1,
+                                     std::max<int64_t>(shape.max_tokens, 1))));
 }
 
 void KvPool::Reserve(int64_t tokens) {
   if (tokens <= slab_) return;
   c10::InferenceMode inference_mode;
-  Resize(capacity_, std::min(std::max(tokens, 2 * slab_), shape_.max_tokens));
+  Resize(capacity_,
+         SlabFor(std::min(std::max(tokens, 2 * slab_), shape_.max_tokens)));
+}
+
+int64_t KvPool::SlabFor(int64_t tokens) const {
+  if (!shape_.bf16_row_kernel) return tokens;
+  return (tokens + kBf16KeyBlock - 1) / kBf16KeyBlock * kBf16KeyBlock;
+}
+
+at::Tensor KvPool::KeyBlocks(const at::Tensor& keys) const {
+  return keys.view({keys.size(0), shape_.kv_heads, slab_ / kBf16KeyBlock,
+                    shape_.head_dim / 2, kBf16KeyBlock, 2});
+}
+
+at::Tensor KvPool::KeyRows(int layer) const {
+  if (!shape_.bf16_row_kernel) return k_[layer];
+  return KeyBlocks(k_[layer])
+      .permute({0, 1, 2, 4, 3, 5})
+      .reshape({capacity_, shape_.kv_heads, slab_, shape_.head_dim});
 }
 
 // Every tensor op of the pool runs in InferenceMode: its tensors are
@@ -158,8 +176,28 @@ absl::Status KvPool::Add(SequenceId id) {
 void KvPool::ClearSlot(int slot, int64_t from, int64_t to) {
   if (to <= from) return;
   for (int l = 0; l < shape_.num_layers; ++l) {
-    k_[l][slot].narrow(1, from, to - from).zero_();
     v_[l][slot].narrow(1, from, to - from).zero_();
+    if (!shape_.bf16_row_kernel) {
+      k_[l][slot].narrow(1, from, to - from).zero_();
+      continue;
+    }
+    // Blocked keys ([kv, blocks, pairs, 16, 2]): whole blocks at once, the
+    // positions of a partial block alone (the rest may be another
+    // sequence's).
+    const at::Tensor blocks = KeyBlocks(k_[l])[slot];
+    for (int64_t p = from; p < to;) {
+      const int64_t b = p / kBf16KeyBlock, lo = p % kBf16KeyBlock;
+      if (lo == 0 && to - p >= kBf16KeyBlock) {
+        const int64_t n = (to - p) / kBf16KeyBlock;
+        blocks.narrow(1, b, n).zero_();
+        p += n * kBf16KeyBlock;
+      } else {
+        const int64_t hi =
+            std::min<int64_t>(kBf16KeyBlock, to - b * kBf16KeyBlock);
+        blocks.narrow(1, b, 1).narrow(3, lo, hi - lo).zero_();
+        p = b * kBf16KeyBlock + hi;
+      }
+    }
   }
 }
 
@@ -175,8 +213,11 @@ void KvPool::AppendRows(int slot, int64_t start, int64_t n,
 
 void KvPool::CopySlot(int from, int to, int64_t n) {
   if (n <= 0) return;
+  // Blocked keys: whole blocks (a block of 16 positions is 16 of the
+  // plane's hd-element rows; the copied tail is finite).
+  const int64_t nk = SlabFor(n);
   for (int l = 0; l < shape_.num_layers; ++l) {
-    k_[l][to].narrow(1, 0, n).copy_(k_[l][from].narrow(1, 0, n));
+    k_[l][to].narrow(1, 0, nk).copy_(k_[l][from].narrow(1, 0, nk));
     v_[l][to].narrow(1, 0, n).copy_(v_[l][from].narrow(1, 0, n));
   }
 }
@@ -248,13 +289,26 @@ void KvPool::WriteRows(int layer, const std::vector<int64_t>& flat_rows,
     // Rounded as the row kernel rounds its queries (CpuFloatsToBf16).
     auto* keys = static_cast<uint16_t*>(k_rows_[layer].data_ptr());
     auto* values = static_cast<uint16_t*>(v_rows_[layer].data_ptr());
+    std::vector<uint16_t> key(hd);
     for (int64_t t = 0; t < tokens; ++t) {
       for (int64_t h = 0; h < kv; ++h) {
         const int64_t row = flat_rows[t * kv + h];
-        CpuFloatsToBf16(k + t * k_token_stride + h * k_head_stride, hd,
-                        keys + row * hd);
         CpuFloatsToBf16(v + t * v_token_stride + h * v_head_stride, hd,
                         values + row * hd);
+        if (!shape_.bf16_row_kernel) {
+          CpuFloatsToBf16(k + t * k_token_stride + h * k_head_stride, hd,
+                          keys + row * hd);
+          continue;
+        }
+        // Blocked: each element pair to its place in the position's block.
+        CpuFloatsToBf16(k + t * k_token_stride + h * k_head_stride, hd,
+                        key.data());
+        const int64_t pos = row % slab_;
+        uint16_t* plane = keys + (row - pos) * hd;
+        for (int64_t d = 0; d < hd; d += 2) {
+          std::memcpy(plane + Bf16KeyOffset(pos, d, hd), key.data() + d,
+                      2 * sizeof(uint16_t));
+        }
       }
     }
     return;
@@ -274,6 +328,9 @@ void KvPool::WriteRows(int layer, const std::vector<int64_t>& flat_rows,
 
 void KvPool::Write(int layer, const at::Tensor& flat_index, const at::Tensor& k,
                    const at::Tensor& v) {
+  TORCH_CHECK(!shape_.bf16_row_kernel,
+              "KvPool::Write: the bf16 row kernel's blocked keys are written "
+              "by WriteRows");
   c10::InferenceMode inference_mode;
   const int64_t n = k.size(0) * shape_.kv_heads;
   k_rows_[layer].index_copy_(0, flat_index,

@@ -116,12 +116,18 @@ class KvPool {
   void MarkWritten(SequenceId id, int64_t end);
   int64_t total_length() const;
 
-  // [slots, kv_heads, slab_tokens, head_dim] of `layer`.
+  // [slots, kv_heads, slab_tokens, head_dim] of `layer`. A
+  // bf16_row_kernel pool holds its keys in the bf16 kernel's blocks
+  // (Bf16KeyOffset, model/cpu_attention.h; slab_tokens a multiple of 16):
+  // the same size, its rows not positions.
   const at::Tensor& keys(int layer) const { return k_[layer]; }
+  // The keys as rows of positions, [slots, kv_heads, slab_tokens,
+  // head_dim]: keys(layer) itself, or a copy of a blocked pool's.
+  at::Tensor KeyRows(int layer) const;
   const at::Tensor& values(int layer) const { return v_[layer]; }
   // Writes k, v ([n, kv_heads, head_dim]) of `layer` at the flat rows
   // `flat_index` ([n * kv_heads], from AppendRows) in one op each
-  // (converted to the pool's dtype).
+  // (converted to the pool's dtype). Not for a bf16_row_kernel pool.
   void Write(int layer, const at::Tensor& flat_index, const at::Tensor& k,
              const at::Tensor& v);
   // The same from a host list of the flat rows, copying row by row with
@@ -150,6 +156,11 @@ class KvPool {
     int slot = 0;
     int64_t length = 0;
   };
+  // `tokens` rounded up to whole key blocks for a bf16_row_kernel pool.
+  int64_t SlabFor(int64_t tokens) const;
+  // keys ([slots, kv, slab, hd], blocked) as [slots, kv, blocks, hd / 2,
+  // 16, 2].
+  at::Tensor KeyBlocks(const at::Tensor& keys) const;
   // Reallocates for `slots` slots of `slab` positions, keeping the data.
   void Resize(int slots, int64_t slab);
   // Copies positions [0, n) of slot `from` into slot `to`, every layer.

@@ -38,13 +38,18 @@ PackedAttention::PackedAttention(const std::vector<AttentionSegment>& segments,
   }
   const at::Tensor& keys = pool.keys(0);
   const int64_t hd = pool.shape().head_dim;
-  const bool row_dtype =
-      (keys.scalar_type() == at::kFloat && CpuAttentionRuns(hd)) ||
+  // An fp32 pool under --cpu_products f32|bf16; a bf16 row-kernel pool
+  // always (its keys are in the kernel's blocks).
+  const bool row_kernel =
+      (keys.scalar_type() == at::kFloat && CpuAttentionRuns(hd) &&
+       GetCpuProducts() != CpuProducts::kBlas) ||
       (keys.scalar_type() == at::kBFloat16 && pool.shape().bf16_row_kernel &&
        CpuAttentionBf16Runs(hd));
-  if (GetCpuProducts() != CpuProducts::kBlas && keys.device().is_cpu() &&
-      row_dtype && keys.is_contiguous() && pool.values(0).is_contiguous() &&
-      heads_ % kv_heads_ == 0) {
+  TORCH_CHECK(row_kernel || !pool.shape().bf16_row_kernel,
+              "PackedAttention: a bf16 row-kernel pool on a CPU without its "
+              "kernel");
+  if (row_kernel && keys.device().is_cpu() && keys.is_contiguous() &&
+      pool.values(0).is_contiguous() && heads_ % kv_heads_ == 0) {
     cpu_rows_ = true;
     kv_rows_ = std::move(kv_index);
     for (const AttentionSegment& s : segments) {

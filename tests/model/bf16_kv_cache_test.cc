@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <vector>
 
 #include "absl/cleanup/cleanup.h"
@@ -32,6 +33,17 @@ namespace dedit {
 namespace {
 
 using ::testing::HasSubstr;
+
+// Keys as rows of positions [..., slab, hd] -> the bf16 kernel's blocks
+// (Bf16KeyOffset).
+at::Tensor ToKeyBlocks(const at::Tensor& rows) {
+  const int64_t s = rows.size(0), kv = rows.size(1), slab = rows.size(2),
+                hd = rows.size(3);
+  return rows.view({s, kv, slab / kBf16KeyBlock, kBf16KeyBlock, hd / 2, 2})
+      .permute({0, 1, 2, 4, 3, 5})
+      .contiguous()
+      .view({s, kv, slab, hd});
+}
 
 bool BitEqual(const at::Tensor& a, const at::Tensor& b) {
   return a.sizes() == b.sizes() && std::memcmp(a.contiguous().data_ptr<float>(),
@@ -148,6 +160,88 @@ TEST_F(Bf16KvCacheTest, WriteRowsRoundsAsAten) {
             KvPool(shape, at::kFloat, at::kCPU, 4).nbytes());
 }
 
+// A bf16_row_kernel pool keeps its keys in 16-position blocks: appends,
+// the last slot moved into a removed one's hole, a new occupant's clear
+// and slab growth must keep every live position's key where KeyRows
+// finds it, as a row-layout pool given the same operations does, and a
+// new occupant must find its positions zeroed.
+TEST_F(Bf16KvCacheTest, BlockedKeysSurviveMovesClearsAndGrowth) {
+  KvPool::Shape row_shape{2, 2, 32, 200};
+  KvPool::Shape blocked_shape = row_shape;
+  blocked_shape.bf16_row_kernel = true;
+  KvPool rows(row_shape, at::kBFloat16, at::kCPU, 2, 8, 20);
+  KvPool blocked(blocked_shape, at::kBFloat16, at::kCPU, 2, 8, 20);
+  EXPECT_EQ(blocked.slab_tokens(), 32);  // 20 rounded up to a block
+  std::map<SequenceId, int64_t> lengths;
+  auto append = [&](SequenceId id, int64_t n) {
+    const int64_t start = lengths[id];
+    for (KvPool* pool : {&rows, &blocked}) pool->Reserve(start + n);
+    std::vector<int64_t> flat;
+    rows.AppendRows(rows.Slot(id), start, n, &flat);
+    std::vector<int64_t> flat_blocked;
+    blocked.AppendRows(blocked.Slot(id), start, n, &flat_blocked);
+    for (int l = 0; l < 2; ++l) {
+      const at::Tensor k = at::randn({n, 2, 32}), v = at::randn({n, 2, 32});
+      rows.WriteRows(l, flat, k, v);
+      blocked.WriteRows(l, flat_blocked, k, v);
+    }
+    lengths[id] = start + n;
+    rows.SetLength(id, start + n);
+    blocked.SetLength(id, start + n);
+  };
+  auto check = [&](const std::string& when) {
+    for (const auto& [id, len] : lengths) {
+      for (int l = 0; l < 2; ++l) {
+        EXPECT_TRUE(
+            at::equal(blocked.KeyRows(l)[blocked.Slot(id)].narrow(1, 0, len),
+                      rows.keys(l)[rows.Slot(id)].narrow(1, 0, len)))
+            << when << ": sequence " << id << " layer " << l;
+        EXPECT_TRUE(
+            at::equal(blocked.values(l)[blocked.Slot(id)].narrow(1, 0, len),
+                      rows.values(l)[rows.Slot(id)].narrow(1, 0, len)))
+            << when << ": sequence " << id << " layer " << l;
+      }
+    }
+  };
+  for (SequenceId id : {1, 2, 3}) {
+    ASSERT_TRUE(rows.Add(id).ok());
+    ASSERT_TRUE(blocked.Add(id).ok());
+  }
+  append(1, 21);
+  append(2, 7);
+  append(3, 40);  // grows the slab: 32 -> 64
+  check("after appends");
+  // Sequence 3 (40 tokens, the last slot) moves into sequence 1's hole.
+  ASSERT_TRUE(rows.Remove(1).ok());
+  ASSERT_TRUE(blocked.Remove(1).ok());
+  lengths.erase(1);
+  check("after a move");
+  // A new occupant of the freed last slot finds zeros where 3 was.
+  ASSERT_TRUE(rows.Add(4).ok());
+  ASSERT_TRUE(blocked.Add(4).ok());
+  lengths[4] = 0;
+  EXPECT_EQ(blocked.KeyRows(0)[blocked.Slot(4)]
+                .narrow(1, 0, 64)
+                .abs()
+                .sum()
+                .item<float>(),
+            0.0f);
+  append(4, 3);
+  append(2, 30);   // sequence 2 crosses block boundaries
+  append(3, 100);  // grows the slab again: 64 -> 256
+  check("after growth");
+  // Removing a sequence whose slot partly shares a block with nothing
+  // else: the tail clear must not touch the moved sequence's positions.
+  ASSERT_TRUE(rows.Remove(2).ok());
+  ASSERT_TRUE(blocked.Remove(2).ok());
+  lengths.erase(2);
+  check("after a second move");
+  for (int l = 0; l < 2; ++l) {
+    EXPECT_TRUE(
+        at::isfinite(blocked.keys(l).to(at::kFloat)).all().item<bool>());
+  }
+}
+
 // PackedAttention over a bf16 pool runs the bf16 row kernel: the attention
 // of the bf16-rounded query over the cached (bf16) keys and values, for
 // prefill chunks, decode rows, verify blocks and bidirectional blocks in
@@ -200,7 +294,7 @@ TEST_F(Bf16KvCacheTest, AttentionEqualsThePerSequenceReference) {
       const int slot = pool.Slot(c.id);
       const int64_t total = c.cached + c.length;
       const at::Tensor keys =
-          pool.keys(0)[slot].narrow(1, 0, total).to(at::kFloat);
+          pool.KeyRows(0)[slot].narrow(1, 0, total).to(at::kFloat);
       const at::Tensor values =
           pool.values(0)[slot].narrow(1, 0, total).to(at::kFloat);
       const at::Tensor ref =
@@ -224,8 +318,9 @@ TEST_F(Bf16KvCacheTest, GroupedHeadsEqualOneHeadAtATimeToTheBit) {
   const int64_t n = static_cast<int64_t>(slot.size());
   for (const int64_t hd : {32, 64, 96, 128}) {
     const at::Tensor q = at::randn({n, heads * hd});
-    const at::Tensor keys =
+    const at::Tensor key_rows =
         at::randn({slots, kv_heads, slab, hd}).to(at::kBFloat16);
+    const at::Tensor keys = ToKeyBlocks(key_rows);
     const at::Tensor values =
         at::randn({slots, kv_heads, slab, hd}).to(at::kBFloat16);
     auto bits = [](const at::Tensor& t) {
@@ -238,13 +333,30 @@ TEST_F(Bf16KvCacheTest, GroupedHeadsEqualOneHeadAtATimeToTheBit) {
                      grouped.data_ptr<float>(), nullptr);
     const at::Tensor head_of =
         at::arange(heads, at::kLong).div(heads / kv_heads, "floor");
-    const at::Tensor keys1 = keys.index_select(1, head_of).contiguous();
+    const at::Tensor keys1 =
+        ToKeyBlocks(key_rows.index_select(1, head_of).contiguous());
     const at::Tensor values1 = values.index_select(1, head_of).contiguous();
     at::Tensor alone = at::empty({n, heads * hd});
     CpuAttentionBf16(q.data_ptr<float>(), q.stride(0), rows, heads, heads, hd,
                      bits(keys1), bits(values1), slab, alone.data_ptr<float>(),
                      nullptr);
     EXPECT_TRUE(BitEqual(grouped, alone)) << "head size " << hd;
+    // And both are attention over the rounded query.
+    for (int64_t r = 0; r < n; ++r) {
+      for (int h = 0; h < heads; ++h) {
+        const at::Tensor k =
+            key_rows[slot[r]][h / 2].narrow(0, 0, visible[r]).to(at::kFloat);
+        const at::Tensor v =
+            values[slot[r]][h / 2].narrow(0, 0, visible[r]).to(at::kFloat);
+        const at::Tensor qh =
+            q[r].narrow(0, h * hd, hd).to(at::kBFloat16).to(at::kFloat);
+        const at::Tensor ref = at::softmax(at::mv(k, qh), 0).matmul(v);
+        EXPECT_LT(
+            (grouped[r].narrow(0, h * hd, hd) - ref).abs().max().item<float>(),
+            2e-5)
+            << "row " << r << " head " << h << " head size " << hd;
+      }
+    }
     // Dealt to two threads: the same bits.
     SetCpuProductThreads(2);
     absl::Cleanup one = [] { SetCpuProductThreads(1); };
