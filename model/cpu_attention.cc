@@ -85,6 +85,69 @@ DEDIT_AVX512 inline void Softmax(float* scores, int64_t stride, int64_t visible,
   }
 }
 
+// 16 values of a row: f32 as they are, bf16 widened to f32 (exact: the
+// bits moved to the high half).
+DEDIT_AVX512 inline __m512 LoadValues(const float* v) {
+  return _mm512_loadu_ps(v);
+}
+DEDIT_AVX512 inline __m512 LoadValues(const uint16_t* v) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(
+      _mm512_cvtepu16_epi32(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v))),
+      16));
+}
+
+// out[g] = scale[g] * sum_j p[g][j] values[j] over rows [0, visible) of
+// values ([visible, hd], f32 or bf16), p[g] the Group rows of `stride`
+// weights in scores: even and odd keys in two FMA chains per head, added
+// at the end. Chunks = hd / 16.
+template <int Chunks, int Group, typename V>
+DEDIT_AVX512 inline void WeightedValues(const V* values, int64_t visible,
+                                        const float* scores, int64_t stride,
+                                        const __m512* scale, float* out) {
+  constexpr int64_t hd = Chunks * kLanes;
+  __m512 even[Group][Chunks], odd[Group][Chunks];
+  for (int g = 0; g < Group; ++g) {
+    for (int c = 0; c < Chunks; ++c) {
+      even[g][c] = _mm512_setzero_ps();
+      odd[g][c] = _mm512_setzero_ps();
+    }
+  }
+  int64_t j = 0;
+  for (; j + 1 < visible; j += 2) {
+    const V* v = values + j * hd;
+    __m512 v0[Chunks], v1[Chunks];
+    for (int c = 0; c < Chunks; ++c) {
+      v0[c] = LoadValues(v + c * kLanes);
+      v1[c] = LoadValues(v + hd + c * kLanes);
+    }
+    for (int g = 0; g < Group; ++g) {
+      const __m512 p0 = _mm512_set1_ps(scores[g * stride + j]);
+      const __m512 p1 = _mm512_set1_ps(scores[g * stride + j + 1]);
+      for (int c = 0; c < Chunks; ++c) {
+        even[g][c] = _mm512_fmadd_ps(p0, v0[c], even[g][c]);
+        odd[g][c] = _mm512_fmadd_ps(p1, v1[c], odd[g][c]);
+      }
+    }
+  }
+  if (j < visible) {
+    for (int g = 0; g < Group; ++g) {
+      const __m512 p0 = _mm512_set1_ps(scores[g * stride + j]);
+      for (int c = 0; c < Chunks; ++c) {
+        even[g][c] = _mm512_fmadd_ps(
+            p0, LoadValues(values + j * hd + c * kLanes), even[g][c]);
+      }
+    }
+  }
+  for (int g = 0; g < Group; ++g) {
+    for (int c = 0; c < Chunks; ++c) {
+      _mm512_storeu_ps(
+          out + g * hd + c * kLanes,
+          _mm512_mul_ps(_mm512_add_ps(even[g][c], odd[g][c]), scale[g]));
+    }
+  }
+}
+
 // q . k in 16 lanes, chunk by chunk (their sum is the score).
 template <int Chunks>
 DEDIT_AVX512 inline __m512 Dot(const __m512* qv, const float* k) {
@@ -142,56 +205,7 @@ DEDIT_AVX512 void AttendGroup(const float* q, const float* keys,
   }
   __m512 scale[Group];
   Softmax<Group>(scores, stride, visible, best, scale);
-  // Even and odd keys in two sums per head, added at the end: two FMA
-  // chains.
-  __m512 even[Group][Chunks], odd[Group][Chunks];
-  for (int g = 0; g < Group; ++g) {
-    for (int c = 0; c < Chunks; ++c) {
-      even[g][c] = _mm512_setzero_ps();
-      odd[g][c] = _mm512_setzero_ps();
-    }
-  }
-  int64_t j = 0;
-  for (; j + 1 < visible; j += 2) {
-    const float* v = values + j * hd;
-    __m512 v0[Chunks], v1[Chunks];
-    for (int c = 0; c < Chunks; ++c) {
-      v0[c] = _mm512_loadu_ps(v + c * kLanes);
-      v1[c] = _mm512_loadu_ps(v + hd + c * kLanes);
-    }
-    for (int g = 0; g < Group; ++g) {
-      const __m512 p0 = _mm512_set1_ps(scores[g * stride + j]);
-      const __m512 p1 = _mm512_set1_ps(scores[g * stride + j + 1]);
-      for (int c = 0; c < Chunks; ++c) {
-        even[g][c] = _mm512_fmadd_ps(p0, v0[c], even[g][c]);
-        odd[g][c] = _mm512_fmadd_ps(p1, v1[c], odd[g][c]);
-      }
-    }
-  }
-  if (j < visible) {
-    for (int g = 0; g < Group; ++g) {
-      const __m512 p0 = _mm512_set1_ps(scores[g * stride + j]);
-      for (int c = 0; c < Chunks; ++c) {
-        even[g][c] = _mm512_fmadd_ps(
-            p0, _mm512_loadu_ps(values + j * hd + c * kLanes), even[g][c]);
-      }
-    }
-  }
-  for (int g = 0; g < Group; ++g) {
-    for (int c = 0; c < Chunks; ++c) {
-      _mm512_storeu_ps(
-          out + g * hd + c * kLanes,
-          _mm512_mul_ps(_mm512_add_ps(even[g][c], odd[g][c]), scale[g]));
-    }
-  }
-}
-
-// 16 bf16 values widened to f32 (exact): the bits moved to the high half.
-DEDIT_AVX512 inline __m512 WidenBf16(const uint16_t* v) {
-  return _mm512_castsi512_ps(_mm512_slli_epi32(
-      _mm512_cvtepu16_epi32(
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v))),
-      16));
+  WeightedValues<Chunks, Group>(values, visible, scores, stride, scale, out);
 }
 
 // AttendGroup over bf16 K/V: keys in the blocked layout of
@@ -256,46 +270,7 @@ DEDIT_AVX512_BF16 void AttendGroupBf16(const float* q, const uint16_t* keys,
   }
   __m512 scale[Group];
   Softmax<Group>(scores, stride, visible, best, scale);
-  __m512 even[Group][Chunks], odd[Group][Chunks];
-  for (int g = 0; g < Group; ++g) {
-    for (int c = 0; c < Chunks; ++c) {
-      even[g][c] = _mm512_setzero_ps();
-      odd[g][c] = _mm512_setzero_ps();
-    }
-  }
-  int64_t j = 0;
-  for (; j + 1 < visible; j += 2) {
-    const uint16_t* v = values + j * hd;
-    __m512 v0[Chunks], v1[Chunks];
-    for (int c = 0; c < Chunks; ++c) {
-      v0[c] = WidenBf16(v + c * kLanes);
-      v1[c] = WidenBf16(v + hd + c * kLanes);
-    }
-    for (int g = 0; g < Group; ++g) {
-      const __m512 p0 = _mm512_set1_ps(scores[g * stride + j]);
-      const __m512 p1 = _mm512_set1_ps(scores[g * stride + j + 1]);
-      for (int c = 0; c < Chunks; ++c) {
-        even[g][c] = _mm512_fmadd_ps(p0, v0[c], even[g][c]);
-        odd[g][c] = _mm512_fmadd_ps(p1, v1[c], odd[g][c]);
-      }
-    }
-  }
-  if (j < visible) {
-    for (int g = 0; g < Group; ++g) {
-      const __m512 p0 = _mm512_set1_ps(scores[g * stride + j]);
-      for (int c = 0; c < Chunks; ++c) {
-        even[g][c] = _mm512_fmadd_ps(
-            p0, WidenBf16(values + j * hd + c * kLanes), even[g][c]);
-      }
-    }
-  }
-  for (int g = 0; g < Group; ++g) {
-    for (int c = 0; c < Chunks; ++c) {
-      _mm512_storeu_ps(
-          out + g * hd + c * kLanes,
-          _mm512_mul_ps(_mm512_add_ps(even[g][c], odd[g][c]), scale[g]));
-    }
-  }
+  WeightedValues<Chunks, Group>(values, visible, scores, stride, scale, out);
 }
 
 template <typename Kv>

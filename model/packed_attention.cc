@@ -213,6 +213,8 @@ void PackedAttention::RunRows(const float* q, int64_t q_row_stride,
   rows.visible = row_visible_.data();
   CpuProductPool* threads = CpuProductPool::ForRows(rows.n);
   if (pool.dtype() == at::kBFloat16) {
+    TORCH_CHECK(pool.slab_tokens() % kBf16KeyBlock == 0,
+                "PackedAttention: the bf16 kernel reads whole key blocks");
     CpuAttentionBf16(
         q, q_row_stride, rows, heads_, kv_heads_, pool.shape().head_dim,
         static_cast<const uint16_t*>(pool.keys(layer).data_ptr()),

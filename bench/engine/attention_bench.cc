@@ -92,8 +92,11 @@ int Main() {
                           {"batch64", 64, 1},  {"batch16_verify9", 16, 9}};
   for (const Shape& shape : shapes) {
     at::manual_seed(7);
-    const int64_t slab =
+    int64_t slab =
         std::max<int64_t>(keys + shape.rows, absl::GetFlag(FLAGS_slab));
+    // The bf16 kernel reads keys in whole blocks of 16 positions: its pool's
+    // slabs are whole blocks (model/kv_pool.h).
+    if (bf16) slab = (slab + kBf16KeyBlock - 1) / kBf16KeyBlock * kBf16KeyBlock;
     const int64_t n = int64_t{shape.sequences} * shape.rows;
     const int layers = std::max(1, absl::GetFlag(FLAGS_layers));
     const at::ScalarType dtype = bf16 ? at::kBFloat16 : at::kFloat;

@@ -14,15 +14,12 @@
 #include <vector>
 
 #include "absl/cleanup/cleanup.h"
-#include "absl/strings/str_cat.h"
-#include "engine/speculative_engine.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/cpu_attention.h"
 #include "model/cpu_panels.h"
 #include "model/cpu_product_pool.h"
 #include "model/kv_pool.h"
-#include "model/local_backends.h"
 #include "model/packed_attention.h"
 #include "model/qwen3_model.h"
 #include "model/tiny_model.h"
@@ -43,12 +40,6 @@ at::Tensor ToKeyBlocks(const at::Tensor& rows) {
       .permute({0, 1, 2, 4, 3, 5})
       .contiguous()
       .view({s, kv, slab, hd});
-}
-
-bool BitEqual(const at::Tensor& a, const at::Tensor& b) {
-  return a.sizes() == b.sizes() && std::memcmp(a.contiguous().data_ptr<float>(),
-                                               b.contiguous().data_ptr<float>(),
-                                               a.numel() * sizeof(float)) == 0;
 }
 
 // Sets the process's products and K/V dtype for one test, and back.
@@ -340,7 +331,7 @@ TEST_F(Bf16KvCacheTest, GroupedHeadsEqualOneHeadAtATimeToTheBit) {
     CpuAttentionBf16(q.data_ptr<float>(), q.stride(0), rows, heads, heads, hd,
                      bits(keys1), bits(values1), slab, alone.data_ptr<float>(),
                      nullptr);
-    EXPECT_TRUE(BitEqual(grouped, alone)) << "head size " << hd;
+    EXPECT_TRUE(testing::BitEqual(grouped, alone)) << "head size " << hd;
     // And both are attention over the rounded query.
     for (int64_t r = 0; r < n; ++r) {
       for (int h = 0; h < heads; ++h) {
@@ -364,7 +355,7 @@ TEST_F(Bf16KvCacheTest, GroupedHeadsEqualOneHeadAtATimeToTheBit) {
     CpuAttentionBf16(q.data_ptr<float>(), q.stride(0), rows, heads, kv_heads,
                      hd, bits(keys), bits(values), slab,
                      split.data_ptr<float>(), CpuProductPool::ForRows(n));
-    EXPECT_TRUE(BitEqual(split, grouped)) << "head size " << hd;
+    EXPECT_TRUE(testing::BitEqual(split, grouped)) << "head size " << hd;
   }
 }
 
@@ -380,40 +371,7 @@ TinyModelSpec SpecWithHeadsOf32() {
 // another sequence's prefill): what keeps speculation lossless.
 TEST_F(Bf16KvCacheTest, VerifyRowsEqualDecodeStepsToTheBit) {
   const auto pair = testing::MakeTinyPair(SpecWithHeadsOf32(), 43);
-  Qwen3Model& target = *pair->target;
-  const int64_t kPrompt = 150;
-  const std::vector<int32_t> prompt = testing::RandomPrompt(kPrompt, 128, 17);
-  const std::vector<int32_t> block = testing::RandomPrompt(17, 128, 18);
-  auto segment = [](SequenceId id, int64_t start, std::vector<int32_t> tokens) {
-    TargetSegment s;
-    s.sequence = id;
-    s.start = start;
-    s.tokens = std::move(tokens);
-    for (size_t i = 0; i < s.tokens.size(); ++i) {
-      s.logit_rows.push_back(static_cast<int>(i));
-    }
-    return s;
-  };
-  auto forward = [&](std::vector<TargetSegment> segments) {
-    auto r = target.Forward(segments);
-    EXPECT_TRUE(r.ok()) << r.status();
-    return r.ok() ? r->logits : at::Tensor();
-  };
-  for (SequenceId id : {1, 2, 3}) ASSERT_TRUE(target.AddSequence(id).ok());
-  forward({segment(1, 0, prompt)});
-  forward({segment(2, 0, prompt)});
-  const at::Tensor both =
-      forward({segment(3, 0, testing::RandomPrompt(40, 128, 19)),
-               segment(1, kPrompt, block)});
-  ASSERT_TRUE(both.defined());
-  const at::Tensor verify = both.narrow(0, 40, 17);
-  for (size_t i = 0; i < block.size(); ++i) {
-    const at::Tensor step =
-        forward({segment(2, kPrompt + static_cast<int64_t>(i), {block[i]})});
-    ASSERT_TRUE(step.defined());
-    EXPECT_TRUE(BitEqual(step, verify.narrow(0, static_cast<int64_t>(i), 1)))
-        << "row " << i;
-  }
+  testing::ExpectVerifyRowsEqualDecodeSteps(*pair->target);
 }
 
 // Target and drafter on bf16 caches: half the cache bytes, greedy text
@@ -440,31 +398,7 @@ TEST_F(Bf16KvCacheTest, ModelsStayLossless) {
   while (same < greedy.size() && greedy[same] == greedy_f32[same]) ++same;
   EXPECT_GE(same, 8u);
 
-  SpeculativeEngine::Options o;
-  o.vocab_size = spec.target.vocab_size;
-  o.max_context = spec.target.max_position_embeddings;
-  for (int threads : {1, 2}) {
-    SetCpuProductThreads(threads);
-    absl::Cleanup one = [] { SetCpuProductThreads(1); };
-    LocalDrafter drafter(pair->drafter.get());
-    LocalVerifier verifier(pair->target.get(), &drafter);
-    SpeculativeEngine engine(&verifier, &drafter, o);
-    for (int w : {4, 16}) {
-      std::vector<GenerationRequest> reqs(2);
-      for (size_t i = 0; i < reqs.size(); ++i) {
-        reqs[i].prompt = prompt;
-        reqs[i].max_new_tokens = 24;
-        reqs[i].window = w;
-        reqs[i].passes = 1 + static_cast<int>(i) * 2;
-      }
-      auto results = engine.Generate(reqs);
-      ASSERT_TRUE(results.ok()) << results.status();
-      for (const GenerationResult& r : *results) {
-        ASSERT_TRUE(r.status.ok()) << r.status;
-        EXPECT_EQ(r.tokens, greedy) << "W=" << w << " threads " << threads;
-      }
-    }
-  }
+  testing::ExpectLosslessSpeculation(*pair, prompt, greedy);
   EXPECT_EQ(pair->target->num_sequences(), 0u);
   EXPECT_EQ(pair->drafter->num_sequences(), 0u);
 }

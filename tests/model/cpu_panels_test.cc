@@ -12,12 +12,10 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
-#include "engine/speculative_engine.h"
 #include "gtest/gtest.h"
 #include "model/cpu_kernels.h"
 #include "model/cpu_product_pool.h"
 #include "model/kv_pool.h"
-#include "model/local_backends.h"
 #include "model/packed_attention.h"
 #include "model/transformer_ops.h"
 #include "tests/model/test_util.h"
@@ -34,12 +32,6 @@ double RelativeError(const at::Tensor& a, const at::Tensor& b) {
 // x rounded to bf16 (nearest even) and back.
 at::Tensor RoundedToBf16(const at::Tensor& x) {
   return x.to(at::kBFloat16).to(at::kFloat);
-}
-
-bool BitEqual(const at::Tensor& a, const at::Tensor& b) {
-  return a.sizes() == b.sizes() && std::memcmp(a.contiguous().data_ptr<float>(),
-                                               b.contiguous().data_ptr<float>(),
-                                               a.numel() * sizeof(float)) == 0;
 }
 
 class CpuPanelsTest : public ::testing::TestWithParam<CpuProducts> {
@@ -102,16 +94,18 @@ TEST_P(CpuPanelsTest, EachRowIsTheSameWhateverTheRowsAndThreads) {
   const at::Tensor x = at::randn({16, 128});
   const at::Tensor all = CpuMm(x, w, panels.get());
   for (int64_t r = 0; r < x.size(0); ++r) {
-    EXPECT_TRUE(BitEqual(CpuMm(x.narrow(0, r, 1).contiguous(), w, panels.get()),
-                         all.narrow(0, r, 1)))
+    EXPECT_TRUE(testing::BitEqual(
+        CpuMm(x.narrow(0, r, 1).contiguous(), w, panels.get()),
+        all.narrow(0, r, 1)))
         << "row " << r;
   }
-  EXPECT_TRUE(BitEqual(CpuMm(x.narrow(0, 3, 9).contiguous(), w, panels.get()),
-                       all.narrow(0, 3, 9)));
+  EXPECT_TRUE(
+      testing::BitEqual(CpuMm(x.narrow(0, 3, 9).contiguous(), w, panels.get()),
+                        all.narrow(0, 3, 9)));
   SetCpuProductThreads(2);
   absl::Cleanup off = [] { SetCpuProductThreads(1); };
   const int64_t runs = CpuProductPool::ForThisThread()->runs();
-  EXPECT_TRUE(BitEqual(CpuMm(x, w, panels.get()), all));
+  EXPECT_TRUE(testing::BitEqual(CpuMm(x, w, panels.get()), all));
   EXPECT_GT(CpuProductPool::ForThisThread()->runs(), runs);  // split ran
 }
 
@@ -155,31 +149,7 @@ TEST_P(CpuPanelsTest, ModelsOnPanelsKeepTheirLogitsAndStayLossless) {
   while (same < greedy.size() && greedy[same] == greedy_blas[same]) ++same;
   EXPECT_GE(same, GetParam() == CpuProducts::kF32 ? greedy.size() : 8u);
 
-  SpeculativeEngine::Options o;
-  o.vocab_size = spec.target.vocab_size;
-  o.max_context = spec.target.max_position_embeddings;
-  for (int threads : {1, 2}) {
-    SetCpuProductThreads(threads);
-    absl::Cleanup one = [] { SetCpuProductThreads(1); };
-    LocalDrafter drafter(pair->drafter.get());
-    LocalVerifier verifier(pair->target.get(), &drafter);
-    SpeculativeEngine engine(&verifier, &drafter, o);
-    for (int w : {4, 16}) {
-      std::vector<GenerationRequest> reqs(2);
-      for (size_t i = 0; i < reqs.size(); ++i) {
-        reqs[i].prompt = prompt;
-        reqs[i].max_new_tokens = 24;
-        reqs[i].window = w;
-        reqs[i].passes = 1 + static_cast<int>(i) * 2;
-      }
-      auto results = engine.Generate(reqs);
-      ASSERT_TRUE(results.ok()) << results.status();
-      for (const GenerationResult& r : *results) {
-        ASSERT_TRUE(r.status.ok()) << r.status;
-        EXPECT_EQ(r.tokens, greedy) << "W=" << w << " threads " << threads;
-      }
-    }
-  }
+  testing::ExpectLosslessSpeculation(*pair, prompt, greedy);
 }
 
 // The whole forward, not only its products, computes a row the same way
@@ -192,47 +162,7 @@ TEST_P(CpuPanelsTest, VerifyRowsEqualDecodeStepsToTheBit) {
   SetCpuProducts(GetParam());
   absl::Cleanup blas = [] { SetCpuProducts(CpuProducts::kBlas); };
   const auto pair = testing::MakeTinyPair(DefaultTinySpec(), 43);
-  Qwen3Model& target = *pair->target;
-  const int64_t kPrompt = 150;
-  const std::vector<int32_t> prompt = testing::RandomPrompt(kPrompt, 128, 17);
-  const std::vector<int32_t> block = testing::RandomPrompt(17, 128, 18);
-  auto segment = [](SequenceId id, int64_t start, std::vector<int32_t> tokens) {
-    TargetSegment s;
-    s.sequence = id;
-    s.start = start;
-    s.tokens = std::move(tokens);
-    for (size_t i = 0; i < s.tokens.size(); ++i) {
-      s.logit_rows.push_back(static_cast<int>(i));
-    }
-    return s;
-  };
-  auto forward = [&](std::vector<TargetSegment> segments) {
-    auto r = target.Forward(segments);
-    EXPECT_TRUE(r.ok()) << r.status();
-    return r.ok() ? r->logits : at::Tensor();
-  };
-  for (SequenceId id : {1, 2, 3}) ASSERT_TRUE(target.AddSequence(id).ok());
-  forward({segment(1, 0, prompt)});
-  forward({segment(2, 0, prompt)});
-  // The verify block shares its forward with another sequence's prefill
-  // (other rows, other key counts padded together), and the decode steps
-  // run alone.
-  const at::Tensor both =
-      forward({segment(3, 0, testing::RandomPrompt(40, 128, 19)),
-               segment(1, kPrompt, block)});
-  ASSERT_TRUE(both.defined());
-  const at::Tensor verify = both.narrow(0, 40, 17);
-  for (size_t i = 0; i < block.size(); ++i) {
-    const at::Tensor step =
-        forward({segment(2, kPrompt + static_cast<int64_t>(i), {block[i]})});
-    ASSERT_TRUE(step.defined());
-    EXPECT_TRUE(BitEqual(step, verify.narrow(0, static_cast<int64_t>(i), 1)))
-        << "row " << i << ": max diff "
-        << (step - verify.narrow(0, static_cast<int64_t>(i), 1))
-               .abs()
-               .max()
-               .item<float>();
-  }
+  testing::ExpectVerifyRowsEqualDecodeSteps(*pair->target);
 }
 
 // CpuDecoderLayer runs a whole layer on raw rows; it must compute what
@@ -300,10 +230,10 @@ TEST_P(CpuPanelsTest, FusedLayerEqualsTheOpByOpLayerToTheBit) {
         FinishDecoderLayer(x, op_attention.Run(q, op_pool, 0), w, c);
     const at::Tensor got =
         CpuDecoderLayer(x, w, c, cos, sin, fused_attention, &fused_pool, 0);
-    EXPECT_TRUE(BitEqual(got, expected))
+    EXPECT_TRUE(testing::BitEqual(got, expected))
         << "max diff " << (got - expected).abs().max().item<float>();
-    EXPECT_TRUE(BitEqual(fused_pool.keys(0), op_pool.keys(0)));
-    EXPECT_TRUE(BitEqual(fused_pool.values(0), op_pool.values(0)));
+    EXPECT_TRUE(testing::BitEqual(fused_pool.keys(0), op_pool.keys(0)));
+    EXPECT_TRUE(testing::BitEqual(fused_pool.values(0), op_pool.values(0)));
   }
   // A layer off the panels' path is not taken.
   DecoderLayerWeights blas_weights = w;

@@ -2,14 +2,20 @@
 
 #include <ATen/Functions.h>
 #include <ATen/Parallel.h>
+#include <ATen/TensorOperators.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <random>
 
+#include "absl/cleanup/cleanup.h"
 #include "base/safetensors.h"
+#include "engine/speculative_engine.h"
 #include "gtest/gtest.h"
+#include "model/cpu_product_pool.h"
 #include "model/cpu_threads.h"
+#include "model/local_backends.h"
 #include "model/tensor_io.h"
 
 namespace dedit::testing {
@@ -117,6 +123,84 @@ std::vector<int32_t> RandomPrompt(int n, int vocab, uint64_t seed) {
   std::vector<int32_t> p(n);
   for (int& t : p) t = static_cast<int32_t>(rng() % vocab);
   return p;
+}
+
+bool BitEqual(const at::Tensor& a, const at::Tensor& b) {
+  return a.sizes() == b.sizes() && std::memcmp(a.contiguous().data_ptr<float>(),
+                                               b.contiguous().data_ptr<float>(),
+                                               a.numel() * sizeof(float)) == 0;
+}
+
+void ExpectVerifyRowsEqualDecodeSteps(Qwen3Model& target) {
+  const int64_t kPrompt = 150;
+  const std::vector<int32_t> prompt = RandomPrompt(kPrompt, 128, 17);
+  const std::vector<int32_t> block = RandomPrompt(17, 128, 18);
+  auto segment = [](SequenceId id, int64_t start, std::vector<int32_t> tokens) {
+    TargetSegment s;
+    s.sequence = id;
+    s.start = start;
+    s.tokens = std::move(tokens);
+    for (size_t i = 0; i < s.tokens.size(); ++i) {
+      s.logit_rows.push_back(static_cast<int>(i));
+    }
+    return s;
+  };
+  auto forward = [&](std::vector<TargetSegment> segments) {
+    auto r = target.Forward(segments);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? r->logits : at::Tensor();
+  };
+  for (SequenceId id : {1, 2, 3}) ASSERT_TRUE(target.AddSequence(id).ok());
+  forward({segment(1, 0, prompt)});
+  forward({segment(2, 0, prompt)});
+  // The verify block shares its forward with another sequence's prefill
+  // (other rows, other key counts padded together), and the decode steps
+  // run alone.
+  const at::Tensor both = forward(
+      {segment(3, 0, RandomPrompt(40, 128, 19)), segment(1, kPrompt, block)});
+  ASSERT_TRUE(both.defined());
+  const at::Tensor verify = both.narrow(0, 40, 17);
+  for (size_t i = 0; i < block.size(); ++i) {
+    const at::Tensor step =
+        forward({segment(2, kPrompt + static_cast<int64_t>(i), {block[i]})});
+    ASSERT_TRUE(step.defined());
+    EXPECT_TRUE(BitEqual(step, verify.narrow(0, static_cast<int64_t>(i), 1)))
+        << "row " << i << ": max diff "
+        << (step - verify.narrow(0, static_cast<int64_t>(i), 1))
+               .abs()
+               .max()
+               .item<float>();
+  }
+}
+
+void ExpectLosslessSpeculation(TinyPair& pair,
+                               const std::vector<int32_t>& prompt,
+                               const std::vector<int32_t>& greedy) {
+  SpeculativeEngine::Options o;
+  o.vocab_size = pair.spec.target.vocab_size;
+  o.max_context = pair.spec.target.max_position_embeddings;
+  for (int threads : {1, 2}) {
+    SetCpuProductThreads(threads);
+    absl::Cleanup one = [] { SetCpuProductThreads(1); };
+    LocalDrafter drafter(pair.drafter.get());
+    LocalVerifier verifier(pair.target.get(), &drafter);
+    SpeculativeEngine engine(&verifier, &drafter, o);
+    for (int w : {4, 16}) {
+      std::vector<GenerationRequest> reqs(2);
+      for (size_t i = 0; i < reqs.size(); ++i) {
+        reqs[i].prompt = prompt;
+        reqs[i].max_new_tokens = static_cast<int>(greedy.size());
+        reqs[i].window = w;
+        reqs[i].passes = 1 + static_cast<int>(i) * 2;
+      }
+      auto results = engine.Generate(reqs);
+      ASSERT_TRUE(results.ok()) << results.status();
+      for (const GenerationResult& r : *results) {
+        ASSERT_TRUE(r.status.ok()) << r.status;
+        EXPECT_EQ(r.tokens, greedy) << "W=" << w << " threads " << threads;
+      }
+    }
+  }
 }
 
 }  // namespace dedit::testing

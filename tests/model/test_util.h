@@ -46,6 +46,24 @@ std::vector<int32_t> GreedyReference(Qwen3Model& target,
                                      const std::vector<int32_t>& prompt,
                                      int max_new_tokens);
 
+// a and b hold the same fp32 bits.
+bool BitEqual(const at::Tensor& a, const at::Tensor& b);
+
+// A verify block's logits must equal, to the bit, the decode steps of the
+// same tokens (what keeps speculation lossless when activations or the
+// cache are rounded to bf16): `target` (empty) prefills a 150-token
+// prompt for two sequences; a 17-token block of the first shares its
+// forward with a third sequence's prefill (other rows, other key counts),
+// and the second decodes the same tokens one forward at a time.
+void ExpectVerifyRowsEqualDecodeSteps(Qwen3Model& target);
+
+// Speculation over `pair` (windows 4 and 16, one and three passes in one
+// batch, one and two product threads) must reproduce `greedy`, the
+// target's own greedy decoding of `prompt`, token for token.
+void ExpectLosslessSpeculation(TinyPair& pair,
+                               const std::vector<int32_t>& prompt,
+                               const std::vector<int32_t>& greedy);
+
 // tests/testdata/golden (the Python reference fixture) and one tensor of its
 // expected.safetensors, on the CPU (I64 → long, floats → float).
 std::string GoldenDir();
