@@ -332,14 +332,18 @@ auto AttendFor(int64_t hd, int group, int* heads_per_call) {
   }
 }
 
-// Deals the (row, run of heads) items of CpuAttention(Bf16) to the pool's
-// threads; each item runs `attend` on its row's slot.
+// CpuAttention (f32 Kv) and CpuAttentionBf16 (bf16 bits, uint16_t Kv):
+// picks the kernel for the head size and group, and deals the (row, run of
+// heads) items to the pool's threads; each item runs it on its row's slot.
 template <typename Kv>
-void AttendRows(AttendFn<Kv> attend, int per_call, const float* q,
-                int64_t q_row_stride, const CpuAttentionRows& rows, int heads,
-                int kv_heads, int64_t hd, const Kv* keys, const Kv* values,
-                int64_t slab, float* out, CpuProductPool* pool) {
+void AttendRows(const float* q, int64_t q_row_stride,
+                const CpuAttentionRows& rows, int heads, int kv_heads,
+                int64_t hd, const Kv* keys, const Kv* values, int64_t slab,
+                float* out, CpuProductPool* pool) {
   const int group = heads / kv_heads;
+  int per_call = 1;
+  const AttendFn<Kv> attend =
+      AttendFor<std::is_same_v<Kv, uint16_t>>(hd, group, &per_call);
   // Work items: (row, run of per_call heads of one kv head).
   const int calls_per_row = heads / per_call;
   const int64_t items = rows.n * calls_per_row;
@@ -368,21 +372,6 @@ void AttendRows(AttendFn<Kv> attend, int per_call, const float* q,
   });
 }
 
-DEDIT_AVX512_BF16 void FloatsToBf16(const float* x, int64_t n, uint16_t* out) {
-  for (int64_t i = 0; i < n; i += 2 * kLanes) {
-    const int64_t left = std::min<int64_t>(2 * kLanes, n - i);
-    const __m512 a = _mm512_maskz_loadu_ps(avx512::LaneMask(left), x + i);
-    const __m512 b =
-        _mm512_maskz_loadu_ps(avx512::LaneMask(left - kLanes), x + i + kLanes);
-    const __m512i v = (__m512i)_mm512_cvtne2ps_pbh(b, a);
-    _mm512_mask_storeu_epi16(
-        out + i,
-        left >= 32 ? ~__mmask32{0}
-                   : static_cast<__mmask32>((uint32_t{1} << left) - 1),
-        v);
-  }
-}
-
 #endif  // DEDIT_ATTENTION_X86
 
 }  // namespace
@@ -407,11 +396,8 @@ void CpuAttention(const float* q, int64_t q_row_stride,
                   int64_t hd, const float* keys, const float* values,
                   int64_t slab, float* out, CpuProductPool* pool) {
 #if DEDIT_ATTENTION_X86
-  int per_call = 1;
-  const AttendFn<float> attend =
-      AttendFor<false>(hd, heads / kv_heads, &per_call);
-  AttendRows(attend, per_call, q, q_row_stride, rows, heads, kv_heads, hd, keys,
-             values, slab, out, pool);
+  AttendRows(q, q_row_stride, rows, heads, kv_heads, hd, keys, values, slab,
+             out, pool);
 #else
   (void)q, (void)q_row_stride, (void)rows, (void)heads, (void)kv_heads;
   (void)hd, (void)keys, (void)values, (void)slab, (void)out, (void)pool;
@@ -423,22 +409,11 @@ void CpuAttentionBf16(const float* q, int64_t q_row_stride,
                       int64_t hd, const uint16_t* keys, const uint16_t* values,
                       int64_t slab, float* out, CpuProductPool* pool) {
 #if DEDIT_ATTENTION_X86
-  int per_call = 1;
-  const AttendFn<uint16_t> attend =
-      AttendFor<true>(hd, heads / kv_heads, &per_call);
-  AttendRows(attend, per_call, q, q_row_stride, rows, heads, kv_heads, hd, keys,
-             values, slab, out, pool);
+  AttendRows(q, q_row_stride, rows, heads, kv_heads, hd, keys, values, slab,
+             out, pool);
 #else
   (void)q, (void)q_row_stride, (void)rows, (void)heads, (void)kv_heads;
   (void)hd, (void)keys, (void)values, (void)slab, (void)out, (void)pool;
-#endif
-}
-
-void CpuFloatsToBf16(const float* x, int64_t n, uint16_t* out) {
-#if DEDIT_ATTENTION_X86
-  FloatsToBf16(x, n, out);
-#else
-  (void)x, (void)n, (void)out;
 #endif
 }
 

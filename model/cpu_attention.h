@@ -74,10 +74,6 @@ void CpuAttentionBf16(const float* q, int64_t q_row_stride,
                       int64_t hd, const uint16_t* keys, const uint16_t* values,
                       int64_t slab, float* out, CpuProductPool* pool);
 
-// out[i] = x[i] rounded to bf16 (to nearest even, as VCVTNE2PS2BF16),
-// i < n: what a bf16 pool stores. REQUIRES CpuRuns(CpuProducts::kBf16).
-void CpuFloatsToBf16(const float* x, int64_t n, uint16_t* out);
-
 }  // namespace dedit
 
 #endif  // DEDIT_MODEL_CPU_ATTENTION_H_

@@ -170,22 +170,28 @@ DEDIT_AVX512 void EachRowBlock(int64_t m, Rows rows) {
   static_assert(kTileRows == 6, "the switch covers remainders 1..5");
 }
 
+// x [n] f32 -> out [n] bf16, rounded as ToBf16 does (VCVTNE2PS2BF16).
+DEDIT_AVX512_BF16 void FloatsToBf16(const float* x, int64_t n, uint16_t* out) {
+  for (int64_t i = 0; i < n; i += 2 * kGroup) {
+    const int64_t left = std::min<int64_t>(2 * kGroup, n - i);
+    const __m512 a = _mm512_maskz_loadu_ps(avx512::LaneMask(left), x + i);
+    const __m512 b =
+        _mm512_maskz_loadu_ps(avx512::LaneMask(left - kGroup), x + i + kGroup);
+    const __mmask32 live =
+        left >= 32 ? ~__mmask32{0}
+                   : static_cast<__mmask32>((uint32_t{1} << left) - 1);
+    _mm512_mask_storeu_epi16(out + i, live, (__m512i)_mm512_cvtne2ps_pbh(b, a));
+  }
+}
+
 // x [m, k] f32 -> [m, pairs] bf16 pairs, rounded as ToBf16 does; an odd k
 // pairs its last element with 0.
-DEDIT_AVX512_BF16 void RowsToBf16Pairs(const float* x, int64_t m, int64_t k,
-                                       int64_t pairs, uint32_t* out) {
+void RowsToBf16Pairs(const float* x, int64_t m, int64_t k, int64_t pairs,
+                     uint32_t* out) {
   for (int64_t r = 0; r < m; ++r) {
-    const float* row = x + r * k;
-    uint32_t* dst = out + r * pairs;
-    for (int64_t i = 0; i < k; i += 32) {
-      const int64_t left = std::min<int64_t>(32, k - i);
-      const __m512 a = _mm512_maskz_loadu_ps(avx512::LaneMask(left), row + i);
-      const __m512 b =
-          _mm512_maskz_loadu_ps(avx512::LaneMask(left - 16), row + i + 16);
-      const __m512bh v = _mm512_cvtne2ps_pbh(b, a);
-      _mm512_mask_storeu_epi32(dst + i / 2, avx512::LaneMask((left + 1) / 2),
-                               (__m512i)v);
-    }
+    auto* dst = reinterpret_cast<uint16_t*>(out + r * pairs);
+    FloatsToBf16(x + r * k, k, dst);
+    if (k % 2 != 0) dst[k] = 0;
   }
 }
 
@@ -273,6 +279,14 @@ void CpuArgmaxConfidence(const float* logits, int64_t n, int64_t vocab,
   ArgmaxConfidenceRows(logits, n, vocab, argmax, confidence);
 #else
   (void)logits, (void)n, (void)vocab, (void)argmax, (void)confidence;
+#endif
+}
+
+void CpuFloatsToBf16(const float* x, int64_t n, uint16_t* out) {
+#if DEDIT_PANELS_X86
+  FloatsToBf16(x, n, out);
+#else
+  (void)x, (void)n, (void)out;
 #endif
 }
 

@@ -73,6 +73,11 @@ absl::Status SetCpuProductsFlag(std::string_view name);
 // REQUIRES CpuRuns(CpuProducts::kF32).
 void PanelSiluMul(const float* gu, int64_t n, int64_t inter, float* out);
 
+// out[i] = x[i] rounded to bf16 (to nearest even, as VCVTNE2PS2BF16),
+// i < n: how bf16 panels round their activation rows and a bf16 K/V pool
+// its keys and values (model/kv_pool.h). REQUIRES CpuRuns(CpuProducts::kBf16).
+void CpuFloatsToBf16(const float* x, int64_t n, uint16_t* out);
+
 // For each of n rows of `vocab` finite fp32 logits: argmax[r], the first
 // index of the row's largest logit (at::max's choice), and confidence[r]
 // = 1 / sum(exp(l - max)), the largest softmax probability (the drafter's

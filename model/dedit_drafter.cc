@@ -87,8 +87,7 @@ absl::StatusOr<std::unique_ptr<DEditDrafter>> DEditDrafter::FromArchive(
         (options.max_context_tokens > 0 ? options.max_context_tokens
                                         : int64_t{c.max_position_embeddings}) +
         config.block_size;
-    shape.bf16_row_kernel =
-        kv_dtype == at::kBFloat16 && dt == at::kFloat && dev.is_cpu();
+    shape.bf16_row_kernel = Bf16RowKernelPool(kv_dtype, dt, dev);
     d->pool_ = std::make_unique<KvPool>(shape, kv_dtype, dev,
                                         options.initial_context_slots,
                                         options.max_sequences);

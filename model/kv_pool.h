@@ -72,6 +72,15 @@ std::string_view KvCacheDtypeName(KvCacheDtype dtype);
 absl::StatusOr<at::ScalarType> KvPoolDtype(at::ScalarType model_dtype,
                                            c10::Device device,
                                            int64_t head_dim);
+// Whether a pool of `kv_dtype` for a model of `model_dtype` on `device`
+// is read by the CPU's bf16 row kernel (Shape::bf16_row_kernel): bf16 K/V
+// of an fp32 CPU model, which KvPoolDtype gives only where that kernel
+// runs.
+inline bool Bf16RowKernelPool(at::ScalarType kv_dtype,
+                              at::ScalarType model_dtype, c10::Device device) {
+  return kv_dtype == at::kBFloat16 && model_dtype == at::kFloat &&
+         device.is_cpu();
+}
 
 class KvPool {
  public:

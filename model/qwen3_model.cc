@@ -90,8 +90,7 @@ absl::StatusOr<std::unique_ptr<Qwen3Model>> Qwen3Model::FromArchive(
     shape.kv_heads = config.num_key_value_heads;
     shape.head_dim = config.head_dim;
     shape.max_tokens = config.max_position_embeddings;
-    shape.bf16_row_kernel = kv_dtype == at::kBFloat16 &&
-                            options.dtype == at::kFloat && dev.is_cpu();
+    shape.bf16_row_kernel = Bf16RowKernelPool(kv_dtype, options.dtype, dev);
     m->pool_ = std::make_unique<KvPool>(
         shape, kv_dtype, dev, options.initial_kv_slots, options.max_sequences);
   }));
