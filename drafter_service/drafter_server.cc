@@ -55,6 +55,14 @@ class DrafterMetrics {
                        .Help("Sequences with context on the drafter")
                        .Register(r)
                        .Add({})),
+        waits_(prometheus::BuildHistogram()
+                   .Name("dedit_drafter_draft_wait_seconds")
+                   .Help("Time a Draft call waited before its forward, by "
+                         "cause: queue (the model thread was busy) or context "
+                         "(its features were still on the target's stream)")
+                   .Register(r)),
+        queue_wait_(waits_.Add({{"cause", "queue"}}, WaitBuckets())),
+        context_wait_(waits_.Add({{"cause", "context"}}, WaitBuckets())),
         orphaned_(prometheus::BuildCounter()
                       .Name("dedit_drafter_contexts_orphaned_total")
                       .Help("Contexts dropped because the context stream "
@@ -83,6 +91,8 @@ class DrafterMetrics {
 
   void Observe(const DrafterBatchStats& s) {
     batch_size_.Observe(s.sequences);
+    for (double w : s.queue_wait_seconds) queue_wait_.Observe(w);
+    for (double w : s.context_wait_seconds) context_wait_.Observe(w);
     // DEditDrafter::Draft runs all passes in one call; every pass does the
     // same work (same block, same context), so each is attributed an equal
     // share of the call. (A per-pass hook in DEditDrafter would make this
@@ -92,10 +102,19 @@ class DrafterMetrics {
   }
 
  private:
+  // From 10 µs: at one stream a round's hop is ~100 µs on a CPU host.
+  static prometheus::Histogram::BucketBoundaries WaitBuckets() {
+    return {1e-5,   2.5e-5, 5e-5, 1e-4,  2.5e-4, 5e-4, 1e-3,
+            2.5e-3, 5e-3,   0.01, 0.025, 0.1,    0.5};
+  }
+
   prometheus::Family<prometheus::Histogram>& pass_family_;
   prometheus::Histogram& batch_size_;
   prometheus::Gauge& context_tokens_;
   prometheus::Gauge& sequences_;
+  prometheus::Family<prometheus::Histogram>& waits_;
+  prometheus::Histogram& queue_wait_;
+  prometheus::Histogram& context_wait_;
   prometheus::Counter& orphaned_;
   int64_t orphaned_seen_ = 0;
   std::vector<prometheus::Histogram*> passes_;

@@ -108,8 +108,9 @@ void DrafterWorker::Draft(std::vector<DraftRequest> requests, DraftDone done,
                           std::string caller) {
   DraftJob job;
   job.caller = std::move(caller);
-  job.context_deadline = std::chrono::steady_clock::now() +
-                         std::chrono::milliseconds(options_.context_wait_ms);
+  job.arrived = std::chrono::steady_clock::now();
+  job.context_deadline =
+      job.arrived + std::chrono::milliseconds(options_.context_wait_ms);
   job.state.resize(requests.size());
   job.requests = std::move(requests);
   job.done = std::move(done);
@@ -193,7 +194,7 @@ void DrafterWorker::Run() {
     const auto now = std::chrono::steady_clock::now();
     for (auto it = waiting_.begin(); it != waiting_.end();) {
       if (Resolve(*it, now)) {
-        MakeReady(std::move(*it));
+        MakeReady(std::move(*it), now);
         it = waiting_.erase(it);
       } else {
         ++it;
@@ -335,6 +336,7 @@ absl::Status DrafterWorker::CheckRequest(const DraftRequest& r) const {
 
 bool DrafterWorker::Resolve(DraftJob& job,
                             std::chrono::steady_clock::time_point now) {
+  if (!job.first_look) job.first_look = now;
   bool all = true;
   for (size_t i = 0; i < job.requests.size(); ++i) {
     if (job.state[i].has_value()) continue;
@@ -373,7 +375,9 @@ bool DrafterWorker::Resolve(DraftJob& job,
   return all;
 }
 
-void DrafterWorker::MakeReady(DraftJob job) {
+void DrafterWorker::MakeReady(DraftJob job,
+                              std::chrono::steady_clock::time_point now) {
+  job.ready_at = now;
   job.results.resize(job.requests.size());
   job.undrafted = 0;
   for (size_t i = 0; i < job.requests.size(); ++i) {
@@ -426,15 +430,24 @@ void DrafterWorker::RunFairBatch() {
 
   std::vector<DraftRequest> batch;
   int max_passes = 0;
+  DrafterBatchStats stats;
   for (const Slot& slot : chosen) {
     batch.push_back(slot.job->requests[slot.item]);
     max_passes = std::max(max_passes, batch.back().passes);
+    DraftJob& job = *slot.job;
+    if (!job.waits_observed && job.first_look && job.ready_at) {
+      job.waits_observed = true;
+      stats.queue_wait_seconds.push_back(
+          std::chrono::duration<double>(*job.first_look - job.arrived).count());
+      stats.context_wait_seconds.push_back(
+          std::chrono::duration<double>(*job.ready_at - *job.first_look)
+              .count());
+    }
   }
   if (!batch.empty()) {
     const auto t0 = std::chrono::steady_clock::now();
     absl::StatusOr<std::vector<DraftResult>> drafted = RunDraft(batch);
     if (observer_) {
-      DrafterBatchStats stats;
       stats.sequences = static_cast<int>(batch.size());
       stats.max_passes = max_passes;
       stats.seconds = SecondsSince(t0);

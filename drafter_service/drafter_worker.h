@@ -79,6 +79,12 @@ struct DrafterBatchStats {
   int max_passes = 0;
   double seconds = 0;
   int64_t context_tokens = 0;  // over all sequences, after the call
+  // One entry per Draft job whose first item this call drafts: seconds from
+  // the job reaching the worker to the model thread's first look at it
+  // (the model thread was busy), and from that look to the job's context
+  // being there (its features were still on the target's stream).
+  std::vector<double> queue_wait_seconds;
+  std::vector<double> context_wait_seconds;
 };
 
 class DrafterWorker : public ModelThread {
@@ -154,6 +160,12 @@ class DrafterWorker : public ModelThread {
     std::vector<DraftRequest> requests;
     DraftDone done;
     std::chrono::steady_clock::time_point context_deadline;
+    // For DrafterBatchStats: when the job reached the worker, when the
+    // model thread first looked at it, and whether its waits are counted.
+    std::chrono::steady_clock::time_point arrived;
+    std::optional<std::chrono::steady_clock::time_point> first_look;
+    std::optional<std::chrono::steady_clock::time_point> ready_at;
+    bool waits_observed = false;
     // Per item: unset = waiting for context; otherwise OK (ready) or error.
     std::vector<std::optional<absl::Status>> state;
     std::string caller;
@@ -200,7 +212,7 @@ class DrafterWorker : public ModelThread {
   bool Resolve(DraftJob& job, std::chrono::steady_clock::time_point now);
   absl::Status CheckRequest(const DraftRequest& r) const;
   // Moves a resolved job to ready_ (its failed items answered in it).
-  void MakeReady(DraftJob job);
+  void MakeReady(DraftJob job, std::chrono::steady_clock::time_point now);
   // One batched forward over at most max_batch_sequences undrafted items
   // of ready_, taken round-robin across callers; answers every job it
   // completes.

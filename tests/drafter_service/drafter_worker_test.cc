@@ -160,6 +160,10 @@ TEST_F(DrafterWorkerTest, DraftsMatchTheInProcessDrafter) {
   EXPECT_EQ(stats[0].sequences, 2);
   EXPECT_EQ(stats[0].max_passes, 3);
   EXPECT_EQ(stats[0].context_tokens, 26);
+  // The job's waits, once for its two items; its context was there.
+  ASSERT_EQ(stats[0].queue_wait_seconds.size(), 1u);
+  ASSERT_EQ(stats[0].context_wait_seconds.size(), 1u);
+  EXPECT_EQ(stats[0].context_wait_seconds[0], 0.0);
   Sync(*worker);
   EXPECT_EQ(worker->snapshot().num_sequences, 2);
   EXPECT_EQ(worker->snapshot().context_tokens, 26);
@@ -191,6 +195,19 @@ TEST_P(DrafterWorkerSpinTest, DraftWaitsForContextThatArrivesLater) {
   ASSERT_TRUE(results.has_value());
   ASSERT_TRUE((*results)[0].ok()) << (*results)[0].status();
   ExpectSameDraft(*(*results)[0], Reference({{1, a}}, requests)[0]);
+  // The metrics say why the draft waited: for its context (the 100 ms
+  // above), not for the model thread. One job, reported once.
+  const std::vector<DrafterBatchStats> stats = batches();
+  ASSERT_EQ(stats.size(), 1u);
+  ASSERT_EQ(stats[0].context_wait_seconds.size(), 1u);
+  ASSERT_EQ(stats[0].queue_wait_seconds.size(), 1u);
+  // The two add up to the time from the call to the context's arrival;
+  // the model thread's wake-up after the call is the queue's share.
+  const double queue = stats[0].queue_wait_seconds[0];
+  const double context = stats[0].context_wait_seconds[0];
+  EXPECT_GE(queue + context, 0.1);
+  EXPECT_LT(queue + context, 60.0);
+  if (queue < 0.05) EXPECT_GT(context, 0.05);
 }
 
 TEST_F(DrafterWorkerTest, BadOrUnservableRequestsFailAlone) {

@@ -1069,7 +1069,8 @@ TEST_F(ServicesTest, MetricsPassPromtool) {
       {"drafter",
        cluster_.drafter()->metrics_port(),
        {"dedit_drafter_pass_duration_seconds_bucket",
-        "dedit_drafter_batch_size_bucket", "dedit_drafter_context_tokens"}},
+        "dedit_drafter_batch_size_bucket", "dedit_drafter_context_tokens",
+        "dedit_drafter_draft_wait_seconds_bucket"}},
   };
   const bool have_promtool =
       std::system("command -v promtool >/dev/null 2>&1") == 0;
