@@ -16,6 +16,7 @@
 #include "model/checkpoint_weights.h"
 #include "model/cpu_kernels.h"
 #include "model/cpu_panels.h"
+#include "model/cpu_product_pool.h"
 #include "model/packed_attention.h"
 #include "model/torch_status.h"
 
@@ -192,13 +193,6 @@ absl::Status DEditDrafter::AppendContexts(
       }
     }
     const at::Tensor f = parts.size() == 1 ? parts[0] : at::cat(parts);
-    // ctx = hidden_norm(fc(features)); each layer projects the same fused
-    // vector with its own k_proj/v_proj (no input_layernorm: DFlash).
-    at::Tensor ctx = RmsNorm(fc_.Logits(f), hidden_norm_, c.rms_norm_eps);
-    auto long_opts = at::TensorOptions().dtype(at::kLong);
-    at::Tensor cos, sin;
-    rotary_.Tables(OnDevice(at::tensor(positions, long_opts), options_.device),
-                   options_.dtype, &cos, &sin);
     pool_->Reserve(longest);  // before any slot index is taken
     std::vector<int64_t> rows;
     for (const ContextChunk& chunk : chunks) {
@@ -206,6 +200,18 @@ absl::Status DEditDrafter::AppendContexts(
       pool_->AppendRows(pool_->Slot(chunk.sequence), chunk.start, n, &rows);
       pool_->MarkWritten(chunk.sequence, chunk.start + n);
     }
+    if (CpuContextApplies(f)) {
+      AppendContextRowsCpu(f, positions, rows);
+      for (const auto& [id, end] : ends) pool_->SetLength(id, end);
+      return;
+    }
+    // ctx = hidden_norm(fc(features)); each layer projects the same fused
+    // vector with its own k_proj/v_proj (no input_layernorm: DFlash).
+    at::Tensor ctx = RmsNorm(fc_.Logits(f), hidden_norm_, c.rms_norm_eps);
+    auto long_opts = at::TensorOptions().dtype(at::kLong);
+    at::Tensor cos, sin;
+    rotary_.Tables(OnDevice(at::tensor(positions, long_opts), options_.device),
+                   options_.dtype, &cos, &sin);
     const at::Tensor flat_rows =
         pool_->shape().bf16_row_kernel
             ? at::Tensor()
@@ -230,6 +236,65 @@ absl::Status DEditDrafter::AppendContexts(
     }
     for (const auto& [id, end] : ends) pool_->SetLength(id, end);
   });
+}
+
+bool DEditDrafter::CpuContextApplies(const at::Tensor& f) const {
+  const Qwen3Config& c = config_.layers;
+  const int64_t kv_width = int64_t{c.num_key_value_heads} * c.head_dim;
+  if (!CpuKernelsApply(f) || f.dim() != 2 || fc_.panels == nullptr ||
+      fc_.panels->k() != f.size(1) || fc_.panels->n() != c.hidden_size ||
+      !CpuKernelsApply(hidden_norm_) || hidden_norm_.numel() != c.hidden_size ||
+      c.head_dim % 2 != 0 || c.head_dim > 512 || !rotary_.HasCachedTables()) {
+    return false;
+  }
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const CpuPanels* kv = context_kv_[l].panels.get();
+    const at::Tensor& norms = layers_[l].qk_norm;
+    if (kv == nullptr || kv->k() != c.hidden_size || kv->n() != 2 * kv_width ||
+        !CpuKernelsApply(norms) ||
+        norms.numel() !=
+            int64_t{c.num_attention_heads} * c.head_dim + kv_width) {
+      return false;
+    }
+  }
+  return true;
+}
+
+void DEditDrafter::AppendContextRowsCpu(const at::Tensor& f,
+                                        const std::vector<int64_t>& positions,
+                                        const std::vector<int64_t>& rows) {
+  const Qwen3Config& c = config_.layers;
+  const int64_t n = f.size(0), hidden = c.hidden_size, hd = c.head_dim;
+  const int64_t kv_heads = c.num_key_value_heads, kv_width = kv_heads * hd;
+  // Scratch rows: fc's output, ctx, one layer's [k | v], its normed and
+  // rotated k, and the rows' cos and sin.
+  thread_local std::vector<float> scratch;
+  const int64_t need = n * (2 * hidden + 3 * kv_width + 2 * hd);
+  if (static_cast<int64_t>(scratch.size()) < need) scratch.resize(need);
+  float* projected = scratch.data();
+  float* ctx = projected + n * hidden;
+  float* kv = ctx + n * hidden;
+  float* k = kv + n * 2 * kv_width;
+  float* cos = k + n * kv_width;
+  float* sin = cos + n * hd;
+  rotary_.CachedRows(positions, cos, sin);
+  CpuProductPool* products = CpuProductPool::ForRows(n);
+  fc_.panels->Multiply(f.data_ptr<float>(), n, nullptr, projected, products);
+  // RmsNorm(x, w) = RmsNormalize(x) * w, the same fp32 products.
+  CpuRmsNormalizeRows(projected, n, hidden, c.rms_norm_eps, ctx);
+  const float* norm = hidden_norm_.data_ptr<float>();
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t j = 0; j < hidden; ++j) ctx[t * hidden + j] *= norm[j];
+  }
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    context_kv_[l].panels->Multiply(ctx, n, nullptr, kv, products);
+    // The k heads' norm weights follow the q heads' in qk_norm.
+    const float* k_norm = layers_[l].qk_norm.data_ptr<float>() +
+                          int64_t{c.num_attention_heads} * hd;
+    CpuHeadNormRopeRows(kv, n, 2 * kv_width, kv_heads, hd, k_norm,
+                        c.rms_norm_eps, cos, sin, k);
+    pool_->WriteRows(l, rows, k, kv_width, hd, kv + kv_width, 2 * kv_width, hd);
+  }
 }
 
 absl::Status DEditDrafter::ValidateRequests(

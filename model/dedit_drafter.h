@@ -121,6 +121,17 @@ class DEditDrafter {
   absl::Status ValidateRequests(
       const std::vector<DraftRequest>& requests) const;
   std::vector<DraftResult> RunDraft(const std::vector<DraftRequest>& requests);
+  // Whether the context rows `f` (fp32, on the device) take the fused CPU
+  // path of AppendContexts: an fp32 CPU drafter whose context products are
+  // on panels and whose layers are packed (qk_norm).
+  bool CpuContextApplies(const at::Tensor& f) const;
+  // ctx = hidden_norm(fc(f)), then each layer's K (k_norm, RoPE) and V
+  // written to `rows` of the pool, in a few loops over scratch rows
+  // instead of ~12 ATen ops a layer (the context append is on every
+  // speculative round's path). REQUIRES CpuContextApplies(f).
+  void AppendContextRowsCpu(const at::Tensor& f,
+                            const std::vector<int64_t>& positions,
+                            const std::vector<int64_t>& rows);
   // One pass over the blocks of `active` requests, whose input ids (on the
   // device) are `ids`; returns the argmax and confidence of every head row
   // (slots 1..W-1 of each block, in order), on the device. `causal` masks

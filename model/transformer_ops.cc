@@ -54,6 +54,33 @@ void Rotary::CacheTables(int64_t n, at::ScalarType dtype) {
   cached_sin_ = cached_sin_.contiguous();
 }
 
+void Rotary::CachedRows(const std::vector<int64_t>& positions, float* cos,
+                        float* sin) const {
+  TORCH_CHECK(HasCachedTables(), "Rotary::CachedRows: no cached tables");
+  const int64_t n = static_cast<int64_t>(positions.size());
+  const int64_t hd = cached_cos_.size(1);
+  bool cached = true;
+  for (int64_t p : positions) {
+    cached = cached && p >= 0 && p < cached_cos_.size(0);
+  }
+  if (!cached) {
+    at::Tensor c, s;
+    Tables(at::tensor(positions, at::TensorOptions().dtype(at::kLong)),
+           at::kFloat, &c, &s);
+    c = c.contiguous();
+    s = s.contiguous();
+    std::memcpy(cos, c.data_ptr<float>(), n * hd * sizeof(float));
+    std::memcpy(sin, s.data_ptr<float>(), n * hd * sizeof(float));
+    return;
+  }
+  const float* cc = cached_cos_.data_ptr<float>();
+  const float* cs = cached_sin_.data_ptr<float>();
+  for (int64_t i = 0; i < n; ++i) {
+    std::memcpy(cos + i * hd, cc + positions[i] * hd, hd * sizeof(float));
+    std::memcpy(sin + i * hd, cs + positions[i] * hd, hd * sizeof(float));
+  }
+}
+
 void Rotary::HeadTables(const at::Tensor& positions, at::ScalarType dtype,
                         at::Tensor* cos, at::Tensor* sin) const {
   if (cached_cos_.defined() && dtype == at::kFloat &&

@@ -12,6 +12,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "base/model_config.h"
@@ -71,6 +72,13 @@ class Rotary {
   // (CUDA, other dtypes, positions past the cache) HeadTables computes.
   static constexpr int64_t kMaxCachedTables = 32768;
   void CacheTables(int64_t n, at::ScalarType dtype);
+  // Whether CacheTables made tables here (fp32, CPU).
+  bool HasCachedTables() const { return cached_cos_.defined(); }
+  // The cached rows of `positions` into cos and sin ([n, head_dim] fp32
+  // each); a position past the cache is computed (Tables) for all rows.
+  // REQUIRES HasCachedTables().
+  void CachedRows(const std::vector<int64_t>& positions, float* cos,
+                  float* sin) const;
 
  private:
   at::Tensor inv_freq_;     // [head_dim / 2], fp32

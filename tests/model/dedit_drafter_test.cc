@@ -5,9 +5,11 @@
 
 #include <fstream>
 
+#include "absl/cleanup/cleanup.h"
 #include "base/safetensors.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/cpu_panels.h"
 #include "model/local_backends.h"
 #include "model/tensor_io.h"
 #include "tests/model/test_util.h"
@@ -92,6 +94,26 @@ TEST(DEditDrafterTest, MatchesIndependentPythonReference) {
   for (int i = 1; i < 8; ++i) {
     EXPECT_EQ((*r)[0].passes[0].tokens[i - 1], p2_in[i].item<int64_t>());
   }
+  ExpectPassMatches((*r)[0].passes[1], Expected("drafter_p2_logits"));
+}
+
+// The same on the CPU's f32 weight panels, where the context rows take the
+// drafter's fused append (AppendContextRowsCpu: fc, norm, each layer's K
+// norm and RoPE in loops over raw rows) instead of the ATen ops, and the
+// products' sums run in another order: still the Python reference's
+// logits, to the same tolerance.
+TEST(DEditDrafterTest, MatchesIndependentPythonReferenceOnF32Panels) {
+  if (TestDevice().is_cuda() || !CpuRuns(CpuProducts::kF32)) {
+    GTEST_SKIP() << "f32 panels need a CPU with AVX-512";
+  }
+  SetCpuProducts(CpuProducts::kF32);
+  absl::Cleanup blas = [] { SetCpuProducts(CpuProducts::kBlas); };
+  GoldenSetup g = LoadGolden();
+  EXPECT_EQ(g.bonus, Expected("block_p1_tokens")[0].item<int64_t>());
+  auto r = g.drafter->Draft({{1, g.start, g.bonus, 8, 2}});
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ((*r)[0].passes.size(), 2u);
+  ExpectPassMatches((*r)[0].passes[0], Expected("drafter_p1_logits"));
   ExpectPassMatches((*r)[0].passes[1], Expected("drafter_p2_logits"));
 }
 
