@@ -54,55 +54,48 @@ void Rotary::CacheTables(int64_t n, at::ScalarType dtype) {
   cached_sin_ = cached_sin_.contiguous();
 }
 
-void Rotary::CachedRows(const std::vector<int64_t>& positions, float* cos,
-                        float* sin) const {
-  TORCH_CHECK(HasCachedTables(), "Rotary::CachedRows: no cached tables");
-  const int64_t n = static_cast<int64_t>(positions.size());
+bool Rotary::CopyCachedRows(const int64_t* positions, int64_t n, float* cos,
+                            float* sin) const {
+  if (!HasCachedTables()) return false;
+  for (int64_t i = 0; i < n; ++i) {
+    if (positions[i] < 0 || positions[i] >= cached_cos_.size(0)) return false;
+  }
   const int64_t hd = cached_cos_.size(1);
-  bool cached = true;
-  for (int64_t p : positions) {
-    cached = cached && p >= 0 && p < cached_cos_.size(0);
-  }
-  if (!cached) {
-    at::Tensor c, s;
-    Tables(at::tensor(positions, at::TensorOptions().dtype(at::kLong)),
-           at::kFloat, &c, &s);
-    c = c.contiguous();
-    s = s.contiguous();
-    std::memcpy(cos, c.data_ptr<float>(), n * hd * sizeof(float));
-    std::memcpy(sin, s.data_ptr<float>(), n * hd * sizeof(float));
-    return;
-  }
   const float* cc = cached_cos_.data_ptr<float>();
   const float* cs = cached_sin_.data_ptr<float>();
   for (int64_t i = 0; i < n; ++i) {
     std::memcpy(cos + i * hd, cc + positions[i] * hd, hd * sizeof(float));
     std::memcpy(sin + i * hd, cs + positions[i] * hd, hd * sizeof(float));
   }
+  return true;
+}
+
+void Rotary::CachedRows(const std::vector<int64_t>& positions, float* cos,
+                        float* sin) const {
+  TORCH_CHECK(HasCachedTables(), "Rotary::CachedRows: no cached tables");
+  const int64_t n = static_cast<int64_t>(positions.size());
+  if (CopyCachedRows(positions.data(), n, cos, sin)) return;
+  at::Tensor c, s;
+  Tables(at::tensor(positions, at::TensorOptions().dtype(at::kLong)),
+         at::kFloat, &c, &s);
+  c = c.contiguous();
+  s = s.contiguous();
+  std::memcpy(cos, c.data_ptr<float>(), c.numel() * sizeof(float));
+  std::memcpy(sin, s.data_ptr<float>(), s.numel() * sizeof(float));
 }
 
 void Rotary::HeadTables(const at::Tensor& positions, at::ScalarType dtype,
                         at::Tensor* cos, at::Tensor* sin) const {
-  if (cached_cos_.defined() && dtype == at::kFloat &&
-      positions.device().is_cpu() && positions.scalar_type() == at::kLong &&
-      positions.dim() == 1 && positions.is_contiguous()) {
+  if (HasCachedTables() && dtype == at::kFloat && positions.device().is_cpu() &&
+      positions.scalar_type() == at::kLong && positions.dim() == 1 &&
+      positions.is_contiguous()) {
     const int64_t n = positions.numel(), hd = cached_cos_.size(1);
-    const int64_t* p = positions.data_ptr<int64_t>();
-    bool cached = true;
-    for (int64_t i = 0; i < n && cached; ++i) {
-      cached = p[i] >= 0 && p[i] < cached_cos_.size(0);
-    }
-    if (cached) {
-      *cos = at::empty({n, 1, hd}, cached_cos_.options());
-      *sin = at::empty({n, 1, hd}, cached_sin_.options());
-      const float* cc = cached_cos_.data_ptr<float>();
-      const float* cs = cached_sin_.data_ptr<float>();
-      float* oc = cos->data_ptr<float>();
-      float* os = sin->data_ptr<float>();
-      for (int64_t i = 0; i < n; ++i) {
-        std::memcpy(oc + i * hd, cc + p[i] * hd, hd * sizeof(float));
-        std::memcpy(os + i * hd, cs + p[i] * hd, hd * sizeof(float));
-      }
+    at::Tensor c = at::empty({n, 1, hd}, cached_cos_.options());
+    at::Tensor s = at::empty({n, 1, hd}, cached_sin_.options());
+    if (CopyCachedRows(positions.data_ptr<int64_t>(), n, c.data_ptr<float>(),
+                       s.data_ptr<float>())) {
+      *cos = std::move(c);
+      *sin = std::move(s);
       return;
     }
   }
