@@ -377,7 +377,10 @@ bool DrafterWorker::Resolve(DraftJob& job,
 
 void DrafterWorker::MakeReady(DraftJob job,
                               std::chrono::steady_clock::time_point now) {
-  job.ready_at = now;
+  // Resolve looked at the job before it was ready.
+  job.waits = {
+      std::chrono::duration<double>(*job.first_look - job.arrived).count(),
+      std::chrono::duration<double>(now - *job.first_look).count()};
   job.results.resize(job.requests.size());
   job.undrafted = 0;
   for (size_t i = 0; i < job.requests.size(); ++i) {
@@ -435,13 +438,10 @@ void DrafterWorker::RunFairBatch() {
     batch.push_back(slot.job->requests[slot.item]);
     max_passes = std::max(max_passes, batch.back().passes);
     DraftJob& job = *slot.job;
-    if (!job.waits_observed && job.first_look && job.ready_at) {
-      job.waits_observed = true;
-      stats.queue_wait_seconds.push_back(
-          std::chrono::duration<double>(*job.first_look - job.arrived).count());
-      stats.context_wait_seconds.push_back(
-          std::chrono::duration<double>(*job.ready_at - *job.first_look)
-              .count());
+    if (job.waits) {
+      stats.queue_wait_seconds.push_back(job.waits->first);
+      stats.context_wait_seconds.push_back(job.waits->second);
+      job.waits.reset();
     }
   }
   if (!batch.empty()) {

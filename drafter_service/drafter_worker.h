@@ -39,6 +39,7 @@
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -160,12 +161,13 @@ class DrafterWorker : public ModelThread {
     std::vector<DraftRequest> requests;
     DraftDone done;
     std::chrono::steady_clock::time_point context_deadline;
-    // For DrafterBatchStats: when the job reached the worker, when the
-    // model thread first looked at it, and whether its waits are counted.
+    // For DrafterBatchStats: when the job reached the worker and when the
+    // model thread first looked at it; once ready, its queue and context
+    // waits in seconds, until the batch that drafts its first item reports
+    // them.
     std::chrono::steady_clock::time_point arrived;
     std::optional<std::chrono::steady_clock::time_point> first_look;
-    std::optional<std::chrono::steady_clock::time_point> ready_at;
-    bool waits_observed = false;
+    std::optional<std::pair<double, double>> waits;
     // Per item: unset = waiting for context; otherwise OK (ready) or error.
     std::vector<std::optional<absl::Status>> state;
     std::string caller;

@@ -54,12 +54,16 @@ void Rotary::CacheTables(int64_t n, at::ScalarType dtype) {
   cached_sin_ = cached_sin_.contiguous();
 }
 
-bool Rotary::CopyCachedRows(const int64_t* positions, int64_t n, float* cos,
-                            float* sin) const {
+bool Rotary::AllCached(const int64_t* positions, int64_t n) const {
   if (!HasCachedTables()) return false;
   for (int64_t i = 0; i < n; ++i) {
     if (positions[i] < 0 || positions[i] >= cached_cos_.size(0)) return false;
   }
+  return true;
+}
+
+void Rotary::CopyCachedRows(const int64_t* positions, int64_t n, float* cos,
+                            float* sin) const {
   const int64_t hd = cached_cos_.size(1);
   const float* cc = cached_cos_.data_ptr<float>();
   const float* cs = cached_sin_.data_ptr<float>();
@@ -67,14 +71,16 @@ bool Rotary::CopyCachedRows(const int64_t* positions, int64_t n, float* cos,
     std::memcpy(cos + i * hd, cc + positions[i] * hd, hd * sizeof(float));
     std::memcpy(sin + i * hd, cs + positions[i] * hd, hd * sizeof(float));
   }
-  return true;
 }
 
 void Rotary::CachedRows(const std::vector<int64_t>& positions, float* cos,
                         float* sin) const {
   TORCH_CHECK(HasCachedTables(), "Rotary::CachedRows: no cached tables");
   const int64_t n = static_cast<int64_t>(positions.size());
-  if (CopyCachedRows(positions.data(), n, cos, sin)) return;
+  if (AllCached(positions.data(), n)) {
+    CopyCachedRows(positions.data(), n, cos, sin);
+    return;
+  }
   at::Tensor c, s;
   Tables(at::tensor(positions, at::TensorOptions().dtype(at::kLong)),
          at::kFloat, &c, &s);
@@ -88,16 +94,14 @@ void Rotary::HeadTables(const at::Tensor& positions, at::ScalarType dtype,
                         at::Tensor* cos, at::Tensor* sin) const {
   if (HasCachedTables() && dtype == at::kFloat && positions.device().is_cpu() &&
       positions.scalar_type() == at::kLong && positions.dim() == 1 &&
-      positions.is_contiguous()) {
+      positions.is_contiguous() &&
+      AllCached(positions.data_ptr<int64_t>(), positions.numel())) {
     const int64_t n = positions.numel(), hd = cached_cos_.size(1);
-    at::Tensor c = at::empty({n, 1, hd}, cached_cos_.options());
-    at::Tensor s = at::empty({n, 1, hd}, cached_sin_.options());
-    if (CopyCachedRows(positions.data_ptr<int64_t>(), n, c.data_ptr<float>(),
-                       s.data_ptr<float>())) {
-      *cos = std::move(c);
-      *sin = std::move(s);
-      return;
-    }
+    *cos = at::empty({n, 1, hd}, cached_cos_.options());
+    *sin = at::empty({n, 1, hd}, cached_sin_.options());
+    CopyCachedRows(positions.data_ptr<int64_t>(), n, cos->data_ptr<float>(),
+                   sin->data_ptr<float>());
+    return;
   }
   Tables(positions, dtype, cos, sin);
   *cos = cos->unsqueeze(1);

@@ -84,9 +84,11 @@ class Rotary {
   at::Tensor inv_freq_;     // [head_dim / 2], fp32
   at::Tensor rotate_half_;  // [head_dim, head_dim]: x @ R = rotate_half(x)
   at::Tensor cached_cos_, cached_sin_;  // [cached, head_dim], CacheTables
-  // The cached rows of n positions into cos and sin; false (nothing
-  // written) if a position is past the cache or there is none.
-  bool CopyCachedRows(const int64_t* positions, int64_t n, float* cos,
+  // Whether every one of n positions has a cached row.
+  bool AllCached(const int64_t* positions, int64_t n) const;
+  // The cached rows of n positions into cos and sin. REQUIRES
+  // AllCached(positions, n).
+  void CopyCachedRows(const int64_t* positions, int64_t n, float* cos,
                       float* sin) const;
 };
 
