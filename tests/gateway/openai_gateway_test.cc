@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "dedit/v1/services.grpc.pb.h"
 #include "gtest/gtest.h"
@@ -476,6 +477,17 @@ TEST_F(OpenAiGatewayTest, ConcurrencyLimitAnswers429) {
   std::vector<std::unique_ptr<httplib::Client>> clients;
   std::vector<std::thread> streams;
   std::atomic<int> started{0};
+  // Each stream stops reading after its first bytes until the refusal has
+  // been checked, so that none can finish and free its slot first (on a
+  // loaded machine a stream of 600 tokens can end before the eighth one
+  // starts). Released and joined however the test ends.
+  std::atomic<bool> hold{true};
+  absl::Cleanup join = [&] {
+    hold = false;
+    for (std::thread& t : streams) {
+      if (t.joinable()) t.join();
+    }
+  };
   const std::string body = json({{"prompt", kCompletionPrompt},
                                  {"max_tokens", 600},
                                  {"ignore_eos", true},
@@ -495,6 +507,7 @@ TEST_F(OpenAiGatewayTest, ConcurrencyLimitAnswers429) {
       req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
         if (!counted) ++started;
         counted = true;
+        while (hold) std::this_thread::sleep_for(std::chrono::milliseconds(5));
         return true;
       };
       httplib::Response res;
@@ -512,7 +525,7 @@ TEST_F(OpenAiGatewayTest, ConcurrencyLimitAnswers429) {
   auto health = client.Get("/health");
   ASSERT_TRUE(health);
   EXPECT_EQ(health->status, 200) << "a free pool thread answers /health";
-  for (std::thread& t : streams) t.join();
+  std::move(join).Invoke();
   auto after = client.Post(
       "/v1/completions",
       json({{"prompt", kCompletionPrompt}, {"max_tokens", 2}}).dump(),
