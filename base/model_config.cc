@@ -252,6 +252,22 @@ absl::StatusOr<DrafterConfig> ParseDrafterConfig(const std::string& json_text) {
     RETURN_IF_ERROR(GetBool(*de, "causal_editor", &c.causal_editor));
     RETURN_IF_ERROR(GetInt(*de, "lookup_seed_ngram", false, 0, kMaxSeedNgram,
                            &c.lookup_seed_ngram));
+    auto bonus = de->find("seed_logit_bonus");
+    if (bonus != de->end() && !bonus->is_null()) {
+      if (!bonus->is_number() || !std::isfinite(bonus->get<double>()) ||
+          bonus->get<double>() < 0 ||
+          bonus->get<double>() > kMaxSeedLogitBonus) {
+        return Invalid(
+            absl::StrCat("'seed_logit_bonus' must be a number in [0, ",
+                         kMaxSeedLogitBonus, "]"));
+      }
+      c.seed_logit_bonus = bonus->get<double>();
+    }
+    if (c.seed_logit_bonus > 0 && c.lookup_seed_ngram == 0) {
+      return Invalid(
+          "'seed_logit_bonus' needs a lookup-seeded drafter "
+          "(lookup_seed_ngram > 0)");
+    }
   }
   return c;
 }
@@ -321,6 +337,9 @@ std::string DrafterConfigToJson(const DrafterConfig& config) {
                          {"causal_editor", config.causal_editor}};
     if (config.lookup_seed_ngram > 0) {
       j["dedit_config"]["lookup_seed_ngram"] = config.lookup_seed_ngram;
+    }
+    if (config.seed_logit_bonus > 0) {
+      j["dedit_config"]["seed_logit_bonus"] = config.seed_logit_bonus;
     }
   }
   return j.dump(2) + "\n";

@@ -50,8 +50,17 @@ struct DrafterConfig {
   // min_ngram = this, max_ngram = max(this, 4)) where it has one and MASK
   // after it, so the passes edit the copy instead of drafting from masks.
   int lookup_seed_ngram = 0;
+  // Trust in the seed (`dedit_config.seed_logit_bonus`, 0 = none, at most
+  // kMaxSeedLogitBonus): every pass adds this to the logit of the seed's
+  // token at each slot the seed covers, before the argmax and the
+  // confidence. A scalar fitted after training on training prompts
+  // (scripts/fit_seed_bonus.py): the network alone under-trusts right
+  // seeds (docs/RESULTS.md, "Trusting the seed").
+  double seed_logit_bonus = 0;
   bool has_dedit_config = false;
 };
+
+inline constexpr double kMaxSeedLogitBonus = 64;
 
 absl::StatusOr<Qwen3Config> ParseQwen3Config(const std::string& json_text);
 absl::StatusOr<DrafterConfig> ParseDrafterConfig(const std::string& json_text);

@@ -370,7 +370,8 @@ std::vector<DraftResult> DEditDrafter::RunDraft(
     for (size_t i = 0; i < requests.size(); ++i) {
       if (requests[i].passes > p) active.push_back(i);
     }
-    std::vector<int64_t> gather, positions, head_rows, slots;
+    std::vector<int64_t> gather, positions, head_rows, slots, seed_rows,
+        seed_tokens;
     for (size_t i : active) {
       const DraftRequest& r = requests[i];
       for (int j = 0; j < r.window; ++j) {
@@ -380,6 +381,13 @@ std::vector<DraftResult> DEditDrafter::RunDraft(
           const int64_t slot =
               num + 1 + static_cast<int64_t>(i) * max_slots + (j - 1);
           gather.push_back(slot);
+          // Every pass knows the seed: the bonus holds a trusted copy
+          // through the edits too, which read only the previous pass.
+          if (config_.seed_logit_bonus > 0 &&
+              j - 1 < static_cast<int>(r.seed.size())) {
+            seed_rows.push_back(static_cast<int64_t>(head_rows.size()));
+            seed_tokens.push_back(r.seed[j - 1]);
+          }
           head_rows.push_back(static_cast<int64_t>(positions.size()));
           slots.push_back(slot - (num + 1));
         }
@@ -389,8 +397,8 @@ std::vector<DraftResult> DEditDrafter::RunDraft(
     at::Tensor ids =
         source.index_select(0, OnDevice(at::tensor(gather, long_opts), dev));
     auto [tokens, confidences] =
-        RunPass(requests, active, ids, positions, head_rows,
-                /*causal=*/causal_editor_ && p > 0);
+        RunPass(requests, active, ids, positions, head_rows, seed_rows,
+                seed_tokens, /*causal=*/causal_editor_ && p > 0);
     // The next pass reads this one's tokens from the device.
     source.narrow(0, num + 1, num * max_slots)
         .index_copy_(0, OnDevice(at::tensor(slots, long_opts), dev), tokens);
@@ -423,7 +431,9 @@ std::pair<at::Tensor, at::Tensor> DEditDrafter::RunPass(
     const std::vector<DraftRequest>& requests,
     const std::vector<size_t>& active, const at::Tensor& ids,
     const std::vector<int64_t>& positions,
-    const std::vector<int64_t>& head_rows, bool causal) {
+    const std::vector<int64_t>& head_rows,
+    const std::vector<int64_t>& seed_rows,
+    const std::vector<int64_t>& seed_tokens, bool causal) {
   const Qwen3Config& c = config_.layers;
   const c10::Device dev = options_.device;
   int64_t longest = 0;
@@ -459,6 +469,15 @@ std::pair<at::Tensor, at::Tensor> DEditDrafter::RunPass(
       x.index_select(0, OnDevice(at::tensor(head_rows, long_opts), dev));
   at::Tensor logits =
       AsFloat(head_.Logits(RmsNorm(rows, final_norm_, c.rms_norm_eps)));
+  if (!seed_rows.empty()) {
+    // Trust in the seed (DrafterConfig::seed_logit_bonus), before the
+    // argmax and the confidence.
+    logits.index_put_(
+        {OnDevice(at::tensor(seed_rows, long_opts), dev),
+         OnDevice(at::tensor(seed_tokens, long_opts), dev)},
+        at::scalar_tensor(config_.seed_logit_bonus, logits.options()),
+        /*accumulate=*/true);
+  }
   // Confidence = max softmax probability = 1 / sum(exp(l - max)).
   if (GetCpuProducts() != CpuProducts::kBlas && CpuKernelsApply(logits) &&
       logits.dim() == 2) {

@@ -135,12 +135,15 @@ class DEditDrafter {
   // One pass over the blocks of `active` requests, whose input ids (on the
   // device) are `ids`; returns the argmax and confidence of every head row
   // (slots 1..W-1 of each block, in order), on the device. `causal` masks
-  // later block slots.
+  // later block slots. Head row seed_rows[i] gets config_.seed_logit_bonus
+  // on token seed_tokens[i]'s logit (the slots a request's seed covers).
   std::pair<at::Tensor, at::Tensor> RunPass(
       const std::vector<DraftRequest>& requests,
       const std::vector<size_t>& active, const at::Tensor& ids,
       const std::vector<int64_t>& positions,
-      const std::vector<int64_t>& head_rows, bool causal);
+      const std::vector<int64_t>& head_rows,
+      const std::vector<int64_t>& seed_rows,
+      const std::vector<int64_t>& seed_tokens, bool causal);
 
   DrafterConfig config_;
   Options options_;

@@ -69,7 +69,8 @@
 #   DRAFTER_LOOKUP_SEED the chat drafter's P1 reads the prompt lookup's
 #                proposal (suffixes of at least this many tokens) instead
 #                of masks (dedit-train drafter --lookup_seed_ngram; default
-#                0, masks)
+#                0, masks); the drafter's trust in its seed is then fitted
+#                on training prompts (scripts/fit_seed_bonus.py --write)
 #   DRAFTER_P1_ONLY_STEPS the chat drafter's P1-alone steps before joint
 #                training (default DRAFTER_STEPS / 2; it ends earlier
 #                when held-out slot-1 accuracy plateaus)
@@ -302,6 +303,16 @@ for d in "${drafters[@]}"; do
       --target="$WORK/target" --data="$WORK/distill.bin" \
       --work_dir="$WORK/$d-state" --out="$WORK/$d" --seed=3 \
       "${drafter_args[@]}" "${extra[@]}"
+  fi
+  # A lookup-seeded chat drafter: its trust in the seed, fitted on training
+  # prompts and written into its config (scripts/fit_seed_bonus.py).
+  if [ "$profile" = chat ] && [ "${DRAFTER_LOOKUP_SEED:-0}" -gt 0 ] &&
+     [ ! -f "$WORK/fit-seed-$d.json" ]; then
+    stage "fit-seed-$d" python3 "$repo/scripts/fit_seed_bonus.py" \
+      --build="$BUILD" --target="$WORK/target" --drafter="$WORK/$d" \
+      --tasks="$WORK/tasks" --threads="$EVAL_THREADS" --write \
+      > "$WORK/fit-seed-$d.json.tmp"
+    mv "$WORK/fit-seed-$d.json.tmp" "$WORK/fit-seed-$d.json"
   fi
   if [ ! -f "$WORK/eval-$d.json" ]; then
     stage "eval-$d" "$train" eval --threads="$EVAL_THREADS" \

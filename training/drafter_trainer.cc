@@ -279,6 +279,9 @@ absl::StatusOr<StageOutcome> RunDrafterTraining(
   dc.num_passes = o.num_passes;
   dc.causal_editor = o.causal_editor;
   dc.lookup_seed_ngram = o.lookup_seed_ngram;
+  // dc.seed_logit_bonus stays 0: the trust in the seed is fitted on the
+  // exported drafter (scripts/fit_seed_bonus.py), since training moves the
+  // network's own calibration.
   dc.has_dedit_config = true;
   RETURN_IF_ERROR(CheckDrafterMatchesTarget(dc, tc));
   const std::vector<int> windows = o.train_windows.empty()

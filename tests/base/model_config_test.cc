@@ -135,6 +135,44 @@ TEST(ModelConfigTest, LookupSeedNgramIsReadWrittenAndBounded) {
   }
 }
 
+TEST(ModelConfigTest, SeedLogitBonusIsReadWrittenAndBounded) {
+  auto c = ParseDrafterConfig(kZLabDFlashConfig);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->seed_logit_bonus, 0);
+  c->has_dedit_config = true;
+  c->lookup_seed_ngram = 2;
+  EXPECT_EQ(DrafterConfigToJson(*c).find("seed_logit_bonus"),
+            std::string::npos);
+  c->seed_logit_bonus = 6.5;
+  const std::string text = DrafterConfigToJson(*c);
+  auto back = ParseDrafterConfig(text);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->seed_logit_bonus, 6.5);
+  const std::string key = "\"seed_logit_bonus\": 6.5";
+  ASSERT_NE(text.find(key), std::string::npos);
+  for (const char* bad : {"-1", "64.5", "\"6\"", "true"}) {
+    std::string t = text;
+    t.replace(t.find(key), key.size(),
+              std::string("\"seed_logit_bonus\": ") + bad);
+    auto parsed = ParseDrafterConfig(t);
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument)
+        << bad;
+    EXPECT_THAT(std::string(parsed.status().message()),
+                ::testing::HasSubstr("seed_logit_bonus"))
+        << bad;
+  }
+  // A bonus without a seed would do nothing: refused, naming both.
+  std::string unseeded = text;
+  const std::string seed_key = "\"lookup_seed_ngram\": 2";
+  ASSERT_NE(unseeded.find(seed_key), std::string::npos);
+  unseeded.replace(unseeded.find(seed_key), seed_key.size(),
+                   "\"lookup_seed_ngram\": 0");
+  auto parsed = ParseDrafterConfig(unseeded);
+  EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(parsed.status().message()),
+              ::testing::HasSubstr("lookup_seed_ngram"));
+}
+
 TEST(ModelConfigTest, DefaultLayerIdsMatchDFlash) {
   EXPECT_EQ(DefaultTargetLayerIds(36, 5), (std::vector<int>{1, 9, 17, 25, 33}));
   EXPECT_EQ(DefaultTargetLayerIds(4, 2), (std::vector<int>{1, 1}));

@@ -551,6 +551,61 @@ TEST_F(EngineTest, LookupSeededDrafterGetsTheLookupAndStaysLossless) {
     }
   }
   EXPECT_EQ(pair->drafter->num_sequences(), 0u);
+
+  // Trust in the seed (seed_logit_bonus): at the largest bonus every pass
+  // of the drafter keeps its seed where it has one (the edits read only the
+  // pass before, yet do not undo the copy); lossless with and without it.
+  // (A random drafter with tied embeddings copies much of its input anyway;
+  // DrafterEquivalenceTest checks the bonus's exact logits.)
+  spec.drafter.lookup_seed_ngram = 1;
+  class Counting : public Drafter {
+   public:
+    explicit Counting(Drafter* inner) : inner_(inner) {}
+    absl::StatusOr<std::vector<DraftResult>> Draft(
+        const std::vector<DraftRequest>& requests) override {
+      auto results = inner_->Draft(requests);
+      if (!results.ok()) return results;
+      for (size_t i = 0; i < requests.size(); ++i) {
+        const std::vector<int32_t>& seed = requests[i].seed;
+        for (const DraftPass& pass : (*results)[i].passes) {
+          for (size_t j = 0; j < seed.size(); ++j) {
+            ++slots;
+            kept += pass.tokens[j] == seed[j];
+          }
+        }
+      }
+      return results;
+    }
+    absl::Status Release(SequenceId sequence) override {
+      return inner_->Release(sequence);
+    }
+    int block_size() const override { return inner_->block_size(); }
+    int lookup_seed_ngram() const override {
+      return inner_->lookup_seed_ngram();
+    }
+    int64_t slots = 0, kept = 0;
+
+   private:
+    Drafter* inner_;
+  };
+  for (double bonus : {0.0, kMaxSeedLogitBonus}) {
+    TinyModelSpec s = spec;
+    s.drafter.seed_logit_bonus = bonus;
+    std::unique_ptr<testing::TinyPair> p = MakeTinyPair(s, 31);
+    ASSERT_EQ(p->drafter->config().seed_logit_bonus, bonus);
+    LocalDrafter local(p->drafter.get());
+    Counting counting(&local);
+    LocalVerifier v(p->target.get(), &local);
+    SpeculativeEngine e(&v, &counting, EngineOptions(s));
+    for (int k : {1, 3}) {
+      std::vector<GenerationRequest> reqs = Requests(prompts, kNew, 8);
+      for (GenerationRequest& r : reqs) r.passes = k;
+      GenerateLossless(e, reqs, reference,
+                       absl::StrCat("seeded DEdit bonus ", bonus, " K=", k));
+    }
+    ASSERT_GT(counting.slots, 100) << bonus;
+    if (bonus > 0) EXPECT_EQ(counting.kept, counting.slots);
+  }
 }
 
 // The hybrid method: each round takes the prompt lookup's block when the

@@ -168,6 +168,8 @@ TEST_P(DrafterEquivalenceTest, ExportedDrafterMatchesEngineDraft) {
   DrafterConfig dc = SmallDrafter(tc);
   dc.causal_editor = causal;
   dc.lookup_seed_ngram = seeded ? 2 : 0;
+  // Seeded, every pass adds the trust bonus at the seed's slots.
+  dc.seed_logit_bonus = seeded ? 2.5 : 0;
   auto target = TrainableTarget::Init(tc, 11);
   auto drafter = TrainableDrafter::Init(dc, 12);
   ASSERT_TRUE(target.ok() && drafter.ok());
@@ -223,6 +225,9 @@ TEST_P(DrafterEquivalenceTest, ExportedDrafterMatchesEngineDraft) {
     EXPECT_EQ(batch.p1_tokens[0][2][1].item<int64_t>(), seq[5]);
     input = batch.p1_tokens;
   }
+  // The seed's slots and tokens, for the bonus (none unseeded).
+  const at::Tensor seed = input.narrow(-1, 1, w - 1);
+  const at::Tensor seeded_slot = seed.ne(dc.mask_token_id);
 
   // Engine side: one sequence per anchor with the prefix as context.
   std::vector<DraftRequest> requests;
@@ -257,6 +262,9 @@ TEST_P(DrafterEquivalenceTest, ExportedDrafterMatchesEngineDraft) {
     at::Tensor logits =
         drafter->BlockLogits(ctx, input, anchor_t, causal && pass > 0,
                              target->embed_tokens(), target->lm_head());
+    logits.scatter_add_(
+        -1, at::where(seeded_slot, seed, at::zeros_like(seed)).unsqueeze(-1),
+        (seeded_slot.to(at::kFloat) * dc.seed_logit_bonus).unsqueeze(-1));
     auto [max_logit, argmax] = logits.max(-1);
     at::Tensor conf =
         at::exp(logits - max_logit.unsqueeze(-1)).sum(-1).reciprocal();
