@@ -53,7 +53,9 @@ struct DrafterConfig {
   // Trust in the seed (`dedit_config.seed_logit_bonus`, 0 = none, at most
   // kMaxSeedLogitBonus): every pass adds this to the logit of the seed's
   // token at each slot the seed covers, before the argmax and the
-  // confidence. A scalar fitted after training on training prompts
+  // confidence, while the block follows its seed
+  // (DEditDrafter::AddSeedBonus). A scalar fitted after training on
+  // training prompts
   // (scripts/fit_seed_bonus.py): the network alone under-trusts right
   // seeds (docs/RESULTS.md, "Trusting the seed").
   double seed_logit_bonus = 0;

@@ -135,15 +135,28 @@ class DEditDrafter {
   // One pass over the blocks of `active` requests, whose input ids (on the
   // device) are `ids`; returns the argmax and confidence of every head row
   // (slots 1..W-1 of each block, in order), on the device. `causal` masks
-  // later block slots. Head row seed_rows[i] gets config_.seed_logit_bonus
-  // on token seed_tokens[i]'s logit (the slots a request's seed covers).
+  // later block slots; `seeds` get the trust bonus (AddSeedBonus).
+  struct SeedSlots {
+    // The head rows the requests' seeds cover (in block and slot order),
+    // their seed tokens, and for each the index into `rows` of its block's
+    // first seeded row.
+    const std::vector<int64_t>& rows;
+    const std::vector<int64_t>& tokens;
+    const std::vector<int64_t>& block_first;
+  };
   std::pair<at::Tensor, at::Tensor> RunPass(
       const std::vector<DraftRequest>& requests,
       const std::vector<size_t>& active, const at::Tensor& ids,
       const std::vector<int64_t>& positions,
-      const std::vector<int64_t>& head_rows,
-      const std::vector<int64_t>& seed_rows,
-      const std::vector<int64_t>& seed_tokens, bool causal);
+      const std::vector<int64_t>& head_rows, const SeedSlots& seeds,
+      bool causal);
+  // Trust in the seed (DrafterConfig::seed_logit_bonus): adds the bonus to
+  // the seed token's logit at each seeded slot while the block follows its
+  // seed, i.e. while every seeded slot before it in the block, given the
+  // bonus, chooses the seed's token; from the first slot that does not, the
+  // seed's later tokens continue a copy the draft has left, and the rest of
+  // the block gets none. `logits`: [head rows, V] fp32, on the device.
+  void AddSeedBonus(const SeedSlots& seeds, at::Tensor* logits) const;
 
   DrafterConfig config_;
   Options options_;
