@@ -20,7 +20,8 @@
 # DEMO_WINDOW (8), DEMO_PASSES (1): the DEdit drafter's fastest setting in
 # docs/RESULTS.md; DEMO_NGRAM_WINDOW (8), DEMO_TIMING_ROUNDS (5: timed
 # runs per method, in turns, for the speed table; 0 times the first runs),
-# DEMO_KEEP_LOGS=1 (keep the run folder).
+# DEMO_KEEP_LOGS=1 (keep the run folder), DEMO_DRAFTER (the drafter folder;
+# default checkpoints/tiny/drafter-seeded, else checkpoints/tiny/drafter).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=$(cd "${1:-$ROOT/build}" && pwd)
@@ -33,9 +34,13 @@ NGRAM_WINDOW=${DEMO_NGRAM_WINDOW:-8}
 SERVE_ARGS=()
 CHAT_FAMILY=""
 MAX_TOKENS=${DEMO_MAX_TOKENS:-160}
+# The DEdit drafter served: the lookup-seeded one with its fitted trust in
+# the seed (docs/RESULTS.md "Issue 13, trusting the seed"), else the pair's.
+DRAFTER=${DEMO_DRAFTER:-$ROOT/checkpoints/tiny/drafter-seeded}
+[ -f "$DRAFTER/model.safetensors" ] || DRAFTER=$ROOT/checkpoints/tiny/drafter
 if [ -f "$ROOT/checkpoints/tiny/target/model.safetensors" ] &&
-   [ -f "$ROOT/checkpoints/tiny/drafter/model.safetensors" ]; then
-  SERVE_ARGS=(--target-dir "$ROOT/checkpoints/tiny/target" --drafter-dir "$ROOT/checkpoints/tiny/drafter")
+   [ -f "$DRAFTER/model.safetensors" ]; then
+  SERVE_ARGS=(--target-dir "$ROOT/checkpoints/tiny/target" --drafter-dir "$DRAFTER")
   if [ -z "${DEMO_PROMPT:-}" ] && [ -f "$ROOT/checkpoints/tiny/target/chat_eval.json" ]; then
     # A multiply task with fresh values (the suite's held-out instances are
     # drawn the same way); any message in a suite format works (DEMO_CHAT).
@@ -44,6 +49,7 @@ if [ -f "$ROOT/checkpoints/tiny/target/model.safetensors" ] &&
     PROMPT_ARGS=(--chat --prompt "$CHAT")
     MAX_TOKENS=${DEMO_MAX_TOKENS:-448}
     echo "model: bundled checkpoints/tiny chat pair (see checkpoints/tiny/target/MODEL_CARD.md)"
+    echo "drafter: ${DRAFTER#$ROOT/} (see its MODEL_CARD.md)"
     echo "user message ($CHAT_FAMILY task):"
     printf '%s\n' "$CHAT" | sed 's/^/  | /'
   else
@@ -221,7 +227,7 @@ if [ -x "$GEN" ] && [ ${#SERVE_ARGS[@]} -gt 0 ]; then
   echo "== in-process engine, same prompt: speculative (W=$WINDOW, K=$PASSES), n-gram (W=$NGRAM_WINDOW), target-only =="
   for mode in spec ngram ar; do
     case $mode in
-      spec) args=(--drafter "$ROOT/checkpoints/tiny/drafter" --window "$WINDOW" --passes "$PASSES") ;;
+      spec) args=(--drafter "$DRAFTER" --window "$WINDOW" --passes "$PASSES") ;;
       ngram) args=(--method ngram --window "$NGRAM_WINDOW") ;;
       ar) args=(--ar) ;;
     esac
