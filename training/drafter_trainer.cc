@@ -253,6 +253,16 @@ absl::StatusOr<StageOutcome> RunDrafterTraining(
     return absl::InvalidArgumentError(absl::StrCat(
         "--lookup_seed_ngram must be in [0, 64], got ", o.lookup_seed_ngram));
   }
+  if (!(o.seed_logit_bonus >= 0 && o.seed_logit_bonus <= kMaxSeedLogitBonus)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--seed_logit_bonus must be in [0, ", kMaxSeedLogitBonus,
+                     "], got ", o.seed_logit_bonus));
+  }
+  if (o.seed_logit_bonus > 0 && o.lookup_seed_ngram <= 0) {
+    return absl::InvalidArgumentError(
+        "--seed_logit_bonus trusts the lookup's seed: it needs "
+        "--lookup_seed_ngram > 0");
+  }
   ASSIGN_OR_RETURN(TrainableTarget target, TrainableTarget::Load(o.target_dir));
   target.Freeze();
   ASSIGN_OR_RETURN(auto tokenizer,
@@ -279,9 +289,9 @@ absl::StatusOr<StageOutcome> RunDrafterTraining(
   dc.num_passes = o.num_passes;
   dc.causal_editor = o.causal_editor;
   dc.lookup_seed_ngram = o.lookup_seed_ngram;
-  // dc.seed_logit_bonus stays 0: the trust in the seed is fitted on the
-  // exported drafter (scripts/fit_seed_bonus.py), since training moves the
-  // network's own calibration.
+  // 0 unless training with it: the trust in the seed is then fitted on the
+  // exported drafter (scripts/fit_seed_bonus.py).
+  dc.seed_logit_bonus = o.seed_logit_bonus;
   dc.has_dedit_config = true;
   RETURN_IF_ERROR(CheckDrafterMatchesTarget(dc, tc));
   const std::vector<int> windows = o.train_windows.empty()
@@ -441,10 +451,15 @@ absl::StatusOr<StageOutcome> RunDrafterTraining(
     SeedWithLookup(seqs, o.lookup_seed_ngram, *mask, &seeded);
     return seeded.p1_tokens;
   };
+  // `seeds`: P1's block input, whose seed every pass trusts
+  // (--seed_logit_bonus).
   auto logits_of = [&](const DrafterContext& ctx, const at::Tensor& tokens,
-                       const at::Tensor& anchors, bool edit_pass) {
-    return drafter.BlockLogits(ctx, tokens, anchors,
-                               o.causal_editor && edit_pass, embed, head);
+                       const at::Tensor& anchors, bool edit_pass,
+                       const at::Tensor& seeds) {
+    return AddSeedTrust(
+        drafter.BlockLogits(ctx, tokens, anchors, o.causal_editor && edit_pass,
+                            embed, head),
+        seeds, *mask, o.seed_logit_bonus);
   };
 
   // Held-out: fixed blocks. Per evaluation window: tau of P1..P3 drafts
@@ -472,11 +487,12 @@ absl::StatusOr<StageOutcome> RunDrafterTraining(
                                           w, *mask, *eot, &rng);
         DrafterContext ctx = drafter.ProjectContext(features_of(batch.ids));
         at::Tensor truth = batch.truth.narrow(-1, 1, w - 1);
-        at::Tensor input = p1_input(seqs, batch);
+        const at::Tensor seeds = p1_input(seqs, batch);
+        at::Tensor input = seeds;
         at::Tensor y1;
         for (int pass = 0; pass < 3; ++pass) {
           at::Tensor tokens =
-              logits_of(ctx, input, batch.anchors, pass > 0).argmax(-1);
+              logits_of(ctx, input, batch.anchors, pass > 0, seeds).argmax(-1);
           if (pass == 0) y1 = tokens;
           accepted[pass] += AcceptedSum(tokens, batch);
           input = at::cat({batch.truth.narrow(-1, 0, 1), tokens}, -1);
@@ -504,7 +520,7 @@ absl::StatusOr<StageOutcome> RunDrafterTraining(
               {batch.truth.narrow(-1, 0, 1), at::where(at_probe, y1, truth)},
               -1);
           at::Tensor y2 =
-              logits_of(ctx, oracle_in, batch.anchors, true).argmax(-1);
+              logits_of(ctx, oracle_in, batch.anchors, true, seeds).argmax(-1);
           at::Tensor counted = at_probe.logical_and(batch.valid);
           oracle_hits += y2.eq(truth).logical_and(counted).sum().item<double>();
           oracle_p1 += y1.eq(truth).logical_and(counted).sum().item<double>();
@@ -529,8 +545,8 @@ absl::StatusOr<StageOutcome> RunDrafterTraining(
         DrafterContext ctx = drafter.ProjectContext(features_of(ids));
         out["heldout_rounds_tau_p1" + suffix] =
             WalkRounds(seqs, w, *mask, *eot, [&](const BlockBatch& b) {
-              return logits_of(ctx, p1_input(seqs, b), b.anchors, false)
-                  .argmax(-1);
+              const at::Tensor seeds = p1_input(seqs, b);
+              return logits_of(ctx, seeds, b.anchors, false, seeds).argmax(-1);
             }).tau();
       }
       if (w == o.block_size) {
@@ -583,8 +599,9 @@ absl::StatusOr<StageOutcome> RunDrafterTraining(
         const DrafterContext walk_ctx = drafter.ProjectContext(features);
         starts = RoundAnchors(seqs, std::move(starts), kRoundAnchorWalk, w,
                               *mask, *eot, [&](const BlockBatch& b) {
-                                return logits_of(walk_ctx, p1_input(seqs, b),
-                                                 b.anchors, false)
+                                const at::Tensor seeds = p1_input(seqs, b);
+                                return logits_of(walk_ctx, seeds, b.anchors,
+                                                 false, seeds)
                                     .argmax(-1);
                               });
         for (size_t i = 0; i < seqs.size(); ++i) {
@@ -596,8 +613,9 @@ absl::StatusOr<StageOutcome> RunDrafterTraining(
       at::Tensor targets = batch.truth.narrow(-1, 1, w - 1);
       DrafterContext ctx = drafter.ProjectContext(features);
       // P1 on [anchor, MASK...] (or the lookup's proposal when seeded).
-      at::Tensor logits1 = logits_of(ctx, p1_input(seqs, batch), batch.anchors,
-                                     /*edit_pass=*/false);
+      const at::Tensor seeds = p1_input(seqs, batch);
+      at::Tensor logits1 =
+          logits_of(ctx, seeds, batch.anchors, /*edit_pass=*/false, seeds);
       at::Tensor loss1 =
           WeightedSlotLoss(logits1, targets, batch.valid, slot_weights);
       // P2 on the ProposalMix input, built from P1 without gradient.
@@ -624,7 +642,7 @@ absl::StatusOr<StageOutcome> RunDrafterTraining(
       }
       at::Tensor loss = loss1, loss2, logits2;
       if (joint) {
-        logits2 = logits_of(ctx, edit.tokens, batch.anchors, true);
+        logits2 = logits_of(ctx, edit.tokens, batch.anchors, true, seeds);
         loss2 = WeightedSlotLoss(
             logits2, targets, batch.valid,
             o.edit_selected_weight == 1.0

@@ -82,6 +82,12 @@ struct DrafterTrainingOptions {
   // prompt lookup's proposal instead of masks, in training, evaluation and
   // the exported config.
   int lookup_seed_ngram = 0;
+  // > 0 (seeded only): trust in the seed (DrafterConfig::seed_logit_bonus,
+  // AddSeedTrust) in every pass's logits during training and evaluation,
+  // and in the exported config, so that the network learns around it (for
+  // one, to outvote junk seeds). 0: the bonus is fitted after training
+  // (scripts/fit_seed_bonus.py).
+  double seed_logit_bonus = 0;
   double edit_loss_weight = 1.0;
   // Weight of the edit loss at the slots whose ProposalMix input is the
   // ground truth (EditLossWeights); 1 = the paper's loss, 0 = the editor is

@@ -123,6 +123,10 @@ ABSL_FLAG(std::string, train_windows, "",
 ABSL_FLAG(int, lookup_seed_ngram, 0,
           "drafter: P1 reads the prompt lookup's proposal (suffixes of at "
           "least this many tokens) instead of masks; 0 = off");
+ABSL_FLAG(double, seed_logit_bonus, 0,
+          "drafter: trust in the seed (dedit_config.seed_logit_bonus, "
+          "needs --lookup_seed_ngram) in every pass during training and "
+          "in the export; 0 = none (fit it after training)");
 ABSL_FLAG(double, round_anchor_share, 0,
           "drafter: share of each sequence's anchors placed where the "
           "current drafter's rounds land (on-policy), the rest uniform");
@@ -317,6 +321,7 @@ int RunDrafter() {
   o.gt_selection_ratio = absl::GetFlag(FLAGS_gt_selection_ratio);
   o.round_anchor_share = absl::GetFlag(FLAGS_round_anchor_share);
   o.lookup_seed_ngram = absl::GetFlag(FLAGS_lookup_seed_ngram);
+  o.seed_logit_bonus = absl::GetFlag(FLAGS_seed_logit_bonus);
   o.p1_only_steps = absl::GetFlag(FLAGS_p1_only_steps);
   o.plateau_delta = absl::GetFlag(FLAGS_plateau_delta);
   o.plateau_patience = absl::GetFlag(FLAGS_plateau_patience);

@@ -492,4 +492,29 @@ absl::Status TrainableDrafter::Export(
                           DrafterConfigToJson(d), extra_files);
 }
 
+at::Tensor AddSeedTrust(const at::Tensor& logits,
+                        const at::Tensor& seeded_input, int64_t mask_id,
+                        double bonus) {
+  if (bonus <= 0) return logits;
+  const at::Tensor seed = seeded_input.narrow(-1, 1, seeded_input.size(-1) - 1);
+  const at::Tensor seeded = seed.ne(mask_id);
+  const at::Tensor at_seed = at::zeros_like(logits).scatter_(
+      -1, at::where(seeded, seed, at::zeros_like(seed)).unsqueeze(-1),
+      (seeded.to(logits.scalar_type()) * bonus).unsqueeze(-1));
+  at::Tensor keep;
+  {
+    at::NoGradGuard no_grad;
+    // A seeded slot that, with the bonus, chooses another token; the
+    // slots after the block's first such miss get no bonus.
+    const at::Tensor miss = (logits.detach() + at_seed)
+                                .argmax(-1)
+                                .ne(seed)
+                                .logical_and(seeded)
+                                .to(at::kLong);
+    keep =
+        (miss.cumsum(-1) - miss).eq(0).unsqueeze(-1).to(logits.scalar_type());
+  }
+  return logits + at_seed * keep;
+}
+
 }  // namespace dedit::training

@@ -165,6 +165,17 @@ class TrainableDrafter {
   Rotary rotary_;
 };
 
+// Trust in the seed (DrafterConfig::seed_logit_bonus), as the engine's
+// DEditDrafter applies it: `logits` [..., W-1, V] of a block whose P1 input
+// was `seeded_input` [..., W] (slot 0 the anchor, then the seed where it
+// has one, MASK = `mask_id` after it) get + `bonus` at the seed's token at
+// each seeded slot while the block follows its seed (every seeded slot
+// before it chooses the seed's token with the bonus). The choice takes no
+// gradient; the logits keep theirs. `bonus` 0 returns `logits`.
+at::Tensor AddSeedTrust(const at::Tensor& logits,
+                        const at::Tensor& seeded_input, int64_t mask_id,
+                        double bonus);
+
 }  // namespace dedit::training
 
 #endif  // DEDIT_TRAINING_TRAINABLE_MODELS_H_

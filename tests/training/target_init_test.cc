@@ -385,6 +385,38 @@ TEST_F(TargetInitTest, DrafterEditLossOptions) {
   }
 }
 
+// --seed_logit_bonus: a lookup-seeded run trains with the trust in its
+// seed and exports it in the drafter's config, where the engine reads it;
+// a bonus without seeds, or outside [0, 64], is refused by name before
+// anything is trained.
+TEST_F(TargetInitTest, DrafterTrainsWithTrustInTheSeed) {
+  ASSERT_NO_FATAL_FAILURE(MakeTargetAndDistill());
+  DrafterTrainingOptions trusted = DrafterOptions("sa", 2e-3);
+  trusted.lookup_seed_ngram = 1;
+  trusted.seed_logit_bonus = 6;
+  auto trained = RunDrafterTraining(trusted);
+  ASSERT_TRUE(trained.ok()) << trained.status();
+  auto config = LoadDrafterConfig(root_ + "/sa");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->lookup_seed_ngram, 1);
+  EXPECT_EQ(config->seed_logit_bonus, 6);
+  struct Bad {
+    int ngram;
+    double bonus;
+  };
+  for (const Bad& bad :
+       {Bad{0, 6}, Bad{1, -1}, Bad{1, 65}, Bad{1, std::nan("")}}) {
+    DrafterTrainingOptions o = DrafterOptions("sb", 2e-3);
+    o.lookup_seed_ngram = bad.ngram;
+    o.seed_logit_bonus = bad.bonus;
+    auto refused = RunDrafterTraining(o);
+    ASSERT_FALSE(refused.ok()) << bad.bonus;
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(refused.status().message(), HasSubstr("--seed_logit_bonus"));
+    EXPECT_FALSE(std::filesystem::exists(root_ + "/sb/model.safetensors"));
+  }
+}
+
 // The logits of `drafter` for one fixed batch: 2 sequences of 10 context
 // positions, 2 blocks each (random features, tokens and anchors, and a
 // random shared embedding / head, as the target's would be).

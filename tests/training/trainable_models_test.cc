@@ -219,6 +219,7 @@ TEST_P(DrafterEquivalenceTest, ExportedDrafterMatchesEngineDraft) {
     input = batch.p1_tokens;
   }
   // The seed's slots and tokens, for the bonus (none unseeded).
+  const at::Tensor p1_input = input;
   const at::Tensor seed = input.narrow(-1, 1, w - 1);
   const at::Tensor seeded_slot = seed.ne(dc.mask_token_id);
 
@@ -283,6 +284,7 @@ TEST_P(DrafterEquivalenceTest, ExportedDrafterMatchesEngineDraft) {
     at::Tensor logits =
         drafter->BlockLogits(ctx, input, anchor_t, causal && pass > 0,
                              target->embed_tokens(), target->lm_head());
+    const at::Tensor raw = logits.clone();
     // Trust in the seed: the bonus at each seeded slot while every seeded
     // slot before it in the block chose the seed's token with it.
     for (size_t i = 0; i < anchors.size(); ++i) {
@@ -298,6 +300,12 @@ TEST_P(DrafterEquivalenceTest, ExportedDrafterMatchesEngineDraft) {
         following = row.argmax().item<int64_t>() == token;
       }
     }
+    // The trainer's vectorized rule (AddSeedTrust) gives the same logits.
+    EXPECT_LT(MaxAbsDiff(AddSeedTrust(raw, p1_input, dc.mask_token_id,
+                                      dc.seed_logit_bonus),
+                         logits),
+              1e-6)
+        << "pass " << pass + 1;
     auto [max_logit, argmax] = logits.max(-1);
     at::Tensor conf =
         at::exp(logits - max_logit.unsqueeze(-1)).sum(-1).reciprocal();
