@@ -71,6 +71,10 @@
 #                of masks (dedit-train drafter --lookup_seed_ngram; default
 #                0, masks); the drafter's trust in its seed is then fitted
 #                on training prompts (scripts/fit_seed_bonus.py --write)
+#   DRAFTER_SEED_BONUS a seeded chat drafter trains with this trust in its
+#                seed in every pass (dedit-train drafter --seed_logit_bonus;
+#                default 0; the shipped seeded drafter's last 400 steps
+#                used 8); the fit above still follows
 #   DRAFTER_P1_ONLY_STEPS the chat drafter's P1-alone steps before joint
 #                training (default DRAFTER_STEPS / 2; it ends earlier
 #                when held-out slot-1 accuracy plateaus)
@@ -181,6 +185,7 @@ case "$profile" in
                   --gt_selection_ratio=0.875 --lr="${DRAFTER_LR:-2e-3}"
                   --round_anchor_share="${DRAFTER_ROUND_ANCHORS:-0}"
                   --lookup_seed_ngram="${DRAFTER_LOOKUP_SEED:-0}"
+                  --seed_logit_bonus="${DRAFTER_SEED_BONUS:-0}"
                   --eval_every="${DRAFTER_EVAL_EVERY:-100}"
                   --heldout_data="$WORK/distill-heldout.bin" --heldout_blocks=8)
     # The ProposalMix ablation twin (ABLATION=1): same data, seed and
