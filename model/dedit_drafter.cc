@@ -439,7 +439,9 @@ void DEditDrafter::AddSeedBonus(const SeedSlots& seeds,
   if (GetCpuProducts() != CpuProducts::kBlas && CpuKernelsApply(*logits) &&
       logits->dim() == 2) {
     // The same rule in one loop over the seeded rows: the ATen composition
-    // below is ~18 small ops, tens of µs a pass on the CPU.
+    // below is ~18 small ops, tens of µs a pass on the CPU. Gated like the
+    // argmax in RunPass, so that blas products keep the ATen reference
+    // (DrafterEquivalenceTest runs both).
     float* lp = logits->data_ptr<float>();
     const int64_t v = logits->size(1);
     bool following = true;
