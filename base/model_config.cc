@@ -89,6 +89,20 @@ absl::Status GetDouble(const Json& j, const char* key, double* out) {
   return absl::OkStatus();
 }
 
+// Reads an optional number in [min, max]; absent or null keeps `*out`.
+absl::Status GetDouble(const Json& j, const char* key, double min, double max,
+                       double* out) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return absl::OkStatus();
+  const double v = it->is_number() ? it->get<double>() : std::nan("");
+  if (!std::isfinite(v) || v < min || v > max) {
+    return Invalid(
+        absl::StrCat("'", key, "' must be a number in [", min, ", ", max, "]"));
+  }
+  *out = v;
+  return absl::OkStatus();
+}
+
 absl::Status GetBool(const Json& j, const char* key, bool* out) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return absl::OkStatus();
@@ -252,17 +266,8 @@ absl::StatusOr<DrafterConfig> ParseDrafterConfig(const std::string& json_text) {
     RETURN_IF_ERROR(GetBool(*de, "causal_editor", &c.causal_editor));
     RETURN_IF_ERROR(GetInt(*de, "lookup_seed_ngram", false, 0, kMaxSeedNgram,
                            &c.lookup_seed_ngram));
-    auto bonus = de->find("seed_logit_bonus");
-    if (bonus != de->end() && !bonus->is_null()) {
-      if (!bonus->is_number() || !std::isfinite(bonus->get<double>()) ||
-          bonus->get<double>() < 0 ||
-          bonus->get<double>() > kMaxSeedLogitBonus) {
-        return Invalid(
-            absl::StrCat("'seed_logit_bonus' must be a number in [0, ",
-                         kMaxSeedLogitBonus, "]"));
-      }
-      c.seed_logit_bonus = bonus->get<double>();
-    }
+    RETURN_IF_ERROR(GetDouble(*de, "seed_logit_bonus", 0, kMaxSeedLogitBonus,
+                              &c.seed_logit_bonus));
     if (c.seed_logit_bonus > 0 && c.lookup_seed_ngram == 0) {
       return Invalid(
           "'seed_logit_bonus' needs a lookup-seeded drafter "

@@ -27,7 +27,6 @@ import argparse
 import json
 import os
 import random
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -59,28 +58,31 @@ def sample_training(tasks_dir, per_family, seed):
 
 
 def drafter_copy(src, dst, bonus):
-    """`src` with its config's seed_logit_bonus set to `bonus` (weights and
-    tokenizer linked, not copied)."""
+    """`src` with its config's seed_logit_bonus set to `bonus` (every other
+    file linked, not copied)."""
     os.makedirs(dst)
     for name in os.listdir(src):
-        if name != "config.json" and not name.endswith(".json"):
+        if name != "config.json":
             os.symlink(os.path.abspath(os.path.join(src, name)),
                        os.path.join(dst, name))
-    shutil.copy(os.path.join(src, "tokenizer.json"), dst)
     with open(os.path.join(src, "config.json")) as f:
         config = json.load(f)
-    set_bonus(config, bonus)
-    with open(os.path.join(dst, "config.json"), "w") as f:
-        json.dump(config, f, indent=2)
-        f.write("\n")
+    write_config(dst, config, bonus)
 
 
-def set_bonus(config, bonus):
+def write_config(drafter, config, bonus):
+    """Writes `config` with dedit_config.seed_logit_bonus = `bonus` (0
+    removes the key) as `drafter`/config.json; returns its path."""
     de = config.setdefault("dedit_config", {})
     if bonus > 0:
         de["seed_logit_bonus"] = bonus
     else:
         de.pop("seed_logit_bonus", None)
+    path = os.path.join(drafter, "config.json")
+    with open(path, "w") as f:
+        json.dump(config, f, indent=2)
+        f.write("\n")
+    return path
 
 
 def main():
@@ -145,11 +147,7 @@ def main():
            "window": a.window, "passes": 1, "seed": a.seed,
            "tau": {str(b): tau[b] for b in grid}, "chosen": best}
     if a.write:
-        set_bonus(config, best)
-        with open(os.path.join(a.drafter, "config.json"), "w") as f:
-            json.dump(config, f, indent=2)
-            f.write("\n")
-        out["written"] = os.path.join(a.drafter, "config.json")
+        out["written"] = write_config(a.drafter, config, best)
     print(json.dumps(out, indent=1))
 
 
