@@ -9,6 +9,9 @@
 //   --data=w/distill.bin
 //                         --work_dir=w/drafter --out=m/drafter
 //   dedit-train eval      --target=m/target --drafter=m/drafter --report=r.json
+//   dedit-train widen     --from=m/target --out=wide/target --factor=8
+//   dedit-train widen-check --target=m/target --wide=wide/target
+//                         --chat_prompts=tasks/heldout.jsonl
 //
 // Every training stage checkpoints and resumes: rerunning the same command
 // continues. Exit status: 0 done, 75 stopped by --max_minutes (rerun to
@@ -25,13 +28,19 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "base/file_util.h"
+#include "model/cpu_panels.h"
 #include "model/cpu_threads.h"
+#include "model/qwen3_model.h"
+#include "tokenizer/tokenizer.h"
 #include "training/bpe_trainer.h"
+#include "training/corpus.h"
 #include "training/distill.h"
 #include "training/drafter_trainer.h"
 #include "training/evaluation.h"
+#include "training/greedy_agreement.h"
 #include "training/progress.h"
 #include "training/target_trainer.h"
+#include "training/widen.h"
 
 // Shared.
 ABSL_FLAG(std::string, corpus_roots,
@@ -85,10 +94,12 @@ ABSL_FLAG(double, chat_fraction, 0.5,
           "distill: share of the records prompted with --chat_prompts");
 ABSL_FLAG(std::string, chat_prompts, "",
           "distill: a chat task jsonl (training/chat_tasks.py) whose prompts "
-          "the target answers; empty = corpus windows only");
+          "the target answers; empty = corpus windows only; widen-check: "
+          "the prompts both targets decode");
 ABSL_FLAG(int, batch_size, 16, "target: windows per step");
 // distill / drafter / eval
-ABSL_FLAG(std::string, target, "", "exported target folder");
+ABSL_FLAG(std::string, target, "",
+          "exported target folder (widen-check: the reference)");
 ABSL_FLAG(int, num_sequences, 2048, "distill: sequences to generate");
 ABSL_FLAG(int, prompt_min, 16, "distill: shortest prompt (tokens)");
 ABSL_FLAG(int, prompt_max, 96, "distill: longest prompt (tokens)");
@@ -148,14 +159,29 @@ ABSL_FLAG(int, heldout_blocks, 16, "drafter: held-out blocks per sequence");
 ABSL_FLAG(std::string, drafter, "", "eval: drafter folder");
 ABSL_FLAG(int, num_prompts, 16, "eval: held-out prompts");
 ABSL_FLAG(int, prompt_tokens, 64, "eval: prompt length");
-ABSL_FLAG(int, max_new_tokens, 128, "eval: tokens generated per prompt");
+ABSL_FLAG(int, max_new_tokens, 128,
+          "eval, widen-check: tokens generated per prompt");
 ABSL_FLAG(int, window, 16, "eval: block size W");
 ABSL_FLAG(std::string, passes, "1,2,3,4", "eval: pass counts K");
 ABSL_FLAG(bool, causal_too, true, "eval: also run the causal editor");
-ABSL_FLAG(std::string, report, "", "eval: write the JSON report here");
+ABSL_FLAG(std::string, report, "",
+          "eval, widen-check: write the JSON report here");
 ABSL_FLAG(
     std::string, prompt_split, "heldout",
     "eval: prompts from 'heldout' files (reported) or 'train' (diagnosis)");
+// widen / widen-check
+ABSL_FLAG(std::string, from, "",
+          "widen: the model folder to widen (a Qwen3ForCausalLM target or a "
+          "DFlashDraftModel drafter, told apart by config.json)");
+ABSL_FLAG(int, factor, 8,
+          "widen: width factor F, 1..64 (hidden, heads, KV heads and MLP x F; "
+          "F^2 the weight bytes); exact in bf16 when F is a power of two, "
+          "any other F rounds each scaled weight once");
+ABSL_FLAG(std::string, wide, "",
+          "widen-check: the widened target, decoded against --target");
+ABSL_FLAG(std::string, check_products, "auto",
+          "widen-check: CPU product kernel of both models (auto, bf16, f32, "
+          "blas; model/cpu_panels.h)");
 
 namespace {
 
@@ -367,13 +393,78 @@ int RunEval() {
   return 0;
 }
 
+int RunWiden() {
+  WidenOptions o;
+  o.from_dir = absl::GetFlag(FLAGS_from);
+  o.out_dir = absl::GetFlag(FLAGS_out);
+  o.factor = absl::GetFlag(FLAGS_factor);
+  if (!Require({{"from", o.from_dir}, {"out", o.out_dir}})) return 2;
+  auto summary = WidenCheckpoint(o);
+  if (!summary.ok()) return Fail(summary.status());
+  std::cout << (summary->kind == CheckpointKind::kTarget ? "target" : "drafter")
+            << " widened x" << summary->factor << " into " << o.out_dir
+            << ": hidden " << summary->hidden_size << ", "
+            << summary->parameters << " parameters, " << summary->weight_bytes
+            << " weight bytes"
+            << (summary->exact ? "" : " (inexact: F is not a power of two)")
+            << "\n";
+  return 0;
+}
+
+// Greedy agreement of --wide against --target (training/greedy_agreement.h)
+// on the prompts of a chat task jsonl, as one JSON report.
+int RunWidenCheck() {
+  const std::string target_dir = absl::GetFlag(FLAGS_target);
+  const std::string wide_dir = absl::GetFlag(FLAGS_wide);
+  const std::string prompts_path = absl::GetFlag(FLAGS_chat_prompts);
+  if (!Require({{"target", target_dir},
+                {"wide", wide_dir},
+                {"chat_prompts", prompts_path}})) {
+    return 2;
+  }
+  const std::string products = absl::GetFlag(FLAGS_check_products);
+  if (products != "auto" && products != "blas" && products != "f32" &&
+      products != "bf16") {
+    std::cerr << "dedit-train: --check_products must be auto, blas, f32 or "
+                 "bf16, got '"
+              << products << "'\n";
+    return 2;
+  }
+  absl::Status kernel = dedit::SetCpuProductsFlag(products);
+  if (!kernel.ok()) return Fail(kernel);
+  auto tokenizer = dedit::Tokenizer::FromFile(target_dir + "/tokenizer.json");
+  if (!tokenizer.ok()) return Fail(tokenizer.status());
+  auto prompts = ChatTaskPrompts(prompts_path, **tokenizer);
+  if (!prompts.ok()) return Fail(prompts.status());
+  auto reference = dedit::Qwen3Model::Load(target_dir, {});
+  if (!reference.ok()) return Fail(reference.status());
+  auto wide = dedit::Qwen3Model::Load(wide_dir, {});
+  if (!wide.ok()) return Fail(wide.status());
+  auto report = MeasureGreedyAgreement(**reference, **wide, *prompts,
+                                       absl::GetFlag(FLAGS_max_new_tokens));
+  if (!report.ok()) return Fail(report.status());
+  nlohmann::json j = report->ToJson();
+  j["products"] = std::string(dedit::CpuProductsName(dedit::GetCpuProducts()));
+  j["max_new_tokens"] = absl::GetFlag(FLAGS_max_new_tokens);
+  const std::string text = j.dump(2) + "\n";
+  std::cout << text;
+  const std::string path = absl::GetFlag(FLAGS_report);
+  if (!path.empty()) {
+    absl::Status status = dedit::WriteFileAtomically(path, text);
+    if (!status.ok()) return Fail(status);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "dedit-train <tokenizer|target|distill|drafter|eval> [--flags]");
+      "dedit-train <tokenizer|target|distill|drafter|eval|widen|widen-check> "
+      "[--flags]");
   if (argc < 2 || argv[1][0] == '-') {
-    std::cerr << "usage: dedit-train <tokenizer|target|distill|drafter|eval> "
+    std::cerr << "usage: dedit-train "
+                 "<tokenizer|target|distill|drafter|eval|widen|widen-check> "
                  "[--flags]   (--help for flags)\n";
     return 2;
   }
@@ -388,6 +479,8 @@ int main(int argc, char** argv) {
   if (command == "distill") return RunDistillStage();
   if (command == "drafter") return RunDrafter();
   if (command == "eval") return RunEval();
+  if (command == "widen") return RunWiden();
+  if (command == "widen-check") return RunWidenCheck();
   std::cerr << "dedit-train: unknown command '" << command << "'\n";
   return 2;
 }
