@@ -85,7 +85,9 @@ ABSL_FLAG(bool, json, false,
 ABSL_FLAG(int, batch, 1, "prompts decoded concurrently in --json mode");
 ABSL_FLAG(std::string, device, "cpu", "cpu, cuda, cuda:N");
 ABSL_FLAG(std::string, dtype, "float32", "compute dtype: float32 or bfloat16");
-ABSL_FLAG(int, threads, 2, "CPU threads for libtorch");
+ABSL_FLAG(int, threads, 2,
+          "CPU compute threads: libtorch's and the weight-product pool's (0 = "
+          "the machine's cores; model/cpu_flags.h)");
 
 namespace dedit {
 namespace {
@@ -283,7 +285,8 @@ void PrintHuman(const GenerationResult& r) {
 
 int Run() {
   SetCpuThreads(absl::GetFlag(FLAGS_threads));
-  if (const absl::Status s = ApplyCpuKernelFlags(); !s.ok()) {
+  if (const absl::Status s = ApplyCpuKernelFlags(absl::GetFlag(FLAGS_threads));
+      !s.ok()) {
     std::fprintf(stderr, "dedit-generate: %s\n",
                  std::string(s.message()).c_str());
     return 2;

@@ -1,5 +1,8 @@
 #include "model/cpu_flags.h"
 
+#include <algorithm>
+#include <thread>
+
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
@@ -11,9 +14,10 @@ ABSL_FLAG(std::string, cpu_products, "auto",
           "CPU kernels for fp32 weight products and attention: bf16 or f32 "
           "(this project's AVX-512 kernels; model/cpu_panels.h), blas "
           "(libtorch/OpenBLAS), auto (the fastest this CPU runs)");
-ABSL_FLAG(int, product_threads, 1,
-          "threads per model thread for products of 2-32 rows (1 = the model "
-          "thread alone; model/cpu_product_pool.h)");
+ABSL_FLAG(int, product_threads, 0,
+          "threads per model thread for weight products, the model thread "
+          "included (1 = the model thread alone; 0 = --threads, or the "
+          "machine's cores when that is 0 too; model/cpu_product_pool.h)");
 
 ABSL_FLAG(std::string, kv_cache_dtype, "auto",
           "K/V cache element type: bf16 (half the bytes; on the CPU, read "
@@ -23,9 +27,27 @@ ABSL_FLAG(std::string, kv_cache_dtype, "auto",
 
 namespace dedit {
 
-absl::Status ApplyCpuKernelFlags() {
-  RETURN_IF_ERROR(
-      SetCpuProductThreadsFlag(absl::GetFlag(FLAGS_product_threads)));
+int ProcessComputeThreads(int threads) {
+  if (threads > 0) return threads;
+  const unsigned cores = std::thread::hardware_concurrency();
+  return cores == 0 ? 1 : static_cast<int>(cores);
+}
+
+absl::Status ApplyCpuKernelFlags(int threads) {
+  const int product_threads = absl::GetFlag(FLAGS_product_threads);
+  if (product_threads < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--product_threads must be 0 (follow --threads) or 1..",
+                     kMaxCpuProductThreads, ", got ", product_threads));
+  }
+  if (threads < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--threads must be 0 (the machine's cores) or more, got ", threads));
+  }
+  RETURN_IF_ERROR(SetCpuProductThreadsFlag(
+      product_threads > 0
+          ? product_threads
+          : std::min(ProcessComputeThreads(threads), kMaxCpuProductThreads)));
   RETURN_IF_ERROR(SetCpuProductsFlag(absl::GetFlag(FLAGS_cpu_products)));
   return SetKvCacheDtypeFlag(absl::GetFlag(FLAGS_kv_cache_dtype));
 }

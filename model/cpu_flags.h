@@ -17,10 +17,17 @@ ABSL_DECLARE_FLAG(std::string, kv_cache_dtype);
 
 namespace dedit {
 
+// `threads` (a binary's --threads), or the machine's cores when it is 0.
+int ProcessComputeThreads(int threads);
+
 // Sets the process's product threads, CPU product kernel and K/V cache
 // dtype from the three flags; INVALID_ARGUMENT naming the flag when one is
-// out of range.
-absl::Status ApplyCpuKernelFlags();
+// out of range. `threads` is the binary's --threads (0 = the machine's
+// cores): --product_threads 0, the default, follows it, so that --threads N
+// alone caps every compute thread of the process at N (libtorch's intra-op
+// threads and the product pool take turns on the same N cores) and a
+// one-row forward reads its weights on all of them.
+absl::Status ApplyCpuKernelFlags(int threads);
 
 // What the flags resolved to ("auto" included), for the operator's log:
 // "CPU weight products: bf16, product threads: 1, K/V cache: auto".

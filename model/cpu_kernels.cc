@@ -246,14 +246,14 @@ bool PanelsTake(const at::Tensor& x, const CpuPanels* panels) {
 }
 
 // [bias +] x @ w on the panels, with the calling thread's product pool
-// when it has one.
+// when it has one (CpuPanels::Multiply decides whether a product splits).
 at::Tensor PanelProduct(const at::Tensor* bias, const at::Tensor& x,
                         const CpuPanels& panels) {
   const int64_t m = x.size(0);
   at::Tensor out = at::empty({m, panels.n()}, x.options());
   panels.Multiply(x.data_ptr<float>(), m,
                   bias == nullptr ? nullptr : bias->data_ptr<float>(),
-                  out.data_ptr<float>(), CpuProductPool::ForRows(m));
+                  out.data_ptr<float>(), CpuProductPool::ForThisThread());
   return out;
 }
 

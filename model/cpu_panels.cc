@@ -27,6 +27,9 @@ constexpr int64_t kGroup = 16;  // columns per panel: one zmm of f32
 // weight vectors and a broadcast fit AVX-512's 32 registers.
 constexpr int kTileRows = 6;
 constexpr int kTileGroups = 4;
+// Weights from which a one-row product is split across the pool's threads:
+// 2 MB in bf16, more than a core's L2.
+constexpr int64_t kOneRowSplit = int64_t{1} << 20;
 
 // Round to nearest even, as VCVTNE2PS2BF16 does (NaN kept a quiet NaN).
 uint16_t ToBf16(float f) {
@@ -116,30 +119,6 @@ DEDIT_AVX512_BF16 void Bf16Tile(const uint32_t* x, int64_t pairs,
   StoreTile<R, C>(acc, mask, y, n, g0);
 }
 
-// Rows of R over groups [g0, g1): whole tiles of kTileGroups, then one group
-// at a time.
-template <int R>
-DEDIT_AVX512 void F32Rows(const float* x, int64_t k, const float* panels,
-                          const float* bias, float* y, int64_t n, int64_t g0,
-                          int64_t g1) {
-  int64_t g = g0;
-  for (; g + kTileGroups <= g1; g += kTileGroups) {
-    F32Tile<R, kTileGroups>(x, k, panels, bias, y, n, g);
-  }
-  for (; g < g1; ++g) F32Tile<R, 1>(x, k, panels, bias, y, n, g);
-}
-
-template <int R>
-DEDIT_AVX512_BF16 void Bf16Rows(const uint32_t* x, int64_t pairs,
-                                const uint16_t* panels, const float* bias,
-                                float* y, int64_t n, int64_t g0, int64_t g1) {
-  int64_t g = g0;
-  for (; g + kTileGroups <= g1; g += kTileGroups) {
-    Bf16Tile<R, kTileGroups>(x, pairs, panels, bias, y, n, g);
-  }
-  for (; g < g1; ++g) Bf16Tile<R, 1>(x, pairs, panels, bias, y, n, g);
-}
-
 // Calls rows<R>(r0) for the row blocks of m: kTileRows at a time, then one
 // block of the remainder.
 template <typename Rows>
@@ -195,23 +174,46 @@ void RowsToBf16Pairs(const float* x, int64_t m, int64_t k, int64_t pairs,
   }
 }
 
+// Columns [16 * g0, 16 * g1) of all m rows, one register tile's columns
+// (kTileGroups groups, then single groups) at a time: every row block runs
+// over a tile's panels before the next tile starts, so the panels come from
+// memory once for all rows and from L2 for the later row blocks (a tile is
+// k x 64 weights: 128-384 KB in bf16 at k = 1024-3072). Row block by row
+// block over all columns instead re-streamed the whole weight per 6 rows:
+// 17 rows cost three passes over a DRAM-resident model. The order of each
+// output's sum is the same either way.
+template <typename Tile>
+DEDIT_AVX512 void EachTile(int64_t m, int64_t g0, int64_t g1, Tile tile) {
+  int64_t g = g0;
+  for (; g + kTileGroups <= g1; g += kTileGroups) {
+    EachRowBlock(m, [&](auto rows, int64_t r) {
+      tile(rows, std::integral_constant<int, kTileGroups>(), r, g);
+    });
+  }
+  for (; g < g1; ++g) {
+    EachRowBlock(m, [&](auto rows, int64_t r) {
+      tile(rows, std::integral_constant<int, 1>(), r, g);
+    });
+  }
+}
+
 DEDIT_AVX512 void F32Groups(const float* x, int64_t m, int64_t k,
                             const float* panels, const float* bias, float* y,
                             int64_t n, int64_t g0, int64_t g1) {
-  EachRowBlock(m, [&](auto rows, int64_t r) {
-    F32Rows<decltype(rows)::value>(x + r * k, k, panels,
-                                   bias == nullptr ? nullptr : bias + r * n,
-                                   y + r * n, n, g0, g1);
+  EachTile(m, g0, g1, [&](auto rows, auto groups, int64_t r, int64_t g) {
+    F32Tile<decltype(rows)::value, decltype(groups)::value>(
+        x + r * k, k, panels, bias == nullptr ? nullptr : bias + r * n,
+        y + r * n, n, g);
   });
 }
 
 DEDIT_AVX512_BF16 void Bf16Groups(const uint32_t* x, int64_t m, int64_t pairs,
                                   const uint16_t* panels, const float* bias,
                                   float* y, int64_t n, int64_t g0, int64_t g1) {
-  EachRowBlock(m, [&](auto rows, int64_t r) {
-    Bf16Rows<decltype(rows)::value>(x + r * pairs, pairs, panels,
-                                    bias == nullptr ? nullptr : bias + r * n,
-                                    y + r * n, n, g0, g1);
+  EachTile(m, g0, g1, [&](auto rows, auto groups, int64_t r, int64_t g) {
+    Bf16Tile<decltype(rows)::value, decltype(groups)::value>(
+        x + r * pairs, pairs, panels, bias == nullptr ? nullptr : bias + r * n,
+        y + r * n, n, g);
   });
 }
 
@@ -448,8 +450,14 @@ void CpuPanels::Multiply(const float* x, int64_t m, const float* bias, float* y,
   }
 #endif
   const uint32_t* p = pairs.data();
-  // Parts of whole register tiles, so a split costs no narrower tiles.
-  const int parts = pool == nullptr || m < 2 ? 1 : pool->threads();
+  // Parts of whole register tiles, so a split costs no narrower tiles. One
+  // row splits only over a weight past a core's L2: there a decode step
+  // streams the weight from DRAM, and one core reads at about half the
+  // machine's DRAM rate (bench/README.md, "The production regime"). A
+  // small weight's one-row product takes a few microseconds, and handing
+  // half of it to a helper made a decode step slower.
+  const bool split = pool != nullptr && (m >= 2 || k_ * n_ >= kOneRowSplit);
+  const int parts = split ? pool->threads() : 1;
   const int64_t tiles = (groups_ + kTileGroups - 1) / kTileGroups;
   if (parts <= 1 || tiles < 2) {
     MultiplyGroups(x, p, m, bias, y, 0, groups_);

@@ -102,8 +102,9 @@ class CpuPanels {
   int64_t bytes() const;
 
   // y = x @ w, or bias + x @ w when bias is not null. x: [m, k], bias and
-  // y: [m, n], all row-major fp32. With a pool (m >= 2), the column groups
-  // are dealt to its threads.
+  // y: [m, n], all row-major fp32. With a pool, the column groups are dealt
+  // to its threads (for one row, only when w is larger than a core's L2).
+  // Each weight tile is read once for all m rows.
   void Multiply(const float* x, int64_t m, const float* bias, float* y,
                 CpuProductPool* pool) const;
   // Multiply calls so far in this process (tests and benchmarks check that

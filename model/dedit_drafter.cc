@@ -278,7 +278,7 @@ void DEditDrafter::AppendContextRowsCpu(const at::Tensor& f,
   float* cos = k + n * kv_width;
   float* sin = cos + n * hd;
   rotary_.CachedRows(positions, cos, sin);
-  CpuProductPool* products = CpuProductPool::ForRows(n);
+  CpuProductPool* products = CpuProductPool::ForThisThread();
   fc_.panels->Multiply(f.data_ptr<float>(), n, nullptr, projected, products);
   // RmsNorm(x, w) = RmsNormalize(x) * w, the same fp32 products.
   CpuRmsNormalizeRows(projected, n, hidden, c.rms_norm_eps, ctx);

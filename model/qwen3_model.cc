@@ -12,6 +12,7 @@
 #include "base/checkpoint_layout.h"
 #include "base/status.h"
 #include "model/checkpoint_weights.h"
+#include "model/cpu_panels.h"
 #include "model/packed_attention.h"
 #include "model/torch_status.h"
 
@@ -132,6 +133,16 @@ absl::Status Qwen3Model::Truncate(SequenceId id, int64_t length) {
 int64_t Qwen3Model::cached_tokens() const { return pool_->total_length(); }
 
 int64_t Qwen3Model::cache_bytes() const { return pool_->nbytes(); }
+
+int64_t Qwen3Model::panel_bytes() const {
+  int64_t bytes = head_.panels == nullptr ? 0 : head_.panels->bytes();
+  for (const DecoderLayerWeights& w : layers_) {
+    for (const auto* p : {&w.qkv_p, &w.o_p, &w.gate_up_p, &w.down_p}) {
+      if (*p != nullptr) bytes += (*p)->bytes();
+    }
+  }
+  return bytes;
+}
 
 absl::Status Qwen3Model::ValidateSegments(
     const std::vector<TargetSegment>& segments) const {

@@ -92,6 +92,9 @@ class Qwen3Model {
   size_t num_sequences() const { return pool_->size(); }
   int64_t cached_tokens() const;  // sum of lengths over sequences
   int64_t cache_bytes() const;
+  // Bytes of CPU weight panels (model/cpu_panels.h) one forward reads: the
+  // decoder layers' products and the output head. 0 off the panels path.
+  int64_t panel_bytes() const;
 
   // Runs all segments; each sequence's cache grows by its segment length.
   // On error no cache length changes. Segments must name distinct sequences.

@@ -322,7 +322,7 @@ at::Tensor FusedDecoderLayer(const at::Tensor& x, const DecoderLayerWeights& w,
   float* y = attn + n * heads * hd;
   float* gu = y + n * hidden;
   float* act = gu + n * 2 * inter;
-  CpuProductPool* products = CpuProductPool::ForRows(n);
+  CpuProductPool* products = CpuProductPool::ForThisThread();
   const float* xp = x.data_ptr<float>();
   CpuRmsNormalizeRows(xp, n, hidden, c.rms_norm_eps, normed);
   w.qkv_p->Multiply(normed, n, nullptr, qkv, products);

@@ -11,9 +11,10 @@
 # Flags: --build-dir DIR (build), --run-dir DIR (logs, /tmp/dedit-serve),
 # --tokenizer PATH (default <target-dir>/tokenizer.json if present),
 # --router-port/--target-port/--drafter-port (50050/50051/50052),
-# --metrics-ports R,T,D (9100,9101,9102), --threads N (libtorch CPU threads
-# per model service; 0 = default), --product-threads N (threads per model
-# thread for products of 2-32 rows; model/cpu_product_pool.h; default 1),
+# --metrics-ports R,T,D (9100,9101,9102), --threads N (CPU compute threads
+# per model service, libtorch's and the weight-product pool's; 0 = the
+# machine's cores), --product-threads N (threads per model thread for the
+# weight products; model/cpu_product_pool.h; default 0 = follow --threads),
 # --cpu-products KERNEL (both model services' weight products: blas, f32 or
 # bf16; model/cpu_panels.h; default auto, the fastest the CPU runs),
 # --kv-cache-dtype auto|bf16 (both model services' K/V caches;
@@ -48,7 +49,7 @@ WITH_DRAFTER=1
 DETACH=0
 HOST=127.0.0.1
 THREADS=0
-PRODUCT_THREADS=1
+PRODUCT_THREADS=0
 CPU_PRODUCTS=auto
 KV_CACHE_DTYPE=auto
 IDLE_SPIN_US=0

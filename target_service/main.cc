@@ -29,7 +29,9 @@ ABSL_FLAG(std::string, drafter, "",
           "dedit-drafter address host:port; empty → none");
 ABSL_FLAG(std::string, device, "cpu", "cpu, cuda, cuda:N");
 ABSL_FLAG(std::string, dtype, "float32", "compute dtype: float32 or bfloat16");
-ABSL_FLAG(int, threads, 0, "CPU threads for libtorch (0 = default)");
+ABSL_FLAG(int, threads, 0,
+          "CPU compute threads: libtorch's and the weight-product pool's (0 = "
+          "the machine's cores; model/cpu_flags.h)");
 ABSL_FLAG(std::string, host, "0.0.0.0", "listen host");
 ABSL_FLAG(int, port, 50051, "gRPC port (0 = ephemeral)");
 ABSL_FLAG(int, metrics_port, 9101, "Prometheus /metrics port (0 = ephemeral)");
@@ -90,7 +92,8 @@ int main(int argc, char** argv) {
   o.device = absl::GetFlag(FLAGS_device);
   o.dtype = absl::GetFlag(FLAGS_dtype);
   o.cpu_threads = absl::GetFlag(FLAGS_threads);
-  if (const absl::Status s = dedit::ApplyCpuKernelFlags(); !s.ok()) {
+  if (const absl::Status s = dedit::ApplyCpuKernelFlags(o.cpu_threads);
+      !s.ok()) {
     std::fprintf(stderr, "dedit-target: %s\n",
                  std::string(s.message()).c_str());
     return 2;

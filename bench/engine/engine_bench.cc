@@ -23,9 +23,11 @@
 #include <chrono>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -38,7 +40,9 @@
 
 ABSL_FLAG(std::string, target, "", "target model folder");
 ABSL_FLAG(std::string, drafter, "", "drafter model folder (optional)");
-ABSL_FLAG(int, threads, 1, "libtorch threads");
+ABSL_FLAG(int, threads, 1,
+          "CPU compute threads: libtorch's and the weight-product pool's (0 = "
+          "the machine's cores)");
 ABSL_FLAG(std::string, device, "cpu", "cpu, cuda or cuda:N");
 ABSL_FLAG(std::string, dtype, "float32", "float32, bfloat16 or float16");
 ABSL_FLAG(int, window, 16, "W for verify and speculative runs");
@@ -59,6 +63,10 @@ ABSL_FLAG(int, batch_decode, 16,
 ABSL_FLAG(std::string, verify_rows, "",
           "comma-separated block sizes: time a forward of each, interleaved "
           "rep by rep (the cost curve staged verification trades on)");
+ABSL_FLAG(double, dram_gb, 2.0,
+          "GB of the read-only sum that measures the machine's DRAM read "
+          "bandwidth on all cores (best of 5; decode is reported as a "
+          "fraction of it); 0 skips it");
 ABSL_FLAG(bool, print_ops, false,
           "print the top-level ATen ops of one decode forward and one drafter "
           "pass to stderr");
@@ -177,6 +185,56 @@ int64_t PeakRssKb() {
   return -1;
 }
 
+// The machine's DRAM read bandwidth, GB/s: `threads` threads each sum
+// their slice of a `bytes` buffer (far larger than any cache), best of
+// `reps`. This is the floor a weight-streaming decode step is measured
+// against: a one-row forward reads each weight byte once, so it can go no
+// faster than its weight bytes at this rate. The buffer is written first so
+// that its pages are mapped, by the threads that later read them.
+double DramReadGbPerS(int64_t bytes, int threads, int reps) {
+  const int64_t words = bytes / static_cast<int64_t>(sizeof(uint64_t));
+  std::unique_ptr<uint64_t[]> buffer(new uint64_t[words]);
+  const int64_t per = (words + threads - 1) / threads;
+  auto each_slice = [&](auto fn) {
+    std::vector<std::thread> workers;
+    for (int t = 0; t < threads; ++t) {
+      const int64_t begin = std::min(words, t * per);
+      const int64_t end = std::min(words, begin + per);
+      workers.emplace_back([&fn, begin, end, t] { fn(begin, end, t); });
+    }
+    for (std::thread& w : workers) w.join();
+  };
+  each_slice([&](int64_t begin, int64_t end, int) {
+    for (int64_t i = begin; i < end; ++i) buffer[i] = static_cast<uint64_t>(i);
+  });
+  std::vector<uint64_t> sums(threads);
+  double best = 0;
+  for (int r = 0; r < reps; ++r) {
+    const double ms = TimeMs([&] {
+      each_slice([&](int64_t begin, int64_t end, int t) {
+        // Four independent sums, so the loop is bound by the loads.
+        uint64_t a = 0, b = 0, c = 0, d = 0;
+        int64_t i = begin;
+        for (; i + 4 <= end; i += 4) {
+          a += buffer[i];
+          b += buffer[i + 1];
+          c += buffer[i + 2];
+          d += buffer[i + 3];
+        }
+        for (; i < end; ++i) a += buffer[i];
+        sums[t] = a + b + c + d;
+      });
+    });
+    best = std::max(best,
+                    static_cast<double>(words * sizeof(uint64_t)) / (ms * 1e6));
+  }
+  // The sums are used, so the reads cannot be optimised away.
+  uint64_t total = 0;
+  for (uint64_t v : sums) total += v;
+  if (total == 1) std::cerr << "";
+  return best;
+}
+
 void Check(const absl::Status& s, const char* what) {
   if (!s.ok()) {
     std::cerr << "dedit-engine-bench: " << what << ": " << s << "\n";
@@ -186,7 +244,7 @@ void Check(const absl::Status& s, const char* what) {
 
 int Main() {
   SetCpuThreads(absl::GetFlag(FLAGS_threads));
-  Check(ApplyCpuKernelFlags(), "flags");
+  Check(ApplyCpuKernelFlags(absl::GetFlag(FLAGS_threads)), "flags");
   InProcessStack::Options o;
   o.max_speculative_batch = absl::GetFlag(FLAGS_max_speculative_batch);
   o.adaptive_speculation = absl::GetFlag(FLAGS_adaptive_speculation);
@@ -197,6 +255,24 @@ int Main() {
   auto stack = InProcessStack::Load(o);
   Check(stack.status(), "load");
   Qwen3Model& target = (*stack)->target();
+  // The machine's DRAM read bandwidth, measured in this run on all cores
+  // and on one: the floor of a decode step that streams its weights.
+  const double dram_gb = absl::GetFlag(FLAGS_dram_gb);
+  double dram_gbps = 0;
+  if (dram_gb > 0) {
+    const int cores = ProcessComputeThreads(0);
+    const auto bytes = static_cast<int64_t>(dram_gb * 1e9);
+    dram_gbps = DramReadGbPerS(bytes, cores, 5);
+    std::cout << nlohmann::json{{"what", "dram_read"},
+                                {"bytes", bytes},
+                                {"threads", cores},
+                                {"gb_per_s", dram_gbps},
+                                {"one_thread_gb_per_s",
+                                 cores > 1 ? DramReadGbPerS(bytes, 1, 5)
+                                           : dram_gbps}}
+                     .dump()
+              << std::endl;
+  }
   DEditDrafter* drafter = (*stack)->drafter();
   const Qwen3Config& c = target.config();
   const int W = absl::GetFlag(FLAGS_window);
@@ -291,6 +367,13 @@ int Main() {
                            {"verify_ms", verify_ms},
                            {"window", W},
                            {"verify_over_decode", verify_ms / decode_ms}};
+  if (const int64_t bytes = target.panel_bytes(); bytes > 0) {
+    // The weight bytes one decode step streams, and at what rate.
+    const double gbps = static_cast<double>(bytes) / (decode_ms * 1e6);
+    timing["decode_weight_bytes"] = bytes;
+    timing["decode_gb_per_s"] = gbps;
+    if (dram_gbps > 0) timing["decode_over_dram"] = gbps / dram_gbps;
+  }
   if (batch > 1) {
     timing["batch_decode"] = batch;
     timing["batch_decode_ms"] = batch_decode_ms;

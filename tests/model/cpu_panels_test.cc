@@ -109,6 +109,38 @@ TEST_P(CpuPanelsTest, EachRowIsTheSameWhateverTheRowsAndThreads) {
   EXPECT_GT(CpuProductPool::ForThisThread()->runs(), runs);  // split ran
 }
 
+// A decode step over a weight past a core's L2 (a DRAM-resident model)
+// splits its one row across the pool's threads, so it reads the weight on
+// every core; a small weight's one row stays on the calling thread. Either
+// way the row is the same to the bit as alone on one thread and as a row of
+// a verify block (17 rows: whole 6-row tiles and a remainder, each weight
+// tile read once for all of them).
+TEST_P(CpuPanelsTest, OneRowOverALargeWeightSplitsAndSumsTheSame) {
+  at::manual_seed(6);
+  const at::Tensor big = at::randn({1024, 1040}) * 0.05;  // 1.06 M weights
+  const at::Tensor small = at::randn({128, 768}) * 0.1;
+  const at::Tensor x = at::randn({17, 1024});
+  for (const at::Tensor* w : {&big, &small}) {
+    const auto panels = CpuPanels::Pack(*w, GetParam());
+    ASSERT_NE(panels, nullptr);
+    const at::Tensor xw = x.narrow(1, 0, w->size(0)).contiguous();
+    const at::Tensor alone = CpuMm(xw.narrow(0, 4, 1).contiguous(), *w,
+                                   panels.get());  // one thread
+    SetCpuProductThreads(2);
+    absl::Cleanup off = [] { SetCpuProductThreads(1); };
+    CpuProductPool* pool = CpuProductPool::ForThisThread();
+    const int64_t runs = pool->runs();
+    const at::Tensor split =
+        CpuMm(xw.narrow(0, 4, 1).contiguous(), *w, panels.get());
+    EXPECT_EQ(pool->runs(), runs + (w == &big ? 1 : 0))
+        << "k " << w->size(0) << ": one row split only past L2";
+    EXPECT_TRUE(testing::BitEqual(split, alone));
+    const at::Tensor block = CpuMm(xw, *w, panels.get());
+    EXPECT_TRUE(testing::BitEqual(block.narrow(0, 4, 1), alone));
+    EXPECT_LT(RelativeError(block, Expected(xw, *w)), 1e-5);
+  }
+}
+
 // Operands the kernels do not take go to ATen, panels or not: a transposed
 // (strided) x, a k that is not the panels', grad mode.
 TEST_P(CpuPanelsTest, OtherOperandsFallBackToAten) {
