@@ -27,7 +27,6 @@
 #include "base/status.h"
 #include "cli/command_flags.h"
 #include "model/cpu_flags.h"
-#include "model/cpu_threads.h"
 #include "model/in_process.h"
 #include "nlohmann/json.hpp"
 #ifdef DEDIT_HAVE_TOKENIZER
@@ -284,7 +283,6 @@ void PrintHuman(const GenerationResult& r) {
 }
 
 int Run() {
-  SetCpuThreads(absl::GetFlag(FLAGS_threads));
   if (const absl::Status s = ApplyCpuKernelFlags(absl::GetFlag(FLAGS_threads));
       !s.ok()) {
     std::fprintf(stderr, "dedit-generate: %s\n",

@@ -8,6 +8,7 @@
 #include "base/status.h"
 #include "model/cpu_panels.h"
 #include "model/cpu_product_pool.h"
+#include "model/cpu_threads.h"
 #include "model/kv_pool.h"
 
 ABSL_FLAG(std::string, cpu_products, "auto",
@@ -49,7 +50,10 @@ absl::Status ApplyCpuKernelFlags(int threads) {
           ? product_threads
           : std::min(ProcessComputeThreads(threads), kMaxCpuProductThreads)));
   RETURN_IF_ERROR(SetCpuProductsFlag(absl::GetFlag(FLAGS_cpu_products)));
-  return SetKvCacheDtypeFlag(absl::GetFlag(FLAGS_kv_cache_dtype));
+  RETURN_IF_ERROR(SetKvCacheDtypeFlag(absl::GetFlag(FLAGS_kv_cache_dtype)));
+  // The calling thread's libtorch threads, which depend on the two above.
+  SetCpuThreads(threads);
+  return absl::OkStatus();
 }
 
 std::string CpuKernelSummary() {

@@ -26,7 +26,8 @@ int ProcessComputeThreads(int threads);
 // cores): --product_threads 0, the default, follows it, so that --threads N
 // alone caps every compute thread of the process at N (libtorch's intra-op
 // threads and the product pool take turns on the same N cores) and a
-// one-row forward reads its weights on all of them.
+// one-row forward reads its weights on all of them. Then sets the calling
+// thread's libtorch threads (SetCpuThreads, model/cpu_threads.h).
 absl::Status ApplyCpuKernelFlags(int threads);
 
 // What the flags resolved to ("auto" included), for the operator's log:

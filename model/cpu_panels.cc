@@ -73,15 +73,36 @@ DEDIT_AVX512 inline void StoreTile(const __m512 (&acc)[R][C],
   }
 }
 
+// Software prefetch of the next register tile's panels into L2 while the
+// row blocks of a multi-block product run over the current tile's: then
+// the compute of all row blocks overlaps the stream of the next tile from
+// DRAM, instead of the first row block waiting on DRAM and the others on
+// arithmetic (bench/README.md, "The production regime"). A group's panel
+// is contiguous and a tile's groups follow each other, so the next tile is
+// the next byte range; each k step of a tile issues up to `per_step` lines
+// of it.
+struct Prefetcher {
+  const char* next = nullptr;
+  const char* end = nullptr;
+  int per_step = 0;
+  inline void Step() {
+    for (int j = 0; j < per_step && next < end; ++j, next += 64) {
+      _mm_prefetch(next, _MM_HINT_T1);
+    }
+  }
+};
+
 // R rows x C groups of y from group g0. x: f32 rows (ld k).
 template <int R, int C>
 DEDIT_AVX512 void F32Tile(const float* x, int64_t k, const float* panels,
-                          const float* bias, float* y, int64_t n, int64_t g0) {
+                          const float* bias, float* y, int64_t n, int64_t g0,
+                          Prefetcher* prefetch) {
   __m512 acc[R][C];
   __mmask16 mask[C];
   StartTile<R, C>(bias, n, g0, acc, mask);
   const float* p = panels + g0 * k * kGroup;
   for (int64_t i = 0; i < k; ++i) {
+    prefetch->Step();
     __m512 w[C];
     for (int c = 0; c < C; ++c) {
       w[c] = _mm512_loadu_ps(p + (c * k + i) * kGroup);
@@ -99,12 +120,14 @@ DEDIT_AVX512 void F32Tile(const float* x, int64_t k, const float* panels,
 template <int R, int C>
 DEDIT_AVX512_BF16 void Bf16Tile(const uint32_t* x, int64_t pairs,
                                 const uint16_t* panels, const float* bias,
-                                float* y, int64_t n, int64_t g0) {
+                                float* y, int64_t n, int64_t g0,
+                                Prefetcher* prefetch) {
   __m512 acc[R][C];
   __mmask16 mask[C];
   StartTile<R, C>(bias, n, g0, acc, mask);
   const uint16_t* p = panels + g0 * pairs * 2 * kGroup;
   for (int64_t i = 0; i < pairs; ++i) {
+    prefetch->Step();
     __m512bh w[C];
     for (int c = 0; c < C; ++c) {
       w[c] = (__m512bh)_mm512_loadu_si512(p + (c * pairs + i) * 2 * kGroup);
@@ -183,38 +206,54 @@ void RowsToBf16Pairs(const float* x, int64_t m, int64_t k, int64_t pairs,
 // 17 rows cost three passes over a DRAM-resident model. The order of each
 // output's sum is the same either way.
 template <typename Tile>
-DEDIT_AVX512 void EachTile(int64_t m, int64_t g0, int64_t g1, Tile tile) {
+DEDIT_AVX512 void EachTile(int64_t m, int64_t g0, int64_t g1,
+                           const void* panels, int64_t group_bytes, Tile tile) {
+  const int64_t blocks = (m + kTileRows - 1) / kTileRows;
+  const char* base = static_cast<const char*>(panels);
+  // One row block streams its tile as fast as the arithmetic allows, and
+  // the hardware prefetcher keeps up with that: the prefetch is for two
+  // or more (measured on the wide pair's shapes, bench/README.md).
+  constexpr int64_t kMinPrefetchBlocks = 2;
+  auto run = [&](auto groups, int64_t g) {
+    constexpr int C = decltype(groups)::value;
+    Prefetcher prefetch;
+    if (blocks >= kMinPrefetchBlocks) {
+      const int64_t next_groups = std::min<int64_t>(C, g1 - g - C);
+      prefetch.next = base + (g + C) * group_bytes;
+      prefetch.end =
+          prefetch.next + std::max<int64_t>(next_groups, 0) * group_bytes;
+      prefetch.per_step = static_cast<int>((C + blocks - 1) / blocks);
+    }
+    EachRowBlock(
+        m, [&](auto rows, int64_t r) { tile(rows, groups, r, g, &prefetch); });
+  };
   int64_t g = g0;
   for (; g + kTileGroups <= g1; g += kTileGroups) {
-    EachRowBlock(m, [&](auto rows, int64_t r) {
-      tile(rows, std::integral_constant<int, kTileGroups>(), r, g);
-    });
+    run(std::integral_constant<int, kTileGroups>(), g);
   }
-  for (; g < g1; ++g) {
-    EachRowBlock(m, [&](auto rows, int64_t r) {
-      tile(rows, std::integral_constant<int, 1>(), r, g);
-    });
-  }
+  for (; g < g1; ++g) run(std::integral_constant<int, 1>(), g);
 }
 
 DEDIT_AVX512 void F32Groups(const float* x, int64_t m, int64_t k,
                             const float* panels, const float* bias, float* y,
                             int64_t n, int64_t g0, int64_t g1) {
-  EachTile(m, g0, g1, [&](auto rows, auto groups, int64_t r, int64_t g) {
-    F32Tile<decltype(rows)::value, decltype(groups)::value>(
-        x + r * k, k, panels, bias == nullptr ? nullptr : bias + r * n,
-        y + r * n, n, g);
-  });
+  EachTile(m, g0, g1, panels, k * kGroup * sizeof(float),
+           [&](auto rows, auto groups, int64_t r, int64_t g, Prefetcher* pf) {
+             F32Tile<decltype(rows)::value, decltype(groups)::value>(
+                 x + r * k, k, panels, bias == nullptr ? nullptr : bias + r * n,
+                 y + r * n, n, g, pf);
+           });
 }
 
 DEDIT_AVX512_BF16 void Bf16Groups(const uint32_t* x, int64_t m, int64_t pairs,
                                   const uint16_t* panels, const float* bias,
                                   float* y, int64_t n, int64_t g0, int64_t g1) {
-  EachTile(m, g0, g1, [&](auto rows, auto groups, int64_t r, int64_t g) {
-    Bf16Tile<decltype(rows)::value, decltype(groups)::value>(
-        x + r * pairs, pairs, panels, bias == nullptr ? nullptr : bias + r * n,
-        y + r * n, n, g);
-  });
+  EachTile(m, g0, g1, panels, pairs * 2 * kGroup * sizeof(uint16_t),
+           [&](auto rows, auto groups, int64_t r, int64_t g, Prefetcher* pf) {
+             Bf16Tile<decltype(rows)::value, decltype(groups)::value>(
+                 x + r * pairs, pairs, panels,
+                 bias == nullptr ? nullptr : bias + r * n, y + r * n, n, g, pf);
+           });
 }
 
 DEDIT_AVX512 void SiluMulRows(const float* gu, int64_t n, int64_t inter,
@@ -385,7 +424,8 @@ std::shared_ptr<const CpuPanels> CpuPanels::Pack(const at::Tensor& w,
     return row < k && col < n ? src[row * n + col] : 0.0f;
   };
   if (kind == CpuProducts::kF32) {
-    p->f32_.assign(p->groups_ * k * kGroup, 0.0f);
+    p->f32_ = LargeArray<float>(p->groups_ * k * kGroup);
+    if (p->f32_.data() == nullptr) return nullptr;
     for (int64_t g = 0; g < p->groups_; ++g) {
       for (int64_t i = 0; i < k; ++i) {
         for (int64_t c = 0; c < kGroup; ++c) {
@@ -394,7 +434,8 @@ std::shared_ptr<const CpuPanels> CpuPanels::Pack(const at::Tensor& w,
       }
     }
   } else {
-    p->bf16_.assign(p->groups_ * p->pairs_ * 2 * kGroup, 0);
+    p->bf16_ = LargeArray<uint16_t>(p->groups_ * p->pairs_ * 2 * kGroup);
+    if (p->bf16_.data() == nullptr) return nullptr;
     for (int64_t g = 0; g < p->groups_; ++g) {
       for (int64_t i = 0; i < p->pairs_; ++i) {
         for (int64_t c = 0; c < kGroup; ++c) {

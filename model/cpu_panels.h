@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "model/huge_pages.h"
 
 namespace dedit {
 
@@ -123,8 +124,9 @@ class CpuPanels {
   int64_t groups_;  // ceil(n / 16)
   int64_t pairs_;   // ceil(k / 2), bf16 only
   // f32: [groups][k][16]; bf16: [groups][pairs][16][2] (as uint16).
-  std::vector<float> f32_;
-  std::vector<uint16_t> bf16_;
+  // On 2 MB pages where they are large (model/huge_pages.h).
+  LargeArray<float> f32_;
+  LargeArray<uint16_t> bf16_;
 };
 
 }  // namespace dedit

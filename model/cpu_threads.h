@@ -12,13 +12,20 @@
 
 namespace dedit {
 
-// Sets libtorch's intra-op threads to `threads` (threads <= 0 keeps
-// libtorch's default) and, when the process's BLAS is OpenBLAS, its thread
-// count to the same number; other BLAS libraries are left as they are.
-// The few-row products' own threads are set apart (SetCpuProductThreads,
-// model/cpu_product_pool.h): more intra-op and BLAS threads made a verify
-// slower on a small CPU (bench/README.md).
+// Sets libtorch's intra-op threads to LibtorchThreadsFor(threads)
+// (threads <= 0 keeps libtorch's default) and, when the process's BLAS is
+// OpenBLAS, its thread count to the same number; other BLAS libraries are
+// left as they are. The products' own threads are set apart
+// (SetCpuProductThreads, model/cpu_product_pool.h; model/cpu_flags.h sets
+// both from --threads): more intra-op and BLAS threads made a verify slower
+// on a small CPU (bench/README.md). Call it after the CPU kernel flags are
+// applied (ApplyCpuKernelFlags), since the count depends on them.
 void SetCpuThreads(int threads);
+
+// `threads`, or 1 when the process's products run on CPU panels with a
+// product pool of 2 or more threads: there the pool does the parallel
+// work, and libtorch's threads would only spin beside it.
+int LibtorchThreadsFor(int threads);
 
 // What a model thread sets first and keeps for its life (docs/ARCHITECTURE.md
 // §7): inference mode (no autograd bookkeeping) and its CPU thread counts.

@@ -21,7 +21,16 @@
 # docs/RESULTS.md; DEMO_NGRAM_WINDOW (8), DEMO_TIMING_ROUNDS (5: timed
 # runs per method, in turns, for the speed table; 0 times the first runs),
 # DEMO_KEEP_LOGS=1 (keep the run folder), DEMO_DRAFTER (the drafter folder;
-# default checkpoints/tiny/drafter).
+# default the pair's drafter), DEMO_PAIR (the pair's folder, default
+# checkpoints/tiny), DEMO_THREADS (--threads of each model service; default
+# 1 for the tiny pair, the machine's cores for the wide one).
+#
+# Then, unless DEMO_WIDE=0, the production regime: the same pair widened x8
+# (scripts/make_wide_pair.sh, generated on first use into BUILD/wide-pair-x8,
+# a 293 MB target whose weights stream from DRAM at every step, as a real
+# model's do), served and timed the same way (DEMO_WIDE_WINDOW, default 16).
+# It computes the tiny pair's function, so it answers alike; its speeds are
+# those of a memory-bound model (docs/RESULTS.md, "The production regime").
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=$(cd "${1:-$ROOT/build}" && pwd)
@@ -31,6 +40,9 @@ CLI=$BUILD/cli/dedit-cli
 WINDOW=${DEMO_WINDOW:-8}
 PASSES=${DEMO_PASSES:-1}
 NGRAM_WINDOW=${DEMO_NGRAM_WINDOW:-8}
+PAIR=${DEMO_PAIR:-$ROOT/checkpoints/tiny}
+PAIR_LABEL=${PAIR#$ROOT/}
+THREADS=${DEMO_THREADS:-1}
 SERVE_ARGS=()
 CHAT_FAMILY=""
 MAX_TOKENS=${DEMO_MAX_TOKENS:-160}
@@ -39,10 +51,10 @@ MAX_TOKENS=${DEMO_MAX_TOKENS:-160}
 # matches in digit strings make junk seeds); DEMO_DRAFTER=
 # checkpoints/tiny/drafter-seeded serves that one, ahead on the held-out
 # set (docs/RESULTS.md "Issue 13, trusting the seed").
-DRAFTER=${DEMO_DRAFTER:-$ROOT/checkpoints/tiny/drafter}
-if [ -f "$ROOT/checkpoints/tiny/target/model.safetensors" ] &&
+DRAFTER=${DEMO_DRAFTER:-$PAIR/drafter}
+if [ -f "$PAIR/target/model.safetensors" ] &&
    [ -f "$DRAFTER/model.safetensors" ]; then
-  SERVE_ARGS=(--target-dir "$ROOT/checkpoints/tiny/target" --drafter-dir "$DRAFTER")
+  SERVE_ARGS=(--target-dir "$PAIR/target" --drafter-dir "$DRAFTER")
   if [ -z "${DEMO_PROMPT:-}" ] && [ -f "$ROOT/checkpoints/tiny/target/chat_eval.json" ]; then
     # A multiply task with fresh values (the suite's held-out instances are
     # drawn the same way); any message in a suite format works (DEMO_CHAT).
@@ -50,7 +62,7 @@ if [ -f "$ROOT/checkpoints/tiny/target/model.safetensors" ] &&
     CHAT=${DEMO_CHAT:-"Multiply 7315 by 46."}
     PROMPT_ARGS=(--chat --prompt "$CHAT")
     MAX_TOKENS=${DEMO_MAX_TOKENS:-448}
-    echo "model: bundled checkpoints/tiny chat pair (see checkpoints/tiny/target/MODEL_CARD.md)"
+    echo "model: $PAIR_LABEL chat pair (see checkpoints/tiny/target/MODEL_CARD.md)"
     echo "drafter: ${DRAFTER#$ROOT/} (see its MODEL_CARD.md)"
     echo "user message ($CHAT_FAMILY task):"
     printf '%s\n' "$CHAT" | sed 's/^/  | /'
@@ -95,9 +107,9 @@ stop_services() {
 }
 trap stop_services EXIT
 
-echo "== starting dedit-drafter, dedit-target, dedit-router (CPU, 1 thread each) =="
+echo "== starting dedit-drafter, dedit-target, dedit-router (CPU, --threads $THREADS each) =="
 bash "$ROOT/scripts/serve.sh" --build-dir "$BUILD" --run-dir "$RUN_DIR" --detach \
-  --threads 1 --router-port "$RP" --target-port "$TP" --drafter-port "$DP" \
+  --threads "$THREADS" --router-port "$RP" --target-port "$TP" --drafter-port "$DP" \
   --metrics-ports "$RM,$TM,$DM" "${SERVE_ARGS[@]}"
 
 echo
@@ -233,7 +245,22 @@ if [ -x "$GEN" ] && [ ${#SERVE_ARGS[@]} -gt 0 ]; then
       ngram) args=(--method ngram --window "$NGRAM_WINDOW") ;;
       ar) args=(--ar) ;;
     esac
-    "$GEN" --target "$ROOT/checkpoints/tiny/target" "${args[@]}" "${PROMPT_ARGS[@]}" \
-      --max_tokens "$MAX_TOKENS" --threads 1 | grep -E '^(finish|prefill)' | sed "s/^/  $mode: /"
+    "$GEN" --target "$PAIR/target" "${args[@]}" "${PROMPT_ARGS[@]}" \
+      --max_tokens "$MAX_TOKENS" --threads "$THREADS" | grep -E '^(finish|prefill)' | sed "s/^/  $mode: /"
   done
+fi
+
+# The production regime: the same pair widened x8, its weights far larger
+# than the caches, served the same way on all cores.
+if [ "${DEMO_WIDE:-1}" = 1 ] && [ -z "${DEMO_PAIR:-}" ] && [ ${#SERVE_ARGS[@]} -gt 0 ]; then
+  stop_services
+  trap - EXIT
+  echo
+  echo "================================================================"
+  echo "== the production regime: the pair widened x8 (a 293 MB target) =="
+  echo "================================================================"
+  BUILD=$BUILD bash "$ROOT/scripts/make_wide_pair.sh" "$BUILD/wide-pair-x8" 8
+  DEMO_PAIR=$BUILD/wide-pair-x8 DEMO_WIDE=0 DEMO_THREADS=${DEMO_WIDE_THREADS:-$(nproc)} \
+    DEMO_WINDOW=${DEMO_WIDE_WINDOW:-16} DEMO_NGRAM_WINDOW=${DEMO_WIDE_WINDOW:-16} \
+    DEMO_DRAFTER= exec bash "$0" "$BUILD"
 fi

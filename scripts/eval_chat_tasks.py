@@ -30,7 +30,7 @@ and `short` are in-process only, the router has flags for them). `conf`
 (model and hybrid, in-process only; the router's --min_draft_confidence)
 cuts the model's drafts before their first slot less confident than C.
 `pt` (in-process only) is dedit-generate's --product_threads (default
---product-threads, 1); `cp` (in-process only) its --cpu_products (blas,
+--product-threads, 0: follow --threads); `cp` (in-process only) its --cpu_products (blas,
 f32, bf16 or auto; default --cpu-products, auto). Compare kernels in runs of
 their own (--cpu-products, --kv-cache-dtype): the baseline and the lossless check take the
 ar configuration's outputs, and bf16 products decode their own greedy
@@ -91,9 +91,9 @@ def main():
     ap.add_argument("--passes", type=int, default=0)
     ap.add_argument("--max_tokens", type=int, default=448)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--product-threads", type=int, default=1,
+    ap.add_argument("--product-threads", type=int, default=0,
                     help="dedit-generate --product_threads for every "
-                         "configuration without pt=N")
+                         "configuration without pt=N (0: follow --threads)")
     ap.add_argument("--cpu-products", default="auto",
                     help="dedit-generate --cpu_products for every "
                          "configuration without cp=KERNEL")

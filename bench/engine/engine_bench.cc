@@ -17,6 +17,7 @@
 //       [--prompt_tokens 32] [--max_tokens 64] [--method model|ngram]
 #include <ATen/Functions.h>
 #include <ATen/record_function.h>
+#include <immintrin.h>
 
 #include <algorithm>
 #include <atomic>
@@ -35,7 +36,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "model/cpu_flags.h"
-#include "model/cpu_threads.h"
+#include "model/cpu_panels.h"
+#include "model/huge_pages.h"
 #include "model/in_process.h"
 
 ABSL_FLAG(std::string, target, "", "target model folder");
@@ -185,6 +187,94 @@ int64_t PeakRssKb() {
   return -1;
 }
 
+// The sum of n words, as fast as this CPU loads them: 64-byte loads into
+// four independent sums where AVX-512 runs (the loads the weight kernels
+// use), else four scalar sums.
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx512f"))) uint64_t SumWordsAvx512(const uint64_t* w,
+                                                           int64_t n) {
+  __m512i a = _mm512_setzero_si512(), b = a, c = a, d = a;
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    a = _mm512_add_epi64(a, _mm512_loadu_si512(w + i));
+    b = _mm512_add_epi64(b, _mm512_loadu_si512(w + i + 8));
+    c = _mm512_add_epi64(c, _mm512_loadu_si512(w + i + 16));
+    d = _mm512_add_epi64(d, _mm512_loadu_si512(w + i + 24));
+  }
+  uint64_t total = static_cast<uint64_t>(_mm512_reduce_add_epi64(
+      _mm512_add_epi64(_mm512_add_epi64(a, b), _mm512_add_epi64(c, d))));
+  for (; i < n; ++i) total += w[i];
+  return total;
+}
+#endif
+
+uint64_t SumWords(const uint64_t* w, int64_t n) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (__builtin_cpu_supports("avx512f")) return SumWordsAvx512(w, n);
+#endif
+  uint64_t a = 0, b = 0, c = 0, d = 0;
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    a += w[i];
+    b += w[i + 1];
+    c += w[i + 2];
+    d += w[i + 3];
+  }
+  for (; i < n; ++i) a += w[i];
+  return a + b + c + d;
+}
+
+// One thread's share of the arithmetic peak: `iters` steps of 24
+// independent bf16 dot products (VDPBF16PS, 32 multiply-adds each, what
+// the bf16 panels run), from registers. Returns the multiply-adds done.
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx512f,avx512bf16"))) double Bf16DotSteps(
+    int64_t iters) {
+  __m512 acc[24];
+  for (__m512& a : acc) a = _mm512_setzero_ps();
+  __m512bh x = (__m512bh)_mm512_set1_epi32(0x3f803f80);  // bf16 1.0 pairs
+  const __m512bh w = x;
+  for (int64_t i = 0; i < iters; ++i) {
+    for (__m512& a : acc) a = _mm512_dpbf16_ps(a, x, w);
+    asm volatile("" : "+v"(x));  // keeps the loop from being folded
+  }
+  __m512 total = acc[0];
+  for (int i = 1; i < 24; ++i) total = _mm512_add_ps(total, acc[i]);
+  if (_mm512_reduce_add_ps(total) == 1) std::cerr << "";
+  return static_cast<double>(iters) * 24 * 32;
+}
+#endif
+
+// The machine's bf16 multiply-add rate, G/s, with `threads` threads at
+// once (best of `reps`): the arithmetic floor of a forward of many rows,
+// which must do rows x parameters multiply-adds. 0 where the CPU lacks
+// AVX512_BF16. Measured, not taken from a data sheet: on a VM two vCPUs
+// may share one core's vector units.
+double Bf16PeakGmacPerS(int threads, int reps) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (!CpuRuns(CpuProducts::kBf16)) return 0;
+  constexpr int64_t kIters = 4000000;  // ~0.1 s per thread at full rate
+  double best = 0;
+  for (int r = 0; r < reps; ++r) {
+    std::vector<std::thread> workers;
+    std::vector<double> macs(threads);
+    const auto t0 = Clock::now();
+    for (int t = 0; t < threads; ++t) {
+      workers.emplace_back([&macs, t] { macs[t] = Bf16DotSteps(kIters); });
+    }
+    for (std::thread& w : workers) w.join();
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    double total = 0;
+    for (double m : macs) total += m;
+    best = std::max(best, total / s / 1e9);
+  }
+  return best;
+#else
+  (void)threads, (void)reps;
+  return 0;
+#endif
+}
+
 // The machine's DRAM read bandwidth, GB/s: `threads` threads each sum
 // their slice of a `bytes` buffer (far larger than any cache), best of
 // `reps`. This is the floor a weight-streaming decode step is measured
@@ -193,7 +283,10 @@ int64_t PeakRssKb() {
 // that its pages are mapped, by the threads that later read them.
 double DramReadGbPerS(int64_t bytes, int threads, int reps) {
   const int64_t words = bytes / static_cast<int64_t>(sizeof(uint64_t));
-  std::unique_ptr<uint64_t[]> buffer(new uint64_t[words]);
+  // Allocated as the weight panels are (2 MB pages where the kernel gives
+  // them), so that the floor is read as the weights are.
+  LargeArray<uint64_t> buffer(words);
+  if (buffer.data() == nullptr) return 0;
   const int64_t per = (words + threads - 1) / threads;
   auto each_slice = [&](auto fn) {
     std::vector<std::thread> workers;
@@ -212,17 +305,7 @@ double DramReadGbPerS(int64_t bytes, int threads, int reps) {
   for (int r = 0; r < reps; ++r) {
     const double ms = TimeMs([&] {
       each_slice([&](int64_t begin, int64_t end, int t) {
-        // Four independent sums, so the loop is bound by the loads.
-        uint64_t a = 0, b = 0, c = 0, d = 0;
-        int64_t i = begin;
-        for (; i + 4 <= end; i += 4) {
-          a += buffer[i];
-          b += buffer[i + 1];
-          c += buffer[i + 2];
-          d += buffer[i + 3];
-        }
-        for (; i < end; ++i) a += buffer[i];
-        sums[t] = a + b + c + d;
+        sums[t] = SumWords(buffer.data() + begin, end - begin);
       });
     });
     best = std::max(best,
@@ -243,7 +326,6 @@ void Check(const absl::Status& s, const char* what) {
 }
 
 int Main() {
-  SetCpuThreads(absl::GetFlag(FLAGS_threads));
   Check(ApplyCpuKernelFlags(absl::GetFlag(FLAGS_threads)), "flags");
   InProcessStack::Options o;
   o.max_speculative_batch = absl::GetFlag(FLAGS_max_speculative_batch);
@@ -257,21 +339,29 @@ int Main() {
   Qwen3Model& target = (*stack)->target();
   // The machine's DRAM read bandwidth, measured in this run on all cores
   // and on one: the floor of a decode step that streams its weights.
+  // And its bf16 arithmetic rate on the process's threads: the floor of a
+  // forward of many rows.
   const double dram_gb = absl::GetFlag(FLAGS_dram_gb);
-  double dram_gbps = 0;
+  double dram_gbps = 0, peak_gmacs = 0;
   if (dram_gb > 0) {
     const int cores = ProcessComputeThreads(0);
     const auto bytes = static_cast<int64_t>(dram_gb * 1e9);
     dram_gbps = DramReadGbPerS(bytes, cores, 5);
-    std::cout << nlohmann::json{{"what", "dram_read"},
-                                {"bytes", bytes},
-                                {"threads", cores},
-                                {"gb_per_s", dram_gbps},
-                                {"one_thread_gb_per_s",
-                                 cores > 1 ? DramReadGbPerS(bytes, 1, 5)
-                                           : dram_gbps}}
-                     .dump()
-              << std::endl;
+    const int threads = ProcessComputeThreads(absl::GetFlag(FLAGS_threads));
+    peak_gmacs = Bf16PeakGmacPerS(threads, 3);
+    std::cout
+        << nlohmann::json{{"what", "dram_read"},
+                          {"bytes", bytes},
+                          {"threads", cores},
+                          {"gb_per_s", dram_gbps},
+                          {"one_thread_gb_per_s",
+                           cores > 1 ? DramReadGbPerS(bytes, 1, 5) : dram_gbps},
+                          {"bf16_peak_threads", threads},
+                          {"bf16_peak_gmac_per_s", peak_gmacs},
+                          {"bf16_one_thread_gmac_per_s",
+                           threads > 1 ? Bf16PeakGmacPerS(1, 3) : peak_gmacs}}
+               .dump()
+        << std::endl;
   }
   DEditDrafter* drafter = (*stack)->drafter();
   const Qwen3Config& c = target.config();
@@ -373,6 +463,21 @@ int Main() {
     timing["decode_weight_bytes"] = bytes;
     timing["decode_gb_per_s"] = gbps;
     if (dram_gbps > 0) timing["decode_over_dram"] = gbps / dram_gbps;
+    // The floor of a forward of n rows: its weight bytes at the DRAM rate
+    // or its multiply-adds (n x weights) at the bf16 rate, whichever is
+    // longer (bf16 panels: 2 bytes a weight).
+    if (dram_gbps > 0 && peak_gmacs > 0 &&
+        GetCpuProducts() == CpuProducts::kBf16) {
+      auto floor_ms = [&](int n) {
+        return std::max(
+            static_cast<double>(bytes) / (dram_gbps * 1e6),
+            n * static_cast<double>(bytes) / 2 / (peak_gmacs * 1e6));
+      };
+      timing["floor_ms"] = {{"1", floor_ms(1)},
+                            {"9", floor_ms(9)},
+                            {"16", floor_ms(16)},
+                            {"17", floor_ms(17)}};
+    }
   }
   if (batch > 1) {
     timing["batch_decode"] = batch;
