@@ -9,7 +9,10 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CXX_COMPILER ?= clang++-14
 CMAKE_FLAGS ?=
-CCACHE := $(shell command -v ccache 2>/dev/null)
+# Looked up when the build recipe runs, after `deps` may have installed
+# ccache: a `:=` lookup at parse time missed it on a fresh machine, and the
+# next make (demo after test) reconfigured with a launcher and rebuilt all.
+CCACHE = $(shell command -v ccache 2>/dev/null)
 
 .PHONY: demo test build deps clean format fuzz
 
