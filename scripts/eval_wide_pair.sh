@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The wide pair's held-out evaluation in one run (issue 46, docs/RESULTS.md
+# The wide pair's held-out evaluation in one run (docs/RESULTS.md
 # "The production regime"): the shipped pair widened x8
 # (scripts/make_wide_pair.sh), every configuration on the held-out chat
 # tasks, in process (dedit-generate) and through the three services

@@ -2,7 +2,8 @@
 // checkpoint: the wide model computes the same function as the original
 // (up to the order of float sums) while its weights are F^2 times the
 // bytes, so a trained tiny pair can stand in for a model whose decode is
-// bound by reading its weights from memory (issue 46). The algebra:
+// bound by reading its weights from memory (docs/RESULTS.md, "The
+// production regime"). The algebra:
 //
 // The residual stream x of width H becomes x' = [x, x, ..., x] (F copies,
 // block after block), width F*H:

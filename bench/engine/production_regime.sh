@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The production regime's engine gates in one run (issue 46, bench/README.md
+# The production regime's engine gates in one run (bench/README.md
 # "The production regime"): the machine's DRAM read bandwidth and, on a
 # model whose weights stream from DRAM at every step,
 #   decode as a fraction of that bandwidth,
