@@ -28,7 +28,9 @@
 # Then, unless DEMO_WIDE=0, the production regime: the same pair widened x8
 # (scripts/make_wide_pair.sh, generated on first use into BUILD/wide-pair-x8,
 # a 293 MB target whose weights stream from DRAM at every step, as a real
-# model's do), served and timed the same way (DEMO_WIDE_WINDOW, default 16).
+# model's do), served and timed the same way (DEMO_WIDE_WINDOW, default 16;
+# DEMO_WIDE_THREADS, default the machine's cores; the widened copy of the
+# drafter served above).
 # It computes the tiny pair's function, so it answers alike; its speeds are
 # those of a memory-bound model (docs/RESULTS.md, "The production regime").
 set -euo pipefail
@@ -260,7 +262,11 @@ if [ "${DEMO_WIDE:-1}" = 1 ] && [ -z "${DEMO_PAIR:-}" ] && [ ${#SERVE_ARGS[@]} -
   echo "== the production regime: the pair widened x8 (a 293 MB target) =="
   echo "================================================================"
   BUILD=$BUILD bash "$ROOT/scripts/make_wide_pair.sh" "$BUILD/wide-pair-x8" 8
+  # The widened copy of the drafter served above (drafter or
+  # drafter-seeded), else the wide pair's drafter.
+  WIDE_DRAFTER=$BUILD/wide-pair-x8/$(basename "$DRAFTER")
+  [ -f "$WIDE_DRAFTER/model.safetensors" ] || WIDE_DRAFTER=$BUILD/wide-pair-x8/drafter
   DEMO_PAIR=$BUILD/wide-pair-x8 DEMO_WIDE=0 DEMO_THREADS=${DEMO_WIDE_THREADS:-$(nproc)} \
     DEMO_WINDOW=${DEMO_WIDE_WINDOW:-16} DEMO_NGRAM_WINDOW=${DEMO_WIDE_WINDOW:-16} \
-    DEMO_DRAFTER= exec bash "$0" "$BUILD"
+    DEMO_DRAFTER="$WIDE_DRAFTER" exec bash "$0" "$BUILD"
 fi
