@@ -381,7 +381,7 @@ CpuProducts BestCpuProducts() {
   return CpuProducts::kBlas;
 }
 
-absl::Status SetCpuProductsFlag(std::string_view name) {
+absl::Status SetCpuProductsFlag(std::string_view name, std::string_view flag) {
   if (name == "auto") {
     SetCpuProducts(BestCpuProducts());
     return absl::OkStatus();
@@ -391,16 +391,16 @@ absl::Status SetCpuProductsFlag(std::string_view name) {
     if (name != CpuProductsName(kind)) continue;
     if (!CpuRuns(kind)) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "--cpu_products=", std::string(name),
+          std::string(flag), "=", std::string(name),
           ": this CPU lacks the instructions (",
           kind == CpuProducts::kBf16 ? "AVX512_BF16" : "AVX-512", ")"));
     }
     SetCpuProducts(kind);
     return absl::OkStatus();
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("--cpu_products must be auto, blas, f32 or bf16, got \"",
-                   std::string(name), "\""));
+  return absl::InvalidArgumentError(absl::StrCat(
+      std::string(flag), " must be auto, blas, f32 or bf16, got \"",
+      std::string(name), "\""));
 }
 
 CpuPanels::CpuPanels(CpuProducts kind, int64_t k, int64_t n)

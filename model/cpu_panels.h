@@ -63,9 +63,11 @@ CpuProducts GetCpuProducts();
 // The fastest kernel this CPU runs: bf16, else f32, else blas.
 CpuProducts BestCpuProducts();
 // --cpu_products: "auto" (BestCpuProducts, the binaries' default), "blas",
-// "f32" or "bf16". INVALID_ARGUMENT naming the flag for another name,
-// FAILED_PRECONDITION for a kernel this CPU cannot run.
-absl::Status SetCpuProductsFlag(std::string_view name);
+// "f32" or "bf16". INVALID_ARGUMENT naming `flag` for another name,
+// FAILED_PRECONDITION for a kernel this CPU cannot run (a tool that takes
+// the kernel under another flag passes its name).
+absl::Status SetCpuProductsFlag(std::string_view name,
+                                std::string_view flag = "--cpu_products");
 
 // silu(gu[:, :I]) * gu[:, I:] for gu [n, 2I] (the packed gate/up
 // product), row-major, into out [n, I], with AVX-512 and the exp of

@@ -422,15 +422,12 @@ int RunWidenCheck() {
                 {"chat_prompts", prompts_path}})) {
     return 2;
   }
-  const std::string products = absl::GetFlag(FLAGS_check_products);
-  if (products != "auto" && products != "blas" && products != "f32" &&
-      products != "bf16") {
-    std::cerr << "dedit-train: --check_products must be auto, blas, f32 or "
-                 "bf16, got '"
-              << products << "'\n";
+  const absl::Status kernel = dedit::SetCpuProductsFlag(
+      absl::GetFlag(FLAGS_check_products), "--check_products");
+  if (kernel.code() == absl::StatusCode::kInvalidArgument) {
+    std::cerr << "dedit-train: " << kernel.message() << "\n";
     return 2;
   }
-  absl::Status kernel = dedit::SetCpuProductsFlag(products);
   if (!kernel.ok()) return Fail(kernel);
   auto tokenizer = dedit::Tokenizer::FromFile(target_dir + "/tokenizer.json");
   if (!tokenizer.ok()) return Fail(tokenizer.status());

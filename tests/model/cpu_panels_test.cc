@@ -352,6 +352,11 @@ TEST(CpuProductsFlag, NamesTheFlagAndTheKernels) {
   EXPECT_NE(bad.message().find("--cpu_products"), std::string::npos);
   EXPECT_NE(bad.message().find("fp16"), std::string::npos);
   EXPECT_EQ(GetCpuProducts(), CpuProducts::kBlas);
+  // A tool that takes the kernel under another flag gets that name.
+  const absl::Status other = SetCpuProductsFlag("fp16", "--check_products");
+  EXPECT_EQ(other.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(other.message().find("--check_products"), std::string::npos);
+  EXPECT_EQ(other.message().find("--cpu_products"), std::string::npos);
   ASSERT_TRUE(SetCpuProductsFlag("auto").ok());  // the binaries' default
   EXPECT_EQ(GetCpuProducts(), BestCpuProducts());
   EXPECT_TRUE(CpuRuns(GetCpuProducts()));
