@@ -22,13 +22,14 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <fstream>
 #include <iostream>
-#include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -187,6 +188,20 @@ int64_t PeakRssKb() {
   return -1;
 }
 
+// Where the floor measurements put their threads' results (from the
+// calling thread, after they joined), so that the compiler keeps the loads
+// and multiply-adds that make them: a volatile store is never dropped.
+volatile uint64_t floor_sink;
+
+// fn(t) for t in [0, threads), each on its own thread, all at once;
+// returns when all have.
+template <typename Fn>
+void OnThreads(int threads, Fn fn) {
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t) workers.emplace_back([&fn, t] { fn(t); });
+  for (std::thread& w : workers) w.join();
+}
+
 // The sum of n words, as fast as this CPU loads them: 64-byte loads into
 // four independent sums where AVX-512 runs (the loads the weight kernels
 // use), else four scalar sums.
@@ -226,11 +241,12 @@ uint64_t SumWords(const uint64_t* w, int64_t n) {
 
 // One thread's share of the arithmetic peak: `iters` steps of 24
 // independent bf16 dot products (VDPBF16PS, 32 multiply-adds each, what
-// the bf16 panels run), from registers. Returns the multiply-adds done.
+// the bf16 panels run), from registers.
+constexpr int kDotChains = 24, kMacsPerDot = 32;
 #if defined(__x86_64__) && defined(__GNUC__)
-__attribute__((target("avx512f,avx512bf16"))) double Bf16DotSteps(
+__attribute__((target("avx512f,avx512bf16"))) uint32_t Bf16DotSteps(
     int64_t iters) {
-  __m512 acc[24];
+  __m512 acc[kDotChains];
   for (__m512& a : acc) a = _mm512_setzero_ps();
   __m512bh x = (__m512bh)_mm512_set1_epi32(0x3f803f80);  // bf16 1.0 pairs
   const __m512bh w = x;
@@ -239,9 +255,13 @@ __attribute__((target("avx512f,avx512bf16"))) double Bf16DotSteps(
     asm volatile("" : "+v"(x));  // keeps the loop from being folded
   }
   __m512 total = acc[0];
-  for (int i = 1; i < 24; ++i) total = _mm512_add_ps(total, acc[i]);
-  if (_mm512_reduce_add_ps(total) == 1) std::cerr << "";
-  return static_cast<double>(iters) * 24 * 32;
+  for (int i = 1; i < kDotChains; ++i) total = _mm512_add_ps(total, acc[i]);
+  // Its bits: a float-to-integer conversion of an unknown value may be
+  // assumed in range, and then dropped with the loop.
+  const float sum = _mm512_reduce_add_ps(total);
+  uint32_t bits;
+  std::memcpy(&bits, &sum, sizeof(bits));
+  return bits;
 }
 #endif
 
@@ -255,18 +275,15 @@ double Bf16PeakGmacPerS(int threads, int reps) {
   if (!CpuRuns(CpuProducts::kBf16)) return 0;
   constexpr int64_t kIters = 4000000;  // ~0.1 s per thread at full rate
   double best = 0;
+  const double macs =
+      static_cast<double>(threads) * kIters * kDotChains * kMacsPerDot;
+  std::vector<uint32_t> results(threads);
   for (int r = 0; r < reps; ++r) {
-    std::vector<std::thread> workers;
-    std::vector<double> macs(threads);
-    const auto t0 = Clock::now();
-    for (int t = 0; t < threads; ++t) {
-      workers.emplace_back([&macs, t] { macs[t] = Bf16DotSteps(kIters); });
-    }
-    for (std::thread& w : workers) w.join();
-    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-    double total = 0;
-    for (double m : macs) total += m;
-    best = std::max(best, total / s / 1e9);
+    const double ms = TimeMs([&] {
+      OnThreads(threads, [&](int t) { results[t] = Bf16DotSteps(kIters); });
+    });
+    best = std::max(best, macs / (ms * 1e6));
+    for (uint32_t v : results) floor_sink = v;
   }
   return best;
 #else
@@ -288,33 +305,28 @@ double DramReadGbPerS(int64_t bytes, int threads, int reps) {
   LargeArray<uint64_t> buffer(words);
   if (buffer.data() == nullptr) return 0;
   const int64_t per = (words + threads - 1) / threads;
-  auto each_slice = [&](auto fn) {
-    std::vector<std::thread> workers;
-    for (int t = 0; t < threads; ++t) {
-      const int64_t begin = std::min(words, t * per);
-      const int64_t end = std::min(words, begin + per);
-      workers.emplace_back([&fn, begin, end, t] { fn(begin, end, t); });
-    }
-    for (std::thread& w : workers) w.join();
+  // Thread t's slice, [begin, end).
+  auto slice = [&](int t) {
+    const int64_t begin = std::min(words, t * per);
+    return std::make_pair(begin, std::min(words, begin + per));
   };
-  each_slice([&](int64_t begin, int64_t end, int) {
+  OnThreads(threads, [&](int t) {
+    const auto [begin, end] = slice(t);
     for (int64_t i = begin; i < end; ++i) buffer[i] = static_cast<uint64_t>(i);
   });
   std::vector<uint64_t> sums(threads);
   double best = 0;
   for (int r = 0; r < reps; ++r) {
     const double ms = TimeMs([&] {
-      each_slice([&](int64_t begin, int64_t end, int t) {
+      OnThreads(threads, [&](int t) {
+        const auto [begin, end] = slice(t);
         sums[t] = SumWords(buffer.data() + begin, end - begin);
       });
     });
+    for (uint64_t v : sums) floor_sink = v;
     best = std::max(best,
                     static_cast<double>(words * sizeof(uint64_t)) / (ms * 1e6));
   }
-  // The sums are used, so the reads cannot be optimised away.
-  uint64_t total = 0;
-  for (uint64_t v : sums) total += v;
-  if (total == 1) std::cerr << "";
   return best;
 }
 
