@@ -67,8 +67,9 @@ absl::StatusOr<PromptAgreement> MeasurePrompt(Qwen3Model& reference,
   PromptAgreement out;
   int64_t position = n;
   int32_t ref_token = r.greedy.back(), cand_token = c.greedy.back();
-  std::vector<float> ref_row = LogitRow(r, n - 1);
-  std::vector<float> cand_row = LogitRow(c, n - 1);
+  // The logit row of r and c that chose the current tokens: the prompt's
+  // last, then the one row of each step. Read only where they part.
+  int64_t row = n - 1;
   bool together = true;
   for (int i = 0; i < max_new_tokens; ++i) {
     ++out.reference_tokens;
@@ -78,7 +79,8 @@ absl::StatusOr<PromptAgreement> MeasurePrompt(Qwen3Model& reference,
       together = false;
       out.reference_token = ref_token;
       out.candidate_token = cand_token;
-      out.reference_top2_gap = Top2Gap(ref_row);
+      out.reference_top2_gap = Top2Gap(LogitRow(r, row));
+      const std::vector<float> cand_row = LogitRow(c, row);
       out.candidate_gap =
           static_cast<double>(cand_row[cand_token]) - cand_row[ref_token];
     }
@@ -90,13 +92,12 @@ absl::StatusOr<PromptAgreement> MeasurePrompt(Qwen3Model& reference,
     ASSIGN_OR_RETURN(r,
                      Step(reference, kReferenceSequence, ref_token, position));
     ref_token = r.greedy[0];
-    ref_row = LogitRow(r, 0);
     if (together) {
       ASSIGN_OR_RETURN(
           c, Step(candidate, kCandidateSequence, cand_token, position));
       cand_token = c.greedy[0];
-      cand_row = LogitRow(c, 0);
     }
+    row = 0;
     ++position;
   }
   return out;
