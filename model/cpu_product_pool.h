@@ -5,12 +5,16 @@
 // kernel, on one thread whatever its thread count, so a second core sat
 // idle through a forward's products (bench/README.md, "Few-row products on
 // two cores": the 49 products of a 16-row forward took 1.45-1.75 ms on one
-// core and 0.71-0.78 ms as column halves on two). With --product_threads
-// N >= 2, CpuMm and CpuAddmm (model/cpu_kernels.h) split each product of
-// 2-32 rows into N column ranges: the calling thread runs one, and N - 1
-// helper threads of that model thread run the others. (More libtorch or
-// OpenBLAS threads do not do this: OpenBLAS runs a small product on one
-// thread, and their spinning threads slowed the engine down.)
+// core and 0.71-0.78 ms as column halves on two). With N >= 2 product
+// threads (--product_threads, which follows --threads by default;
+// model/cpu_flags.h), CpuMm and CpuAddmm (model/cpu_kernels.h) split each
+// product of 2-32 rows into N column ranges, and the CPU panels
+// (model/cpu_panels.h) each product of two or more rows, and of one row
+// over a weight larger than a core's L2: the calling thread runs one range,
+// and N - 1 helper threads of that model thread run the others. (More
+// libtorch or OpenBLAS threads do not do this: OpenBLAS runs a small
+// product on one thread, and their spinning threads slowed the engine
+// down.)
 //
 // A helper polls for its next part for a while after each one (the gaps
 // between a forward's products are tens of microseconds, and waking a
@@ -53,9 +57,10 @@ class CpuProductPool {
   // The calling thread's pool (created on first use, joined when the
   // thread exits), or null when CpuProductThreads() <= 1.
   static CpuProductPool* ForThisThread();
-  // ForThisThread() for work over `rows` rows (a product, attention), or
-  // null for one row: a decode step's one-row work stays on the model
+  // ForThisThread() for work over `rows` rows (attention, a blas product),
+  // or null for one row: a decode step's one-row work stays on the model
   // thread, where handing half to a helper made it slower (bench/README.md).
+  // The panels take ForThisThread() and decide by the weight's size.
   static CpuProductPool* ForRows(int64_t rows) {
     return rows >= 2 ? ForThisThread() : nullptr;
   }
