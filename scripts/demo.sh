@@ -82,14 +82,7 @@ fi
 
 RUN_DIR=$(mktemp -d "${TMPDIR:-/tmp}/dedit-demo.XXXXXX")
 # Six free loopback ports: router, target, drafter and their /metrics.
-read -r RP TP DP RM TM DM < <(python3 - <<'PY'
-import socket
-socks = [socket.socket() for _ in range(6)]
-for s in socks:
-    s.bind(("127.0.0.1", 0))
-print(*[s.getsockname()[1] for s in socks])
-PY
-)
+read -r RP TP DP RM TM DM < <(python3 "$ROOT/scripts/free_ports.py" 6)
 
 stop_services() {
   local pids=()

@@ -35,14 +35,9 @@ if [ ! -f "$TASKS/heldout.jsonl" ]; then
 fi
 
 RUN=$(mktemp -d "${TMPDIR:-/tmp}/dedit-wide-eval.XXXXXX")
-read -r RA TA DA RB TB DB M1 M2 M3 M4 M5 M6 < <(python3 - <<'PY'
-import socket
-socks = [socket.socket() for _ in range(12)]
-for s in socks:
-    s.bind(("127.0.0.1", 0))
-print(*[s.getsockname()[1] for s in socks])
-PY
-)
+# Twelve free loopback ports: two stacks' router, target, drafter and
+# their /metrics.
+read -r RA TA DA RB TB DB M1 M2 M3 M4 M5 M6 < <(python3 "$ROOT/scripts/free_ports.py" 12)
 stop() {
   for d in "$RUN/a" "$RUN/b"; do
     for f in "$d"/router.pid "$d"/target.pid "$d"/drafter.pid; do
