@@ -5,66 +5,25 @@
 #include <chrono>
 #include <memory>
 
-#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
-#include "base/status.h"
-#include "dedit/v1/services.grpc.pb.h"
+#include "cli/router_call.h"
+#include "common/base/status.h"
 #include "proto/grpc_status.h"
 
 namespace dedit {
-namespace {
-
-const char* FinishName(v1::FinishReason r) {
-  switch (r) {
-    case v1::FINISH_REASON_LENGTH:
-      return "length";
-    case v1::FINISH_REASON_STOP:
-      return "stop";
-    case v1::FINISH_REASON_CONTEXT_LIMIT:
-      return "context_limit";
-    case v1::FINISH_REASON_CANCELLED:
-      return "cancelled";
-    default:
-      return "unknown";
-  }
-}
-
-absl::StatusOr<v1::SessionOpen> OpenRequest(const GenerateCommandOptions& o) {
-  v1::SessionOpen open;
-  open.set_model(o.model);
-  v1::SamplingParams* s = open.mutable_sampling();
-  s->set_temperature(o.temperature);
-  s->set_top_k(o.top_k);
-  s->set_top_p(o.top_p);
-  if (o.seed >= 0) {
-    s->set_has_seed(true);
-    s->set_seed(static_cast<uint64_t>(o.seed));
-  }
-  open.set_window(o.window);
-  open.set_passes(o.passes);
-  open.set_disable_speculation(o.no_speculation);
-  ASSIGN_OR_RETURN(const int method, SpeculativeMethodFromName(o.method));
-  open.set_speculative_method(static_cast<v1::SpeculativeMethod>(method));
-  open.set_ignore_eos(o.ignore_eos);
-  open.set_enable_thinking(o.enable_thinking);
-  return open;
-}
-
-}  // namespace
 
 absl::Status RunChat(const ChatCommandOptions& options, std::istream& in,
                      std::ostream& out, std::ostream& stats_out) {
   const GenerateCommandOptions& o = options.generate;
-  absl::StatusOr<v1::SessionOpen> open = OpenRequest(o);
-  if (!open.ok()) return open.status();
-  auto channel =
-      grpc::CreateChannel(o.router, grpc::InsecureChannelCredentials());
-  auto stub = v1::Generation::NewStub(channel);
+  v1::SessionRequest request;
+  v1::SessionOpen* open = request.mutable_open();
+  RETURN_IF_ERROR(SetGenerationFields(o, open));
+  open->set_enable_thinking(o.enable_thinking);
+  std::unique_ptr<v1::Generation::Stub> stub = RouterStub(o);
   grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::seconds(o.timeout_s));
+  SetCommandDeadline(o, &context);
   auto stream = stub->Session(&context);
   auto fail = [&]() -> absl::Status {
     stream->WritesDone();
@@ -75,8 +34,6 @@ absl::Status RunChat(const ChatCommandOptions& options, std::istream& in,
     return status.ok() ? absl::UnavailableError("session ended")
                        : FromGrpcStatus(status);
   };
-  v1::SessionRequest request;
-  *request.mutable_open() = *open;
   v1::SessionResponse response;
   if (!stream->Write(request) || !stream->Read(&response) ||
       !response.has_opened()) {
@@ -144,7 +101,8 @@ absl::Status RunChat(const ChatCommandOptions& options, std::istream& in,
         "prompt %d tokens (%d cached%s), finish %s]\n",
         response.turn(), tokens, seconds > 0 ? tokens / seconds : 0.0,
         a.mean_acceptance_length(), u.prompt_tokens(), u.cached_prompt_tokens(),
-        u.cache_lost() ? ", cache lost" : "", FinishName(last.finish_reason()));
+        u.cache_lost() ? ", cache lost" : "",
+        FinishReasonName(last.finish_reason()));
     stats_out.flush();
   }
   out << '\n';

@@ -60,6 +60,13 @@ int ReportUsageError(const CommandFlags& command, absl::string_view message) {
   return kExitUsage;
 }
 
+int CommandExitStatus(const CommandFlags& command, const absl::Status& status) {
+  if (status.ok()) return kExitOk;
+  std::fprintf(stderr, "%s: %s\n", command.program.c_str(),
+               status.ToString().c_str());
+  return kExitFailure;
+}
+
 std::optional<int> ParseCommandFlags(const CommandFlags& command,
                                      const char* argv0,
                                      const std::vector<std::string>& args) {

@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 
 namespace dedit {
@@ -65,6 +66,10 @@ std::optional<int> ParseCommandFlags(const CommandFlags& command,
 // stderr; returns kExitUsage. For checks ParseCommandFlags cannot make,
 // such as a required flag left empty.
 int ReportUsageError(const CommandFlags& command, absl::string_view message);
+
+// The end of a command that ran: kExitOk when `status` is OK, else prints
+// "<program>: <status>" to stderr and returns kExitFailure.
+int CommandExitStatus(const CommandFlags& command, const absl::Status& status);
 
 }  // namespace dedit
 

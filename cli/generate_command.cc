@@ -7,35 +7,16 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "base/status.h"
-#include "dedit/v1/services.grpc.pb.h"
+#include "cli/router_call.h"
+#include "common/base/status.h"
 #include "proto/grpc_status.h"
 
 namespace dedit {
-namespace {
-
-const char* FinishName(v1::FinishReason r) {
-  switch (r) {
-    case v1::FINISH_REASON_LENGTH:
-      return "length";
-    case v1::FINISH_REASON_STOP:
-      return "stop";
-    case v1::FINISH_REASON_CONTEXT_LIMIT:
-      return "context_limit";
-    default:
-      return "unknown";
-  }
-}
-
-}  // namespace
 
 absl::Status RunGenerate(const GenerateCommandOptions& o,
                          std::ostream& text_out, std::ostream& stats_out) {
-  auto channel =
-      grpc::CreateChannel(o.router, grpc::InsecureChannelCredentials());
-  auto stub = v1::Generation::NewStub(channel);
   v1::GenerateRequest request;
-  request.set_model(o.model);
+  RETURN_IF_ERROR(SetGenerationFields(o, &request));
   if (!o.prompt_ids.empty()) {
     request.mutable_token_ids()->mutable_ids()->Add(o.prompt_ids.begin(),
                                                     o.prompt_ids.end());
@@ -48,25 +29,11 @@ absl::Status RunGenerate(const GenerateCommandOptions& o,
     request.set_text(o.prompt);
   }
   request.set_max_tokens(o.max_tokens);
-  v1::SamplingParams* s = request.mutable_sampling();
-  s->set_temperature(o.temperature);
-  s->set_top_k(o.top_k);
-  s->set_top_p(o.top_p);
-  if (o.seed >= 0) {
-    s->set_has_seed(true);
-    s->set_seed(static_cast<uint64_t>(o.seed));
-  }
-  request.set_window(o.window);
-  request.set_passes(o.passes);
-  request.set_disable_speculation(o.no_speculation);
-  ASSIGN_OR_RETURN(const int method, SpeculativeMethodFromName(o.method));
-  request.set_speculative_method(static_cast<v1::SpeculativeMethod>(method));
-  request.set_ignore_eos(o.ignore_eos);
   for (const std::string& stop : o.stop) request.add_stop(stop);
 
+  std::unique_ptr<v1::Generation::Stub> stub = RouterStub(o);
   grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::seconds(o.timeout_s));
+  SetCommandDeadline(o, &context);
   const auto t0 = std::chrono::steady_clock::now();
   std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader =
       stub->Generate(&context, request);
@@ -96,7 +63,7 @@ absl::Status RunGenerate(const GenerateCommandOptions& o,
       "(%d drafted, %d fallback), finish %s]\n",
       tokens, seconds > 0 ? tokens / seconds : 0.0, a.mean_acceptance_length(),
       a.rounds(), a.drafted_rounds(), a.fallback_rounds(),
-      FinishName(last.finish_reason()));
+      FinishReasonName(last.finish_reason()));
   return absl::OkStatus();
 }
 

@@ -12,27 +12,26 @@
 // (text and messages need the target's tokenizer.json); each output line is
 // one JSON object with tokens, text, rounds, mean_acceptance_length,
 // accepted_per_position, per-pass edit_outcomes and timings.
-#include <ATen/Parallel.h>
-
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "base/file_util.h"
-#include "base/status.h"
 #include "cli/command_flags.h"
-#include "model/cpu_flags.h"
-#include "model/in_process.h"
+#include "cli/prompt_codec.h"
+#include "common/base/status.h"
+#include "common/engine/speculation_flags.h"
+#include "common/model/cpu/cpu_flags.h"
+#include "common/model/in_process.h"
 #include "nlohmann/json.hpp"
-#ifdef DEDIT_HAVE_TOKENIZER
-#include "tokenizer/chat_template.h"
-#include "tokenizer/tokenizer.h"
-#endif
 
 ABSL_FLAG(std::string, target, "", "target model folder (HF format)");
 ABSL_FLAG(std::string, drafter, "",
@@ -50,27 +49,6 @@ ABSL_FLAG(std::string, method, "model",
           "--drafter may be omitted) or hybrid (per round: prompt lookup "
           "when the last --hybrid_min_ngram tokens occurred before, else "
           "the model)");
-ABSL_FLAG(int, hybrid_min_ngram, 3,
-          "hybrid method: shortest suffix whose earlier occurrence makes a "
-          "round a lookup");
-ABSL_FLAG(double, hybrid_short_match_below, 0.5,
-          "hybrid method: shorter suffixes too once the model's rounds of a "
-          "sequence accept fewer tokens than this (a moving mean)");
-ABSL_FLAG(double, min_draft_confidence, 0,
-          "model drafts are cut before their first slot whose confidence "
-          "is below this; a draft cut to nothing makes the round a decode "
-          "step and the sequence skips the drafter for a few rounds (0 = "
-          "off)");
-ABSL_FLAG(int, verify_chunk, 0,
-          "model drafts are verified this many block rows at a time, the "
-          "rest of a draft next round when every verified token was "
-          "accepted (0 = whole drafts; at least 2 otherwise)");
-ABSL_FLAG(int, max_speculative_batch, 0,
-          "a round of more running prompts than this speculates for none "
-          "of them: each decodes one token (0 = no limit)");
-ABSL_FLAG(bool, adaptive_speculation, false,
-          "speculate only while drafted rounds give more tokens per second "
-          "than plain decoding (measured per prompt as it runs)");
 ABSL_FLAG(int, max_tokens, 64, "new tokens per prompt");
 ABSL_FLAG(double, temperature, 0.0, "sampling temperature (0 = greedy)");
 ABSL_FLAG(int, top_k, 0, "top-k (0 = off)");
@@ -86,67 +64,79 @@ ABSL_FLAG(std::string, device, "cpu", "cpu, cuda, cuda:N");
 ABSL_FLAG(std::string, dtype, "float32", "compute dtype: float32 or bfloat16");
 ABSL_FLAG(int, threads, 2,
           "CPU compute threads: libtorch's and the weight-product pool's (0 = "
-          "the machine's cores; model/cpu_flags.h)");
+          "the machine's cores; common/model/cpu/cpu_flags.h)");
 
 namespace dedit {
 namespace {
 
 using Json = nlohmann::json;
 
-struct Prompt {
-  std::vector<int32_t> ids;
+// Everything the command line asks for, read from the flags once.
+struct GenerateOptions {
+  InProcessStack::Options stack;
+  int threads = 2;
+  std::string tokenizer_path;  // empty: <target>/tokenizer.json if present
+  bool tokenizer_required = false;
+  // One prompt (--prompt or --prompt_ids), or JSON lines from stdin.
+  bool json = false;
+  int batch = 1;
+  std::string prompt;
+  bool chat = false;
+  std::string prompt_ids;
+  // Every request's settings but its prompt; passes < 0 takes the
+  // drafter's checkpoint K once it is loaded.
+  GenerationRequest request;
 };
 
-#ifdef DEDIT_HAVE_TOKENIZER
-std::unique_ptr<Tokenizer> g_tokenizer;
+absl::StatusOr<GenerateOptions> ReadFlags() {
+  GenerateOptions o;
+  o.threads = absl::GetFlag(FLAGS_threads);
+  o.stack.target_dir = absl::GetFlag(FLAGS_target);
+  if (o.stack.target_dir.empty()) {
+    return absl::InvalidArgumentError("--target is required");
+  }
+  GenerationRequest& r = o.request;
+  const std::string method = absl::GetFlag(FLAGS_method);
+  if (!DraftMethodFromName(method, &r.method)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--method must be model, ngram or hybrid, got '", method, "'"));
+  }
+  const bool ar = absl::GetFlag(FLAGS_ar);
+  // The n-gram method needs no drafter; loading one would only add the
+  // cost of streaming features to it.
+  if (!ar && r.method != DraftMethod::kNgram) {
+    o.stack.drafter_dir = absl::GetFlag(FLAGS_drafter);
+  }
+  o.stack.device = absl::GetFlag(FLAGS_device);
+  o.stack.dtype = absl::GetFlag(FLAGS_dtype);
+  if (absl::GetFlag(FLAGS_causal_editor)) o.stack.causal_editor = true;
+  ASSIGN_OR_RETURN(o.stack.speculation, SpeculationOptionsFromFlags());
 
-// Thinking off, as the DFlash/DEdit evaluation protocol runs Qwen3.
-ChatTemplateOptions ChatOptions() {
-  ChatTemplateOptions o;
-  o.enable_thinking = false;
+  o.tokenizer_path = absl::GetFlag(FLAGS_tokenizer);
+  o.tokenizer_required = !o.tokenizer_path.empty();
+  if (o.tokenizer_path.empty()) {
+    o.tokenizer_path = o.stack.target_dir + "/tokenizer.json";
+  }
+  o.json = absl::GetFlag(FLAGS_json);
+  o.batch = std::max(1, absl::GetFlag(FLAGS_batch));
+  o.prompt = absl::GetFlag(FLAGS_prompt);
+  o.chat = absl::GetFlag(FLAGS_chat);
+  o.prompt_ids = absl::GetFlag(FLAGS_prompt_ids);
+
+  r.max_new_tokens = absl::GetFlag(FLAGS_max_tokens);
+  r.window = ar ? 1 : absl::GetFlag(FLAGS_window);
+  r.passes = absl::GetFlag(FLAGS_passes) > 0 ? absl::GetFlag(FLAGS_passes) : -1;
+  if (r.method == DraftMethod::kNgram) r.passes = 1;
+  if (ar) r.passes = 0;
+  r.ignore_eos = absl::GetFlag(FLAGS_ignore_eos);
+  r.sampling.temperature = static_cast<float>(absl::GetFlag(FLAGS_temperature));
+  r.sampling.top_k = absl::GetFlag(FLAGS_top_k);
+  r.sampling.top_p = static_cast<float>(absl::GetFlag(FLAGS_top_p));
+  if (absl::GetFlag(FLAGS_seed) >= 0) {
+    r.sampling.seed = static_cast<uint64_t>(absl::GetFlag(FLAGS_seed));
+    r.sampling.has_seed = true;
+  }
   return o;
-}
-#endif
-
-absl::Status LoadTokenizerIfPresent() {
-#ifdef DEDIT_HAVE_TOKENIZER
-  std::string path = absl::GetFlag(FLAGS_tokenizer);
-  if (path.empty()) path = absl::GetFlag(FLAGS_target) + "/tokenizer.json";
-  // stat, never open, to test for presence: opening a FIFO blocks, and
-  // FromFile refuses anything that is not a regular file.
-  if (PathExists(path)) {
-    ASSIGN_OR_RETURN(g_tokenizer, Tokenizer::FromFile(path));
-  } else if (!absl::GetFlag(FLAGS_tokenizer).empty()) {
-    return absl::NotFoundError("tokenizer not found: " + path);
-  }
-#endif
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::vector<int32_t>> EncodeText(const std::string& text,
-                                                bool chat) {
-#ifdef DEDIT_HAVE_TOKENIZER
-  if (g_tokenizer == nullptr) {
-    return absl::FailedPreconditionError("text prompts need a tokenizer.json");
-  }
-  if (chat) {
-    const std::vector<ChatMessage> messages = {{"user", text}};
-    return EncodeQwen3Chat(*g_tokenizer, messages, ChatOptions());
-  }
-  return g_tokenizer->Encode(text);
-#else
-  return absl::UnimplementedError("built without the tokenizer");
-#endif
-}
-
-std::string Decode(const std::vector<int32_t>& ids) {
-#ifdef DEDIT_HAVE_TOKENIZER
-  if (g_tokenizer != nullptr) {
-    auto text = g_tokenizer->Decode(ids);
-    if (text.ok()) return *text;
-  }
-#endif
-  return "";
 }
 
 absl::StatusOr<std::vector<int32_t>> ParseIds(const Json& j) {
@@ -161,64 +151,54 @@ absl::StatusOr<std::vector<int32_t>> ParseIds(const Json& j) {
   return ids;
 }
 
-absl::StatusOr<std::vector<int32_t>> ParsePromptLine(const std::string& line) {
+// A --json input line: an array of ids, or {"ids"}, {"text"} or
+// {"messages": [{"role", "content"}]}.
+absl::StatusOr<std::vector<int32_t>> EncodeLine(const std::string& line,
+                                                const PromptCodec& codec) {
   Json j = Json::parse(line, nullptr, false);
   if (j.is_discarded()) return absl::InvalidArgumentError("line is not JSON");
   if (j.is_array()) return ParseIds(j);
-  if (!j.is_object())
+  if (!j.is_object()) {
     return absl::InvalidArgumentError("expected array or object");
+  }
   if (j.contains("ids")) return ParseIds(j["ids"]);
   if (j.contains("text") && j["text"].is_string()) {
-    return EncodeText(j["text"].get<std::string>(), false);
+    return codec.EncodeText(j["text"].get<std::string>(), false);
   }
-#ifdef DEDIT_HAVE_TOKENIZER
   if (j.contains("messages") && j["messages"].is_array()) {
-    if (g_tokenizer == nullptr) {
-      return absl::FailedPreconditionError("messages need a tokenizer.json");
-    }
-    std::vector<ChatMessage> chat;
+    std::vector<PromptCodec::Message> chat;
     for (const Json& m : j["messages"]) {
       if (!m.is_object() || !m.contains("role") || !m.contains("content") ||
           !m["role"].is_string() || !m["content"].is_string()) {
         return absl::InvalidArgumentError(
             "message needs string role and content");
       }
-      chat.push_back(
-          {m["role"].get<std::string>(), m["content"].get<std::string>()});
+      chat.emplace_back(m["role"].get<std::string>(),
+                        m["content"].get<std::string>());
     }
-    return EncodeQwen3Chat(*g_tokenizer, chat, ChatOptions());
+    return codec.EncodeChat(chat);
   }
-#endif
   return absl::InvalidArgumentError("expected ids, text or messages");
 }
 
-GenerationRequest MakeRequest(std::vector<int32_t> ids, int default_passes) {
-  GenerationRequest r;
-  r.prompt = std::move(ids);
-  r.max_new_tokens = absl::GetFlag(FLAGS_max_tokens);
-  r.window = absl::GetFlag(FLAGS_ar) ? 1 : absl::GetFlag(FLAGS_window);
-  r.passes = absl::GetFlag(FLAGS_passes) > 0 ? absl::GetFlag(FLAGS_passes)
-                                             : default_passes;
-  // Run() has checked the name.
-  (void)DraftMethodFromName(absl::GetFlag(FLAGS_method), &r.method);
-  if (r.method == DraftMethod::kNgram) r.passes = 1;
-  if (absl::GetFlag(FLAGS_ar)) r.passes = 0;
-  r.ignore_eos = absl::GetFlag(FLAGS_ignore_eos);
-  r.sampling.temperature = static_cast<float>(absl::GetFlag(FLAGS_temperature));
-  r.sampling.top_k = absl::GetFlag(FLAGS_top_k);
-  r.sampling.top_p = static_cast<float>(absl::GetFlag(FLAGS_top_p));
-  if (absl::GetFlag(FLAGS_seed) >= 0) {
-    r.sampling.seed = static_cast<uint64_t>(absl::GetFlag(FLAGS_seed));
-    r.sampling.has_seed = true;
+absl::StatusOr<std::vector<int32_t>> ParseIdList(absl::string_view list) {
+  std::vector<int32_t> ids;
+  for (absl::string_view part : absl::StrSplit(list, ',', absl::SkipEmpty())) {
+    int32_t id;
+    if (!absl::SimpleAtoi(part, &id)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("bad token id '", part, "'"));
+    }
+    ids.push_back(id);
   }
-  return r;
+  return ids;
 }
 
-Json ResultJson(const GenerationResult& r) {
+Json ResultJson(const GenerationResult& r, const PromptCodec& codec) {
   AcceptanceSummary s = Summarize(r.rounds);
   Json j;
   j["tokens"] = r.tokens;
-  j["text"] = Decode(r.tokens);
+  j["text"] = codec.Decode(r.tokens);
   j["finish_reason"] = FinishReasonName(r.finish);
   if (!r.status.ok()) j["error"] = r.status.ToString();
   j["prompt_tokens"] = r.prompt_tokens;
@@ -253,12 +233,12 @@ Json ResultJson(const GenerationResult& r) {
   return j;
 }
 
-void PrintHuman(const GenerationResult& r) {
+void PrintHuman(const GenerationResult& r, const PromptCodec& codec) {
   AcceptanceSummary s = Summarize(r.rounds);
   std::printf("tokens:");
   for (int32_t t : r.tokens) std::printf(" %d", t);
   std::printf("\n");
-  const std::string text = Decode(r.tokens);
+  const std::string text = codec.Decode(r.tokens);
   if (!text.empty()) std::printf("text: %s\n", text.c_str());
   if (!r.status.ok()) std::printf("error: %s\n", r.status.ToString().c_str());
   const double decode_tokens = r.tokens.size() > 1 ? r.tokens.size() - 1 : 0;
@@ -282,150 +262,96 @@ void PrintHuman(const GenerationResult& r) {
   }
 }
 
-int Run() {
-  if (const absl::Status s = ApplyCpuKernelFlags(absl::GetFlag(FLAGS_threads));
-      !s.ok()) {
-    std::fprintf(stderr, "dedit-generate: %s\n",
-                 std::string(s.message()).c_str());
-    return 2;
+// The one prompt of --prompt or --prompt_ids, printed for a person.
+int GenerateOne(const GenerateOptions& o, const PromptCodec& codec,
+                SpeculativeEngine& engine) {
+  auto ids = o.prompt.empty() ? ParseIdList(o.prompt_ids)
+                              : codec.EncodeText(o.prompt, o.chat);
+  if (!ids.ok()) {
+    std::fprintf(stderr, "error: %s\n", ids.status().ToString().c_str());
+    return o.prompt.empty() ? 2 : 1;
   }
-  InProcessStack::Options o;
-  o.target_dir = absl::GetFlag(FLAGS_target);
-  // The n-gram method needs no drafter; loading one would only add the
-  // cost of streaming features to it.
-  o.drafter_dir =
-      absl::GetFlag(FLAGS_ar) || absl::GetFlag(FLAGS_method) == "ngram"
-          ? ""
-          : absl::GetFlag(FLAGS_drafter);
-  o.device = absl::GetFlag(FLAGS_device);
-  o.dtype = absl::GetFlag(FLAGS_dtype);
-  if (absl::GetFlag(FLAGS_causal_editor)) o.causal_editor = true;
-  o.hybrid_min_ngram = absl::GetFlag(FLAGS_hybrid_min_ngram);
-  o.hybrid_short_match_below = absl::GetFlag(FLAGS_hybrid_short_match_below);
-  o.min_draft_confidence = absl::GetFlag(FLAGS_min_draft_confidence);
-  if (!(o.min_draft_confidence >= 0 && o.min_draft_confidence <= 1)) {
-    std::cerr << "dedit-generate: --min_draft_confidence must be in [0, 1]\n";
-    return 2;
-  }
-  o.max_speculative_batch = absl::GetFlag(FLAGS_max_speculative_batch);
-  o.adaptive_speculation = absl::GetFlag(FLAGS_adaptive_speculation);
-  if (o.max_speculative_batch < 0) {
-    std::cerr << "dedit-generate: --max_speculative_batch must be >= 0\n";
-    return 2;
-  }
-  o.verify_chunk = absl::GetFlag(FLAGS_verify_chunk);
-  if (absl::Status s = ValidateVerifyChunk(o.verify_chunk, "--verify_chunk");
-      !s.ok()) {
-    std::cerr << "dedit-generate: " << s.message() << "\n";
-    return 2;
-  }
-  if (o.target_dir.empty()) {
-    std::fprintf(stderr, "--target is required\n");
-    return 2;
-  }
-  const std::string method = absl::GetFlag(FLAGS_method);
-  DraftMethod parsed;
-  if (!DraftMethodFromName(method, &parsed)) {
-    std::fprintf(stderr, "--method must be model, ngram or hybrid, got '%s'\n",
-                 method.c_str());
-    return 2;
-  }
-  auto stack = InProcessStack::Load(o);
-  if (!stack.ok()) {
-    std::fprintf(stderr, "error: %s\n", stack.status().ToString().c_str());
+  GenerationRequest request = o.request;
+  request.prompt = std::move(*ids);
+  auto results = engine.Generate({std::move(request)});
+  if (!results.ok()) {
+    std::fprintf(stderr, "error: %s\n", results.status().ToString().c_str());
     return 1;
   }
-  absl::Status tok = LoadTokenizerIfPresent();
-  if (!tok.ok()) {
-    std::fprintf(stderr, "error: %s\n", tok.ToString().c_str());
-    return 1;
-  }
-  const int default_passes =
-      (*stack)->drafter() ? (*stack)->drafter()->config().num_passes : 0;
-  SpeculativeEngine& engine = (*stack)->engine();
+  PrintHuman((*results)[0], codec);
+  return (*results)[0].status.ok() ? 0 : 1;
+}
 
-  if (!absl::GetFlag(FLAGS_json)) {
-    std::vector<int32_t> ids;
-    if (!absl::GetFlag(FLAGS_prompt).empty()) {
-      auto enc =
-          EncodeText(absl::GetFlag(FLAGS_prompt), absl::GetFlag(FLAGS_chat));
-      if (!enc.ok()) {
-        std::fprintf(stderr, "error: %s\n", enc.status().ToString().c_str());
-        return 1;
-      }
-      ids = *enc;
-    } else {
-      for (absl::string_view part : absl::StrSplit(
-               absl::GetFlag(FLAGS_prompt_ids), ',', absl::SkipEmpty())) {
-        int32_t id;
-        if (!absl::SimpleAtoi(part, &id)) {
-          std::fprintf(stderr, "error: bad token id '%s'\n",
-                       std::string(part).c_str());
-          return 2;
-        }
-        ids.push_back(id);
-      }
-    }
-    auto results = engine.Generate({MakeRequest(ids, default_passes)});
-    if (!results.ok()) {
-      std::fprintf(stderr, "error: %s\n", results.status().ToString().c_str());
-      return 1;
-    }
-    PrintHuman((*results)[0]);
-    return (*results)[0].status.ok() ? 0 : 1;
-  }
-
-  // JSON lines: batches of --batch prompts decoded together.
-  const int batch = std::max(1, absl::GetFlag(FLAGS_batch));
-  std::string line;
-  std::vector<std::optional<GenerationRequest>> pending;
-  std::vector<std::string> errors;
+// JSON lines from stdin, decoded --batch prompts at a time; one JSON line
+// out per line in (an "error" for a line that is not a prompt).
+int GenerateJsonLines(const GenerateOptions& o, const PromptCodec& codec,
+                      SpeculativeEngine& engine) {
   int failures = 0;
+  std::vector<absl::StatusOr<GenerationRequest>> pending;
   auto flush = [&] {
-    std::vector<GenerationRequest> reqs;
-    for (auto& p : pending)
-      if (p) reqs.push_back(*p);
-    std::vector<GenerationResult> results;
-    absl::Status status;
-    if (!reqs.empty()) {
-      auto r = engine.Generate(reqs);
-      if (r.ok())
-        results = std::move(*r);
-      else
-        status = r.status();
+    std::vector<GenerationRequest> requests;
+    for (const auto& p : pending) {
+      if (p.ok()) requests.push_back(*p);
     }
+    absl::StatusOr<std::vector<GenerationResult>> results =
+        std::vector<GenerationResult>();
+    if (!requests.empty()) results = engine.Generate(std::move(requests));
     size_t next = 0;
-    for (size_t i = 0; i < pending.size(); ++i) {
-      Json out;
-      if (!pending[i]) {
-        out["error"] = errors[i];
-        ++failures;
-      } else if (!status.ok()) {
-        out["error"] = status.ToString();
-        ++failures;
-      } else {
-        out = ResultJson(results[next++]);
-      }
+    for (const auto& p : pending) {
+      const absl::Status error = !p.ok() ? p.status() : results.status();
+      if (!error.ok()) ++failures;
+      const Json out = error.ok() ? ResultJson((*results)[next++], codec)
+                                  : Json{{"error", error.ToString()}};
       std::cout << out.dump() << "\n";
     }
     std::cout.flush();
     pending.clear();
-    errors.clear();
   };
+  std::string line;
   while (std::getline(std::cin, line)) {
     if (line.empty()) continue;
-    auto ids = ParsePromptLine(line);
+    auto ids = EncodeLine(line, codec);
     if (ids.ok()) {
-      pending.push_back(MakeRequest(*ids, default_passes));
-      errors.push_back("");
+      GenerationRequest request = o.request;
+      request.prompt = std::move(*ids);
+      pending.push_back(std::move(request));
     } else {
-      pending.push_back(std::nullopt);
-      errors.push_back(ids.status().ToString());
+      pending.push_back(ids.status());
     }
-    if (static_cast<int>(pending.size()) >= batch) flush();
+    if (static_cast<int>(pending.size()) >= o.batch) flush();
   }
   flush();
   return failures == 0 ? 0 : 1;
+}
+
+int Run(absl::StatusOr<GenerateOptions> options) {
+  if (!options.ok()) {
+    std::fprintf(stderr, "dedit-generate: %s\n",
+                 std::string(options.status().message()).c_str());
+    return 2;
+  }
+  GenerateOptions& o = *options;
+  if (const absl::Status s = ApplyCpuKernelFlags(o.threads); !s.ok()) {
+    std::fprintf(stderr, "dedit-generate: %s\n",
+                 std::string(s.message()).c_str());
+    return 2;
+  }
+  auto stack = InProcessStack::Load(o.stack);
+  PromptCodec codec;
+  const absl::Status loaded =
+      stack.ok() ? codec.Load(o.tokenizer_path, o.tokenizer_required)
+                 : stack.status();
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "error: %s\n", loaded.ToString().c_str());
+    return 1;
+  }
+  if (o.request.passes < 0) {
+    const DEditDrafter* drafter = (*stack)->drafter();
+    o.request.passes = drafter != nullptr ? drafter->config().num_passes : 0;
+  }
+  SpeculativeEngine& engine = (*stack)->engine();
+  return o.json ? GenerateJsonLines(o, codec, engine)
+                : GenerateOne(o, codec, engine);
 }
 
 }  // namespace
@@ -449,6 +375,9 @@ int main(int argc, char** argv) {
        "window",
        "passes",
        "method",
+       "ngram_min",
+       "ngram_max",
+       "ngram_max_window",
        "hybrid_min_ngram",
        "hybrid_short_match_below",
        "min_draft_confidence",
@@ -475,5 +404,5 @@ int main(int argc, char** argv) {
           command, argv[0], std::vector<std::string>(argv + 1, argv + argc))) {
     return *exit;
   }
-  return dedit::Run();
+  return dedit::Run(dedit::ReadFlags());
 }

@@ -109,16 +109,31 @@ int TokenizeMain(const char* argv0, const std::vector<std::string>& args) {
   if (options.tokenizer_path.empty()) {
     return ReportUsageError(command, "--tokenizer is required");
   }
-  const absl::Status status = RunTokenizeCommand(options, std::cin, std::cout);
-  if (!status.ok()) {
-    std::fprintf(stderr, "%s: %s\n", command.program.c_str(),
-                 status.ToString().c_str());
-    return kExitFailure;
-  }
-  return kExitOk;
+  return CommandExitStatus(command,
+                           RunTokenizeCommand(options, std::cin, std::cout));
 }
 
 #ifdef DEDIT_HAVE_ROUTER_CLIENT
+// The flags generate and chat share: every GenerateCommandOptions field but
+// the prompt's (--prompt, --prompt_ids, --chat).
+void ReadRouterCommandFlags(GenerateCommandOptions* o) {
+  o->router = absl::GetFlag(FLAGS_router);
+  o->model = absl::GetFlag(FLAGS_model);
+  o->enable_thinking = absl::GetFlag(FLAGS_thinking);
+  o->max_tokens = absl::GetFlag(FLAGS_max_tokens);
+  o->temperature = absl::GetFlag(FLAGS_temperature);
+  o->top_k = absl::GetFlag(FLAGS_top_k);
+  o->top_p = absl::GetFlag(FLAGS_top_p);
+  o->seed = absl::GetFlag(FLAGS_seed);
+  o->window = absl::GetFlag(FLAGS_window);
+  o->passes = absl::GetFlag(FLAGS_passes);
+  o->no_speculation = absl::GetFlag(FLAGS_no_speculation);
+  o->method = absl::GetFlag(FLAGS_method);
+  o->stop = absl::GetFlag(FLAGS_stop);
+  o->ignore_eos = absl::GetFlag(FLAGS_ignore_eos);
+  o->timeout_s = absl::GetFlag(FLAGS_timeout_s);
+}
+
 int GenerateMain(const char* argv0, const std::vector<std::string>& args) {
   const CommandFlags command = {
       "dedit-cli generate",
@@ -137,8 +152,7 @@ int GenerateMain(const char* argv0, const std::vector<std::string>& args) {
     return *exit;
   }
   GenerateCommandOptions o;
-  o.router = absl::GetFlag(FLAGS_router);
-  o.model = absl::GetFlag(FLAGS_model);
+  ReadRouterCommandFlags(&o);
   o.prompt = absl::GetFlag(FLAGS_prompt);
   for (const std::string& id : absl::GetFlag(FLAGS_prompt_ids)) {
     if (id.empty()) continue;  // "1,,2" and a trailing comma are fine
@@ -150,30 +164,12 @@ int GenerateMain(const char* argv0, const std::vector<std::string>& args) {
     o.prompt_ids.push_back(value);
   }
   o.chat = absl::GetFlag(FLAGS_chat);
-  o.enable_thinking = absl::GetFlag(FLAGS_thinking);
-  o.max_tokens = absl::GetFlag(FLAGS_max_tokens);
-  o.temperature = absl::GetFlag(FLAGS_temperature);
-  o.top_k = absl::GetFlag(FLAGS_top_k);
-  o.top_p = absl::GetFlag(FLAGS_top_p);
-  o.seed = absl::GetFlag(FLAGS_seed);
-  o.window = absl::GetFlag(FLAGS_window);
-  o.passes = absl::GetFlag(FLAGS_passes);
-  o.no_speculation = absl::GetFlag(FLAGS_no_speculation);
-  o.method = absl::GetFlag(FLAGS_method);
-  o.stop = absl::GetFlag(FLAGS_stop);
-  o.ignore_eos = absl::GetFlag(FLAGS_ignore_eos);
-  o.timeout_s = absl::GetFlag(FLAGS_timeout_s);
   if (o.prompt.empty() && o.prompt_ids.empty()) {
     return ReportUsageError(command, "--prompt or --prompt_ids is required");
   }
-  const absl::Status status = RunGenerate(o, std::cout, std::cerr);
-  if (!status.ok()) {
-    std::fprintf(stderr, "%s: %s\n", command.program.c_str(),
-                 status.ToString().c_str());
-    return kExitFailure;
-  }
-  return kExitOk;
+  return CommandExitStatus(command, RunGenerate(o, std::cout, std::cerr));
 }
+
 int ChatMain(const char* argv0, const std::vector<std::string>& args) {
   const CommandFlags command = {
       "dedit-cli chat",
@@ -192,30 +188,9 @@ int ChatMain(const char* argv0, const std::vector<std::string>& args) {
     return *exit;
   }
   ChatCommandOptions c;
-  GenerateCommandOptions& o = c.generate;
-  o.router = absl::GetFlag(FLAGS_router);
-  o.model = absl::GetFlag(FLAGS_model);
-  o.enable_thinking = absl::GetFlag(FLAGS_thinking);
-  o.max_tokens = absl::GetFlag(FLAGS_max_tokens);
-  o.temperature = absl::GetFlag(FLAGS_temperature);
-  o.top_k = absl::GetFlag(FLAGS_top_k);
-  o.top_p = absl::GetFlag(FLAGS_top_p);
-  o.seed = absl::GetFlag(FLAGS_seed);
-  o.window = absl::GetFlag(FLAGS_window);
-  o.passes = absl::GetFlag(FLAGS_passes);
-  o.no_speculation = absl::GetFlag(FLAGS_no_speculation);
-  o.method = absl::GetFlag(FLAGS_method);
-  o.stop = absl::GetFlag(FLAGS_stop);
-  o.ignore_eos = absl::GetFlag(FLAGS_ignore_eos);
-  o.timeout_s = absl::GetFlag(FLAGS_timeout_s);
+  ReadRouterCommandFlags(&c.generate);
   c.system = absl::GetFlag(FLAGS_system);
-  const absl::Status status = RunChat(c, std::cin, std::cout, std::cerr);
-  if (!status.ok()) {
-    std::fprintf(stderr, "%s: %s\n", command.program.c_str(),
-                 status.ToString().c_str());
-    return kExitFailure;
-  }
-  return kExitOk;
+  return CommandExitStatus(command, RunChat(c, std::cin, std::cout, std::cerr));
 }
 #endif
 

@@ -10,7 +10,7 @@
 
 #include "absl/flags/flag.h"
 #include "cli/command_flags.h"
-#include "model/tiny_model.h"
+#include "common/model/tiny_model.h"
 
 ABSL_FLAG(std::string, out, "", "output directory (target/ and drafter/)");
 ABSL_FLAG(int, vocab, 128, "vocabulary size");

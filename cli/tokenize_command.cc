@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "base/status.h"
-#include "tokenizer/json_util.h"
-#include "tokenizer/tokenizer.h"
+#include "common/base/status.h"
+#include "common/tokenizer/json_util.h"
+#include "common/tokenizer/tokenizer.h"
 
 namespace dedit {
 namespace {

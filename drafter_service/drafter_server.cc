@@ -12,17 +12,17 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "base/model_config.h"
-#include "base/status.h"
+#include "common/base/model_config.h"
+#include "common/base/status.h"
+#include "common/model/cpu/cpu_threads.h"
+#include "common/model/dedit_drafter.h"
+#include "common/model/qwen3_model.h"
+#include "common/model/tensor_io.h"
+#include "common/serving/internal_auth.h"
+#include "common/serving/serve_until_signal.h"
+#include "common/serving/server_bootstrap.h"
+#include "common/serving/service_readiness.h"
 #include "drafter_service/drafter_service.h"
-#include "model/cpu_threads.h"
-#include "model/dedit_drafter.h"
-#include "model/qwen3_model.h"
-#include "model/tensor_io.h"
-#include "serving/internal_auth.h"
-#include "serving/serve_until_signal.h"
-#include "serving/server_bootstrap.h"
-#include "serving/service_readiness.h"
 
 namespace dedit {
 namespace {
@@ -102,7 +102,8 @@ class DrafterMetrics {
   }
 
  private:
-  // From 10 µs: at one stream a round's hop is ~100 µs on a CPU host.
+  // From 10 µs: on one stream a round's whole hop can take well under a
+  // millisecond, so the short waits need buckets of their own.
   static prometheus::Histogram::BucketBoundaries WaitBuckets() {
     return {1e-5,   2.5e-5, 5e-5, 1e-4,  2.5e-4, 5e-4, 1e-3,
             2.5e-3, 5e-3,   0.01, 0.025, 0.1,    0.5};
@@ -145,7 +146,7 @@ absl::Status RunDrafterServer(const DrafterServerOptions& options) {
   if (options.causal_editor) drafter->set_causal_editor(*options.causal_editor);
   // The largest message this port needs is one context chunk of the whole
   // context (float32 at worst; the target sends bf16) plus framing, so a
-  // larger one is refused before it is read (issue 15).
+  // larger one is refused before it is read.
   const int64_t chunk_bytes = target_config.max_position_embeddings *
                                   int64_t{drafter->feature_width()} * 4 +
                               (int64_t{1} << 20);

@@ -1,7 +1,7 @@
 // dedit-drafter as a library call: loads the drafter (and the target's
 // embedding/lm_head, which it shares), starts the model thread, the gRPC
 // server and /metrics, and serves until SIGTERM/SIGINT, then drains
-// (ServeUntilSignal, serving/serve_until_signal.h).
+// (ServeUntilSignal, common/serving/serve_until_signal.h).
 //
 //   DrafterServerOptions options;     // filled from flags in main.cc
 //   options.drafter_dir = "checkpoints/tiny/drafter";
@@ -14,9 +14,9 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "common/serving/internal_auth.h"
+#include "common/serving/serve_until_signal.h"
 #include "drafter_service/drafter_worker.h"
-#include "serving/internal_auth.h"
-#include "serving/serve_until_signal.h"
 
 namespace dedit {
 
@@ -28,11 +28,11 @@ struct DrafterServerOptions {
   std::string dtype = "float32";
   int cpu_threads = 0;
   std::optional<bool> causal_editor;
-  // Authentication of this server's port (serving/internal_auth.h);
+  // Authentication of this server's port (common/serving/internal_auth.h);
   // default: none.
   InternalAuthOptions auth;
   // Where to serve (binary and banner are the server's):
-  // serving/serve_until_signal.h.
+  // common/serving/serve_until_signal.h.
   ServeOptions serve = ServeOptionsFor("0.0.0.0", 50052, 9102, "", 5000);
   DrafterWorkerOptions worker;
 };

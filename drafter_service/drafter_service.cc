@@ -5,7 +5,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "model/torch_status.h"
+#include "common/model/torch_status.h"
+#include "common/serving/model_service_reactors.h"
 #include "proto/grpc_status.h"
 #include "proto/tensor_wire.h"
 
@@ -57,7 +58,7 @@ class ContextStreamReader : public grpc::ServerReadReactor<v1::ContextChunk> {
       service_->worker_->ReleaseFromStream(chunk_.sequence());
     } else if (chunk_.has_features()) {
       // Refused before the rows are copied: a sequence never holds more
-      // context than the model's positions (issue 15).
+      // context than the model's positions.
       const int64_t rows =
           chunk_.features().shape_size() > 0 ? chunk_.features().shape(0) : 0;
       const int64_t limit = service_->worker_->max_context_tokens();
@@ -120,13 +121,6 @@ DrafterServiceImpl::DrafterServiceImpl(
       on_context_bytes_(std::move(on_context_bytes)) {}
 
 DrafterServiceImpl::~DrafterServiceImpl() = default;
-
-bool DrafterServiceImpl::RefusePoisoned(grpc::ServerUnaryReactor* reactor) {
-  const absl::Status poisoned = worker_->poisoned();
-  if (poisoned.ok()) return false;
-  reactor->Finish(ToGrpcStatus(poisoned));
-  return true;
-}
 
 void DrafterServiceImpl::Attach(ContextStreamReader* reader) {
   absl::MutexLock lock(&mu_);
@@ -222,15 +216,7 @@ grpc::ServerUnaryReactor* DrafterServiceImpl::Release(
     grpc::CallbackServerContext* context,
     const v1::DrafterReleaseRequest* request,
     v1::DrafterReleaseResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (RefusePoisoned(reactor)) return reactor;
-  worker_->Release(std::vector<SequenceId>(request->sequences().begin(),
-                                           request->sequences().end()),
-                   [reactor, response](int released) {
-                     response->set_released(released);
-                     reactor->Finish(grpc::Status::OK);
-                   });
-  return reactor;
+  return ReleaseReactor(context, worker_, *request, response);
 }
 
 grpc::ServerUnaryReactor* DrafterServiceImpl::Info(

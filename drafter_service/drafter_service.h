@@ -1,6 +1,8 @@
 // dedit.v1.Drafter over a DrafterWorker. StreamContext readers feed the
 // worker; Draft/Release/Info are unary reactors answered by the model
-// thread.
+// thread. A poisoned worker (common/model/model_thread.h) fails Draft and
+// Release at once with its INTERNAL error; Info still answers, context is
+// dropped.
 //
 // Readiness: the drafter can only draft for sequences whose context the
 // target streams to it, so the named health service "dedit.v1.Drafter" is
@@ -18,9 +20,9 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "common/serving/round_stream.h"
 #include "dedit/v1/services.grpc.pb.h"
 #include "drafter_service/drafter_worker.h"
-#include "serving/round_stream.h"
 
 namespace dedit {
 
@@ -47,7 +49,7 @@ class DrafterServiceImpl final : public v1::Drafter::CallbackService {
   grpc::ServerUnaryReactor* Draft(grpc::CallbackServerContext* context,
                                   const v1::DraftRequest* request,
                                   v1::DraftResponse* response) override;
-  // Draft calls on one long-lived stream (serving/round_stream.h).
+  // Draft calls on one long-lived stream (common/serving/round_stream.h).
   grpc::ServerBidiReactor<v1::DraftRequest, v1::DraftResponse>* Rounds(
       grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* Release(
@@ -64,9 +66,6 @@ class DrafterServiceImpl final : public v1::Drafter::CallbackService {
 
  private:
   friend class ContextStreamReader;
-  // A poisoned worker (model/model_thread.h) fails Draft and Release at
-  // once with its INTERNAL error; Info still answers, context is dropped.
-  bool RefusePoisoned(grpc::ServerUnaryReactor* reactor);
   // One Draft call (unary or a Rounds message) from the router at `peer`
   // (the worker's fair-share key): `done` gets its status, once.
   void RunDraft(const v1::DraftRequest& request, v1::DraftResponse* response,

@@ -9,11 +9,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "base/spin_wait.h"
-#include "base/status.h"
-#include "engine/ngram_drafter.h"
-#include "model/cpu_threads.h"
-#include "model/torch_status.h"
+#include "common/base/spin_wait.h"
+#include "common/base/status.h"
+#include "common/engine/ngram_drafter.h"
+#include "common/model/cpu/cpu_threads.h"
+#include "common/model/torch_status.h"
 
 namespace dedit {
 namespace {
@@ -187,7 +187,7 @@ void DrafterWorker::Run() {
     inbox = Inbox();
     const absl::Status poisoned = this->poisoned();
     if (!poisoned.ok()) {
-      // No draft runs again (model/model_thread.h).
+      // No draft runs again (common/model/model_thread.h).
       FailAll(inbox, poisoned);
       continue;
     }

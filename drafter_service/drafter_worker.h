@@ -20,7 +20,7 @@
 //
 // Before any work the model thread runs a warm-up (WarmUp(): a dummy
 // sequence, a few tokens of zero context, one draft pass, dropped again;
-// health turns SERVING only after it, model/model_thread.h). A Draft
+// health turns SERVING only after it, common/model/model_thread.h). A Draft
 // answered with a sticky device error poisons the worker: every later call
 // fails with INTERNAL naming that error.
 //
@@ -45,9 +45,9 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "base/published.h"
-#include "model/dedit_drafter.h"
-#include "model/model_thread.h"
+#include "common/base/published.h"
+#include "common/model/dedit_drafter.h"
+#include "common/model/model_thread.h"
 
 namespace dedit {
 
@@ -55,14 +55,13 @@ struct DrafterWorkerOptions {
   int64_t max_batch_wait_us = 0;  // gather more Draft RPCs (see main.cc)
   int64_t context_wait_ms = 500;  // bounded wait for missing context
   // After a forward, how long the model thread polls for the next call
-  // before it sleeps (base/spin_wait.h). 0: it sleeps at once.
+  // before it sleeps (common/base/spin_wait.h). 0: it sleeps at once.
   int64_t idle_spin_us = 0;
   int max_passes = 8;  // largest K served
   // Draft items per batched forward (0 = all that are ready). Items beyond
   // it wait for the next forward, chosen round-robin across callers, so a
   // caller flooding the drafter with items gets an equal share of each
-  // forward, not all of it: the others' drafts still arrive in time
-  // (issue 15).
+  // forward, not all of it: the others' drafts still arrive in time.
   int max_batch_sequences = 256;
   // libtorch CPU threads of the model thread (0 = default; OpenMP's count
   // is per calling thread, so it is set there).
@@ -127,9 +126,9 @@ class DrafterWorker : public ModelThread {
   // The stream ended (the target restarted, crashed or lost the
   // connection): the sequences it fed are dropped. Their target either is
   // gone, with its KV, or lost context chunks while disconnected, and
-  // release markers sent meanwhile are lost too: keeping them would leak
-  // (issue 15). A live target's sequences then draft with NOT_FOUND/
-  // DATA_LOSS and decode target-only: speed lost, never correctness.
+  // release markers sent meanwhile are lost too: keeping them would leak.
+  // A live target's sequences then draft with NOT_FOUND/DATA_LOSS and
+  // decode target-only: speed lost, never correctness.
   void EndStream(uint64_t stream) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Per request: the K passes, or why not (see the file comment).
@@ -143,7 +142,7 @@ class DrafterWorker : public ModelThread {
 
   // Called on the model thread with every snapshot published (after every
   // pass, also one that only applied context or releases), so that gauges
-  // follow releases (issue 15). REQUIRES: before Start().
+  // follow releases. REQUIRES: before Start().
   void SetSnapshotListener(std::function<void(const Snapshot&)> listener) {
     snapshot_listener_ = std::move(listener);
   }

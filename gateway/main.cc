@@ -8,8 +8,8 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "common/serving/shutdown_signals.h"
 #include "gateway/openai_server.h"
-#include "serving/shutdown_signals.h"
 
 ABSL_FLAG(std::string, router, "127.0.0.1:50050", "dedit-router address");
 ABSL_FLAG(std::string, host, "0.0.0.0", "listen host");

@@ -17,14 +17,14 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/serving/server_bootstrap.h"
+#include "common/serving/shutdown_signals.h"
 #include "dedit/v1/services.grpc.pb.h"
 #include "gateway/connection_probe.h"
 #include "gateway/generate_call.h"
 #include "gateway/http_metrics.h"
 #include "gateway/openai_request.h"
 #include "gateway/openai_response.h"
-#include "serving/server_bootstrap.h"
-#include "serving/shutdown_signals.h"
 
 namespace dedit {
 namespace {

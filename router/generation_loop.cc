@@ -231,18 +231,13 @@ bool GenerationLoop::ConnectTarget() {
   SetLease(info->sequence_lease_seconds);
   o.max_new_tokens_limit = options_.max_tokens_limit;
   o.max_passes = options_.max_passes;
-  o.ngram = options_.ngram;
-  o.hybrid_min_ngram = options_.hybrid_min_ngram;
-  o.hybrid_short_match_below = options_.hybrid_short_match_below;
-  o.min_draft_confidence = options_.min_draft_confidence;
-  o.verify_chunk = options_.verify_chunk;
-  o.max_speculative_batch = options_.max_speculative_batch;
-  o.adaptive_speculation = options_.adaptive_speculation;
+  o.speculation = options_.speculation;
   o.on_round = [this](SequenceId, const RoundRecord& round) {
     const int block = backends_.drafter_health != nullptr
                           ? backends_.drafter_health->block_size()
                           : 1;
-    metrics_->OnRound(round, std::max(block, options_.ngram.max_window));
+    metrics_->OnRound(round,
+                      std::max(block, options_.speculation.ngram.max_window));
   };
   engine_ = std::make_unique<SpeculativeEngine>(backends_.verifier,
                                                 backends_.drafter, o);
@@ -421,7 +416,7 @@ void GenerationLoop::Admit(RouterRequest request) {
     engine_request.passes = std::min(engine_request.passes, 1);
   }
   const int block_size = engine_request.method == DraftMethod::kNgram
-                             ? options_.ngram.max_window
+                             ? options_.speculation.ngram.max_window
                              : (drafter_up ? drafter->block_size() : 0);
   if (!request.speculate || block_size < 2) {
     engine_request.passes = 0;  // target-only (W is then ignored)

@@ -18,7 +18,7 @@
 //   loop.Submit(std::move(request));   // from a reactor; never blocks
 //   loop.Cancel(sink);                 // client went away
 //
-// Failure containment (issue 14): a request that fails before any token
+// Failure containment: a request that fails before any token
 // reached its client, because the target is unreachable (UNAVAILABLE), out
 // of KV (RESOURCE_EXHAUSTED) or the loop is retired, is offered to
 // Options::reroute (StackSet: another stack) instead of failing. A round
@@ -47,12 +47,12 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/engine/speculative_engine.h"
+#include "common/tokenizer/streaming_detokenizer.h"
+#include "common/tokenizer/tokenizer.h"
 #include "dedit/v1/generation.pb.h"
-#include "engine/speculative_engine.h"
 #include "router/router_backends.h"
 #include "router/router_metrics.h"
-#include "tokenizer/streaming_detokenizer.h"
-#include "tokenizer/tokenizer.h"
 
 namespace dedit {
 
@@ -129,22 +129,10 @@ class GenerationLoop {
     // message under the target's receive limit (--max_receive_bytes;
     // docs/SERVICES.md). The rest wait for the next round, in order.
     int64_t max_prefill_tokens_per_round = int64_t{1} << 20;
-    // The n-gram method (engine/ngram_drafter.h), which needs no drafter
-    // service: requests that ask for it speculate whatever the drafter's
-    // health.
-    NgramDrafter::Options ngram;
-    // The hybrid method's shortest looked-up suffix
-    // (SpeculativeEngine::Options::hybrid_min_ngram).
-    int hybrid_min_ngram = 3;
-    double hybrid_short_match_below = 0.5;
-    // SpeculativeEngine::Options::min_draft_confidence.
-    double min_draft_confidence = 0;
-    // SpeculativeEngine::Options::verify_chunk.
-    int verify_chunk = 0;
-    // SpeculativeEngine::Options::max_speculative_batch,
-    // adaptive_speculation.
-    int max_speculative_batch = 0;
-    bool adaptive_speculation = false;
+    // How each round's block is chosen (common/engine/speculation_options.h).
+    // The n-gram method needs no drafter service: requests that ask for it
+    // speculate whatever the drafter's health.
+    SpeculationOptions speculation;
     // Names this loop's stack in the per-stack metrics (`stack` label);
     // empty → no per-stack metrics.
     std::string stack_name;

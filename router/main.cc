@@ -11,9 +11,11 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
-#include "engine/speculative_engine.h"
+#include "common/engine/speculation_flags.h"
+#include "common/engine/speculative_engine.h"
+#include "common/serving/service_flags.h"
+#include "common/serving/shutdown_signals.h"
 #include "router/router_server.h"
-#include "serving/shutdown_signals.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:50051", "dedit-target address");
 ABSL_FLAG(std::string, drafter, "",
@@ -35,11 +37,8 @@ ABSL_FLAG(std::string, tokenizer, "",
           "tokenizer.json for text/chat prompts and text deltas");
 ABSL_FLAG(std::string, model_name, "",
           "served model name (default: the target's)");
-ABSL_FLAG(std::string, host, "0.0.0.0", "listen host");
 ABSL_FLAG(int, port, 50050, "gRPC port (0 = ephemeral)");
 ABSL_FLAG(int, metrics_port, 9100, "Prometheus /metrics port (0 = ephemeral)");
-ABSL_FLAG(std::string, ready_file, "",
-          "written with the bound ports once serving");
 ABSL_FLAG(int, max_tokens_limit, 4096, "largest max_tokens a request may ask");
 ABSL_FLAG(int64_t, max_prefill_tokens_per_round, int64_t{1} << 20,
           "prompt tokens admitted per round, all sent in one target Step "
@@ -78,37 +77,6 @@ ABSL_FLAG(std::string, speculative_method, "model",
           "service), ngram (prompt lookup, no model) or hybrid (per round, "
           "lookup when the recent tokens recur, else the drafter)");
 ABSL_FLAG(int, ngram_window, 8, "n-gram method: W when a request gives none");
-ABSL_FLAG(int, ngram_max_window, 64,
-          "n-gram method: largest W a request may ask");
-ABSL_FLAG(int, ngram_min, 1, "n-gram method: shortest suffix looked up");
-ABSL_FLAG(int, ngram_max, 4, "n-gram method: longest suffix looked up");
-ABSL_FLAG(int, hybrid_min_ngram, 3,
-          "hybrid method: shortest suffix whose earlier occurrence makes a "
-          "round a prompt lookup (else the drafter drafts it)");
-ABSL_FLAG(double, hybrid_short_match_below, 0.5,
-          "hybrid method: shorter suffixes (--ngram_min and up) too, once "
-          "the drafter's rounds of a request accept fewer tokens than this "
-          "(a moving mean over ~10 rounds)");
-ABSL_FLAG(double, min_draft_confidence, 0,
-          "drafter drafts (model and hybrid methods) are cut before their "
-          "first slot whose confidence is below this; a draft cut to "
-          "nothing makes the round a decode step, and the request skips the "
-          "drafter for 1, 2, 4, then 8 rounds (0 = off)");
-ABSL_FLAG(int, verify_chunk, 0,
-          "drafter drafts (model and hybrid methods) are verified this many "
-          "block rows per Target.Step; when every verified token is "
-          "accepted, the next round verifies the rest of the same draft "
-          "with no Draft call (0 = whole drafts; pays where a verify's cost "
-          "grows with its rows, as on a CPU)");
-ABSL_FLAG(int, max_speculative_batch, 0,
-          "a round of more running requests than this speculates for none "
-          "of them: each decodes one token, as target-only (0 = no limit; "
-          "pays where a verify's cost grows with its rows, as on a CPU or a "
-          "GPU at large batch; vLLM's speculative_disable_by_batch_size)");
-ABSL_FLAG(bool, adaptive_speculation, false,
-          "per request, speculate only while drafted rounds give more tokens "
-          "per second than plain decoding (measured as it runs); otherwise "
-          "decode plain rounds, probing again after 1, 2, 4 ... 16 of them");
 ABSL_FLAG(int64_t, target_timeout_ms, 60000,
           "deadline of a round's Step on the target");
 ABSL_FLAG(bool, round_streams, true,
@@ -120,16 +88,6 @@ ABSL_FLAG(int64_t, draft_timeout_ms, 2000,
 ABSL_FLAG(int64_t, drafter_probe_ms, 200,
           "health probe interval while the drafter is down");
 ABSL_FLAG(int, drain_timeout_ms, 30000, "graceful shutdown: drain time");
-ABSL_FLAG(std::string, internal_token_file, "",
-          "file holding the shared token internal calls must carry "
-          "(loopback only; see docs/SERVICES.md, \"Internal authentication\")");
-ABSL_FLAG(
-    std::string, tls_cert, "",
-    "PEM certificate (chain) of this process: mTLS to the targets and "
-    "drafters (the public port stays plaintext); with --tls_key and --tls_ca");
-ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
-ABSL_FLAG(std::string, tls_ca, "",
-          "PEM CA certificate(s) that every peer's certificate chains to");
 ABSL_FLAG(std::string, tls_server_name, "",
           "name the targets' and drafters' certificates must carry when it "
           "is not the host dialled (stacks found by --stacks_dns are "
@@ -157,10 +115,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   o.tokenizer_path = absl::GetFlag(FLAGS_tokenizer);
-  o.serve = dedit::ServeOptionsFor(
-      absl::GetFlag(FLAGS_host), absl::GetFlag(FLAGS_port),
-      absl::GetFlag(FLAGS_metrics_port), absl::GetFlag(FLAGS_ready_file),
+  const dedit::ServiceFlags service = dedit::ReadServiceFlags(
+      absl::GetFlag(FLAGS_port), absl::GetFlag(FLAGS_metrics_port),
       absl::GetFlag(FLAGS_drain_timeout_ms));
+  o.serve = service.serve;
+  o.auth = service.auth;
   o.loop.model_name = absl::GetFlag(FLAGS_model_name);
   o.loop.max_tokens_limit = absl::GetFlag(FLAGS_max_tokens_limit);
   o.loop.max_passes = absl::GetFlag(FLAGS_max_passes);
@@ -202,55 +161,23 @@ int main(int argc, char** argv) {
                  method.c_str());
     return 2;
   }
-  o.loop.hybrid_min_ngram = absl::GetFlag(FLAGS_hybrid_min_ngram);
-  o.loop.hybrid_short_match_below =
-      absl::GetFlag(FLAGS_hybrid_short_match_below);
-  o.loop.min_draft_confidence = absl::GetFlag(FLAGS_min_draft_confidence);
-  if (!(o.loop.min_draft_confidence >= 0 && o.loop.min_draft_confidence <= 1)) {
-    std::fprintf(stderr,
-                 "dedit-router: --min_draft_confidence must be in [0, 1]\n");
-    return 2;
-  }
-  o.loop.verify_chunk = absl::GetFlag(FLAGS_verify_chunk);
-  if (absl::Status s =
-          dedit::ValidateVerifyChunk(o.loop.verify_chunk, "--verify_chunk");
-      !s.ok()) {
+  if (auto speculation = dedit::SpeculationOptionsFromFlags();
+      speculation.ok()) {
+    o.loop.speculation = *speculation;
+  } else {
     std::fprintf(stderr, "dedit-router: %s\n",
-                 std::string(s.message()).c_str());
+                 std::string(speculation.status().message()).c_str());
     return 2;
   }
-  o.loop.max_speculative_batch = absl::GetFlag(FLAGS_max_speculative_batch);
-  o.loop.adaptive_speculation = absl::GetFlag(FLAGS_adaptive_speculation);
-  if (o.loop.max_speculative_batch < 0) {
-    std::fprintf(stderr,
-                 "dedit-router: --max_speculative_batch must be >= 0\n");
-    return 2;
-  }
-  if (o.loop.hybrid_min_ngram < 1) {
-    std::fprintf(stderr, "dedit-router: --hybrid_min_ngram must be >= 1\n");
-    return 2;
-  }
-  o.loop.ngram.min_ngram = absl::GetFlag(FLAGS_ngram_min);
-  o.loop.ngram.max_ngram = absl::GetFlag(FLAGS_ngram_max);
-  o.loop.ngram.max_window = absl::GetFlag(FLAGS_ngram_max_window);
-  o.defaults.ngram_max_window = o.loop.ngram.max_window;
+  o.defaults.ngram_max_window = o.loop.speculation.ngram.max_window;
   o.defaults.ngram_default_window = absl::GetFlag(FLAGS_ngram_window);
-  if (absl::Status s = dedit::NgramDrafter::Validate(o.loop.ngram); !s.ok()) {
-    std::fprintf(stderr, "dedit-router: %s\n",
-                 std::string(s.message()).c_str());
-    return 2;
-  }
   if (o.defaults.ngram_default_window < 1 ||
-      o.defaults.ngram_default_window > o.loop.ngram.max_window) {
+      o.defaults.ngram_default_window > o.loop.speculation.ngram.max_window) {
     std::fprintf(stderr,
                  "dedit-router: --ngram_window must be in [1, "
                  "--ngram_max_window]\n");
     return 2;
   }
-  o.auth.token_file = absl::GetFlag(FLAGS_internal_token_file);
-  o.auth.tls_cert = absl::GetFlag(FLAGS_tls_cert);
-  o.auth.tls_key = absl::GetFlag(FLAGS_tls_key);
-  o.auth.tls_ca = absl::GetFlag(FLAGS_tls_ca);
   o.auth.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
   o.verifier.rpc_timeout_ms = absl::GetFlag(FLAGS_target_timeout_ms);
   o.drafter.draft_timeout_ms = absl::GetFlag(FLAGS_draft_timeout_ms);

@@ -3,7 +3,8 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
-#include "base/status.h"
+#include "common/base/status.h"
+#include "common/serving/fire_and_forget.h"
 #include "proto/grpc_status.h"
 #include "router/remote_verifier.h"
 
@@ -153,16 +154,10 @@ absl::StatusOr<std::vector<DraftResult>> RemoteDrafter::Draft(
 }
 
 absl::Status RemoteDrafter::Release(SequenceId sequence) {
-  struct Call {
-    grpc::ClientContext context;
-    v1::DrafterReleaseRequest request;
-    v1::DrafterReleaseResponse response;
-  };
-  auto* call = new Call;
-  call->request.add_sequences(WireSequenceId(nonce_, sequence));
-  call->context.set_deadline(In(5000));
-  stub_->async()->Release(&call->context, &call->request, &call->response,
-                          [call](grpc::Status) { delete call; });
+  v1::DrafterReleaseRequest request;
+  request.add_sequences(WireSequenceId(nonce_, sequence));
+  FireAndForget(stub_->async(), &v1::Drafter::Stub::async::Release,
+                std::move(request));
   return absl::OkStatus();
 }
 

@@ -31,11 +31,11 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "common/engine/round_interfaces.h"
+#include "common/serving/round_stream.h"
 #include "dedit/v1/services.grpc.pb.h"
-#include "engine/round_interfaces.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "router/router_backends.h"
-#include "serving/round_stream.h"
 
 namespace dedit {
 

@@ -3,7 +3,8 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "base/status.h"
+#include "common/base/status.h"
+#include "common/serving/fire_and_forget.h"
 #include "proto/grpc_status.h"
 
 namespace dedit {
@@ -76,7 +77,9 @@ absl::StatusOr<TargetStepResult> RemoteVerifier::Step(
       auto answered = [&k, id]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(k.mu) {
         return k.ids.count(id) == 0;
       };
-      k.mu.AwaitWithTimeout(absl::Condition(&answered), absl::Seconds(10));
+      // The KeepIdle call ends by its deadline at the latest.
+      k.mu.AwaitWithTimeout(absl::Condition(&answered),
+                            absl::FromChrono(kFireAndForgetDeadline));
     }
     v1::PrefillItem* item = request.mutable_prefill()->add_items();
     item->set_sequence(WireSequenceId(nonce_, p.sequence));
@@ -162,18 +165,12 @@ absl::StatusOr<TargetStepResult> RemoteVerifier::Step(
 
 absl::Status RemoteVerifier::Release(SequenceId sequence) {
   limits_.erase(sequence);
-  // Fire and forget: the engine does not wait for KV to be freed, and a
-  // lost Release is harmless once the target restarts.
-  struct Call {
-    grpc::ClientContext context;
-    v1::ReleaseRequest request;
-    v1::ReleaseResponse response;
-  };
-  auto* call = new Call;
-  call->request.add_sequences(WireSequenceId(nonce_, sequence));
-  call->context.set_deadline(Clock::now() + std::chrono::seconds(10));
-  stub_->async()->Release(&call->context, &call->request, &call->response,
-                          [call](grpc::Status) { delete call; });
+  // The engine does not wait for KV to be freed (common/serving/
+  // fire_and_forget.h: what a lost Release leaves, the lease frees).
+  v1::ReleaseRequest request;
+  request.add_sequences(WireSequenceId(nonce_, sequence));
+  FireAndForget(stub_->async(), &v1::Target::Stub::async::Release,
+                std::move(request));
   return absl::OkStatus();
 }
 
@@ -183,45 +180,30 @@ namespace dedit {
 
 void RemoteVerifier::KeepAlive(const std::vector<SequenceId>& sequences) {
   if (sequences.empty()) return;
-  struct Call {
-    grpc::ClientContext context;
-    v1::KeepAliveRequest request;
-    v1::KeepAliveResponse response;
-  };
-  auto* call = new Call;
+  v1::KeepAliveRequest request;
   for (SequenceId id : sequences) {
-    call->request.add_sequences(WireSequenceId(nonce_, id));
+    request.add_sequences(WireSequenceId(nonce_, id));
   }
-  call->context.set_deadline(Clock::now() + std::chrono::seconds(10));
   // A missing id is found by the session's next turn (NOT_FOUND, then a
   // whole prefill); nothing to do here.
-  stub_->async()->KeepAlive(&call->context, &call->request, &call->response,
-                            [call](grpc::Status) { delete call; });
+  FireAndForget(stub_->async(), &v1::Target::Stub::async::KeepAlive,
+                std::move(request));
 }
 
 absl::Status RemoteVerifier::Keep(SequenceId sequence) {
   // The next turn sets new limits; no stale deadline meanwhile.
   limits_.erase(sequence);
-  struct Call {
-    grpc::ClientContext context;
-    v1::KeepIdleRequest request;
-    v1::KeepIdleResponse response;
-  };
-  auto* call = new Call;
-  call->request.add_sequences(WireSequenceId(nonce_, sequence));
-  call->context.set_deadline(Clock::now() + std::chrono::seconds(10));
+  v1::KeepIdleRequest request;
+  request.add_sequences(WireSequenceId(nonce_, sequence));
   {
     absl::MutexLock lock(&keeping_->mu);
     keeping_->ids.insert(sequence);
   }
-  stub_->async()->KeepIdle(&call->context, &call->request, &call->response,
-                           [keeping = keeping_, call, sequence](grpc::Status) {
-                             {
-                               absl::MutexLock lock(&keeping->mu);
-                               keeping->ids.erase(sequence);
-                             }
-                             delete call;
-                           });
+  FireAndForget(stub_->async(), &v1::Target::Stub::async::KeepIdle,
+                std::move(request), [keeping = keeping_, sequence] {
+                  absl::MutexLock lock(&keeping->mu);
+                  keeping->ids.erase(sequence);
+                });
   return absl::OkStatus();
 }
 

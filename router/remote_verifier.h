@@ -3,8 +3,8 @@
 //
 // One Step() sends the round's prefills and verify blocks as one message,
 // which the target's model thread runs in one forward: by default on a
-// long-lived Target.Rounds stream (serving/round_stream.h), else as a unary
-// Target.Step (`round_streams = false`). A prompt the target refuses (KV
+// long-lived Target.Rounds stream (common/serving/round_stream.h), else as a
+// unary Target.Step (`round_streams = false`). A prompt the target refuses (KV
 // capacity) fails alone via TargetStepResult::prefill_status.
 //
 // Sequence ids on the wire are (router nonce << 32 | engine id), so that
@@ -30,10 +30,10 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "common/engine/round_interfaces.h"
+#include "common/serving/round_stream.h"
 #include "dedit/v1/services.grpc.pb.h"
-#include "engine/round_interfaces.h"
 #include "router/router_backends.h"
-#include "serving/round_stream.h"
 
 namespace dedit {
 
@@ -67,9 +67,10 @@ class RemoteVerifier : public Verifier, public TargetControl {
       const std::vector<PrefillWork>& prefills,
       const std::vector<VerifyWork>& verifies) override;
   absl::Status Release(SequenceId sequence) override;
-  // Target.KeepIdle, asynchronously. A later Step that continues the
-  // sequence waits until this call has been answered, so the target never
-  // sees the idle mark after the continuation.
+  // Target.KeepIdle, fire and forget (common/serving/fire_and_forget.h). A
+  // later Step that continues the sequence waits until this call has ended
+  // (answered, or past its deadline), so the target never sees the idle
+  // mark after the continuation.
   absl::Status Keep(SequenceId sequence) override;
   // Target.KeepAlive, fire and forget.
   void KeepAlive(const std::vector<SequenceId>& sequences) override;

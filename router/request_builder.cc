@@ -1,13 +1,13 @@
 #include "router/request_builder.h"
 
 #include <algorithm>
-#include <cmath>
 #include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "base/status.h"
-#include "tokenizer/chat_template.h"
+#include "common/base/status.h"
+#include "common/engine/generation_request.h"
+#include "common/tokenizer/chat_template.h"
 
 namespace dedit {
 namespace {
@@ -16,8 +16,8 @@ absl::Status Invalid(const std::string& message) {
   return absl::InvalidArgumentError(message);
 }
 
-// Text that cannot fit the context is refused before it is tokenized
-// (issue 15: tokenizing a 64 MB prompt took 14.6 s).
+// Text that cannot fit the context is refused before it is tokenized:
+// tokenizing tens of megabytes would hold the request's thread for seconds.
 absl::Status CheckTextBytes(int64_t bytes, const RequestLimits& limits,
                             absl::string_view field) {
   if (limits.max_prompt_bytes > 0 && bytes > limits.max_prompt_bytes) {
@@ -33,18 +33,10 @@ absl::StatusOr<std::vector<int32_t>> PromptIds(const v1::GenerateRequest& r,
                                                const RequestLimits& limits,
                                                const Tokenizer* tokenizer) {
   switch (r.prompt_case()) {
-    case v1::GenerateRequest::kTokenIds: {
-      std::vector<int32_t> ids(r.token_ids().ids().begin(),
-                               r.token_ids().ids().end());
-      for (size_t i = 0; i < ids.size(); ++i) {
-        if (ids[i] < 0 || ids[i] >= limits.model.vocab_size) {
-          return Invalid(absl::StrCat("token_ids[", i, "] = ", ids[i],
-                                      " is outside the vocabulary [0, ",
-                                      limits.model.vocab_size, ")"));
-        }
-      }
-      return ids;
-    }
+    case v1::GenerateRequest::kTokenIds:
+      // Checked with the rest of the request (ValidateRequest).
+      return std::vector<int32_t>(r.token_ids().ids().begin(),
+                                  r.token_ids().ids().end());
     case v1::GenerateRequest::kText: {
       if (r.text().empty()) return Invalid("prompt text is empty");
       RETURN_IF_ERROR(CheckTextBytes(static_cast<int64_t>(r.text().size()),
@@ -94,6 +86,66 @@ absl::StatusOr<std::vector<int32_t>> PromptIds(const v1::GenerateRequest& r,
   return Invalid("a prompt is required (text, chat or token_ids)");
 }
 
+absl::StatusOr<std::vector<std::string>> StopStrings(
+    const v1::GenerateRequest& r, const RequestLimits& limits) {
+  if (r.stop_size() > limits.max_stop_strings) {
+    return Invalid(absl::StrCat("stop has ", r.stop_size(),
+                                " strings; at most ", limits.max_stop_strings,
+                                " (--max_stop_strings)"));
+  }
+  std::vector<std::string> stops;
+  for (int i = 0; i < r.stop_size(); ++i) {
+    if (r.stop(i).empty()) {
+      return Invalid(absl::StrCat("stop[", i, "] is empty"));
+    }
+    if (r.stop(i).size() > static_cast<size_t>(limits.max_stop_string_bytes)) {
+      return Invalid(absl::StrCat(
+          "stop[", i, "] is ", r.stop(i).size(), " bytes; at most ",
+          limits.max_stop_string_bytes, " (--max_stop_string_bytes)"));
+    }
+    stops.push_back(r.stop(i));
+  }
+  return stops;
+}
+
+// Who drafts, then W and K where the request leaves them 0: the method's
+// defaults (the model's default W clamped to the drafter's block size).
+// What the request gives is checked by ValidateRequest, not clamped.
+absl::Status ResolveSpeculation(const v1::GenerateRequest& r,
+                                const RequestLimits& limits,
+                                GenerationRequest* engine) {
+  switch (r.speculative_method()) {
+    case v1::SPECULATIVE_METHOD_UNSPECIFIED:
+      engine->method = limits.default_method;
+      break;
+    case v1::SPECULATIVE_METHOD_MODEL:
+      engine->method = DraftMethod::kModel;
+      break;
+    case v1::SPECULATIVE_METHOD_NGRAM:
+      engine->method = DraftMethod::kNgram;
+      break;
+    case v1::SPECULATIVE_METHOD_HYBRID:
+      engine->method = DraftMethod::kHybrid;
+      break;
+    default:
+      return Invalid(absl::StrCat("speculative_method ", r.speculative_method(),
+                                  " is unknown"));
+  }
+  if (engine->method == DraftMethod::kNgram) {
+    engine->window =
+        r.window() != 0 ? r.window() : std::max(1, limits.ngram_default_window);
+    engine->passes = r.passes() != 0 ? r.passes() : 1;
+    return absl::OkStatus();
+  }
+  int window = limits.default_window;
+  if (limits.drafter_block_size > 0) {
+    window = std::min(window, limits.drafter_block_size);
+  }
+  engine->window = r.window() != 0 ? r.window() : std::max(1, window);
+  engine->passes = r.passes() != 0 ? r.passes() : limits.default_passes;
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int MaxTokenBytes(const Tokenizer& tokenizer) {
@@ -115,122 +167,27 @@ absl::StatusOr<RouterRequest> BuildRouterRequest(const v1::GenerateRequest& r,
   }
   RouterRequest out;
   ASSIGN_OR_RETURN(out.engine.prompt, PromptIds(r, limits, tokenizer));
-  if (out.engine.prompt.empty()) return Invalid("prompt is empty");
-  const int64_t prompt_len = static_cast<int64_t>(out.engine.prompt.size());
-  if (prompt_len >= limits.model.max_context) {
-    return Invalid(absl::StrCat("prompt of ", prompt_len,
-                                " tokens exceeds the context limit: at most ",
-                                limits.model.max_context - 1, " tokens"));
-  }
-  if (r.max_tokens() <= 0 || r.max_tokens() > limits.max_tokens_limit) {
-    return Invalid(absl::StrCat("max_tokens must be in [1, ",
-                                limits.max_tokens_limit, "], got ",
-                                r.max_tokens()));
-  }
   out.engine.max_new_tokens = r.max_tokens();
-
   const v1::SamplingParams& s = r.sampling();
-  if (!std::isfinite(s.temperature()) || s.temperature() < 0) {
-    return Invalid("sampling.temperature must be >= 0");
-  }
-  if (s.top_k() < 0) return Invalid("sampling.top_k must be >= 0");
-  if (!std::isfinite(s.top_p()) || s.top_p() < 0 || s.top_p() > 1) {
-    return Invalid("sampling.top_p must be in (0, 1] (0 = off)");
-  }
   out.engine.sampling.temperature = s.temperature();
   out.engine.sampling.top_k = s.top_k();
-  out.engine.sampling.top_p = s.top_p() == 0 ? 1.0f : s.top_p();
+  out.engine.sampling.top_p = s.top_p() == 0 ? 1.0f : s.top_p();  // 0 = off
   out.engine.sampling.has_seed = s.has_seed();
   out.engine.sampling.seed = s.seed();
-
-  if (r.stop_size() > limits.max_stop_strings) {
-    return Invalid(absl::StrCat("stop has ", r.stop_size(),
-                                " strings; at most ", limits.max_stop_strings,
-                                " (--max_stop_strings)"));
-  }
-  for (int i = 0; i < r.stop_size(); ++i) {
-    if (r.stop(i).empty())
-      return Invalid(absl::StrCat("stop[", i, "] is empty"));
-    if (r.stop(i).size() > static_cast<size_t>(limits.max_stop_string_bytes)) {
-      return Invalid(absl::StrCat(
-          "stop[", i, "] is ", r.stop(i).size(), " bytes; at most ",
-          limits.max_stop_string_bytes, " (--max_stop_string_bytes)"));
-    }
-    out.stop_strings.push_back(r.stop(i));
-  }
-  for (int i = 0; i < r.stop_token_ids_size(); ++i) {
-    const int32_t t = r.stop_token_ids(i);
-    if (t < 0 || t >= limits.model.vocab_size) {
-      return Invalid(absl::StrCat("stop_token_ids[", i, "] = ", t,
-                                  " is outside the vocabulary"));
-    }
-    out.engine.stop_token_ids.push_back(t);
-  }
+  ASSIGN_OR_RETURN(out.stop_strings, StopStrings(r, limits));
+  out.engine.stop_token_ids.assign(r.stop_token_ids().begin(),
+                                   r.stop_token_ids().end());
   out.engine.ignore_eos = r.ignore_eos();
+  RETURN_IF_ERROR(ResolveSpeculation(r, limits, &out.engine));
 
-  // Speculation: who drafts, then W and K within that drafter's limits.
-  switch (r.speculative_method()) {
-    case v1::SPECULATIVE_METHOD_UNSPECIFIED:
-      out.engine.method = limits.default_method;
-      break;
-    case v1::SPECULATIVE_METHOD_MODEL:
-      out.engine.method = DraftMethod::kModel;
-      break;
-    case v1::SPECULATIVE_METHOD_NGRAM:
-      out.engine.method = DraftMethod::kNgram;
-      break;
-    case v1::SPECULATIVE_METHOD_HYBRID:
-      out.engine.method = DraftMethod::kHybrid;
-      break;
-    default:
-      return Invalid(absl::StrCat("speculative_method ", r.speculative_method(),
-                                  " is unknown"));
-  }
-  if (r.window() < 0) {
-    return Invalid(absl::StrCat("window must be >= 1, got ", r.window()));
-  }
-  if (r.passes() < 0) {
-    return Invalid(absl::StrCat("passes (K) must be >= 1, got ", r.passes()));
-  }
-  if (r.passes() > limits.max_passes) {
-    return Invalid(absl::StrCat("passes (K) must be at most ",
-                                limits.max_passes, ", got ", r.passes()));
-  }
-  if (out.engine.method == DraftMethod::kNgram) {
-    if (r.passes() > 1) {
-      return Invalid(absl::StrCat(
-          "passes (K) must be 1 with the n-gram method, got ", r.passes()));
-    }
-    if (r.window() > limits.ngram_max_window) {
-      return Invalid(absl::StrCat("window ", r.window(),
-                                  " exceeds the n-gram method's largest "
-                                  "window ",
-                                  limits.ngram_max_window));
-    }
-    out.engine.window =
-        std::max(1, r.window() > 0 ? r.window() : limits.ngram_default_window);
-    out.engine.passes = 1;
-    out.speculate = !r.disable_speculation() && out.engine.window >= 2;
-    return out;
-  }
-  if (limits.drafter_block_size > 0 && r.window() > limits.drafter_block_size) {
-    return Invalid(absl::StrCat("window ", r.window(),
-                                " exceeds the drafter's block size ",
-                                limits.drafter_block_size));
-  }
-  if (out.engine.method == DraftMethod::kHybrid &&
-      r.window() > limits.ngram_max_window) {
-    return Invalid(absl::StrCat("window ", r.window(),
-                                " exceeds the n-gram method's largest "
-                                "window ",
-                                limits.ngram_max_window));
-  }
-  int window = r.window() > 0 ? r.window() : limits.default_window;
-  if (limits.drafter_block_size > 0) {
-    window = std::min(window, limits.drafter_block_size);
-  }
-  out.engine.window = std::max(1, window);
-  out.engine.passes = r.passes() > 0 ? r.passes() : limits.default_passes;
+  RequestRules rules;
+  rules.vocab_size = limits.model.vocab_size;
+  rules.max_context = limits.model.max_context;
+  rules.max_new_tokens_limit = limits.max_tokens_limit;
+  rules.max_passes = limits.max_passes;
+  rules.drafter_block_size = limits.drafter_block_size;
+  rules.ngram_max_window = limits.ngram_max_window;
+  RETURN_IF_ERROR(ValidateRequest(out.engine, rules));
   out.speculate = !r.disable_speculation() && out.engine.window >= 2 &&
                   out.engine.passes >= 1;
   return out;

@@ -11,9 +11,9 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/tokenizer/tokenizer.h"
 #include "dedit/v1/generation.pb.h"
 #include "router/generation_loop.h"
-#include "tokenizer/tokenizer.h"
 
 namespace dedit {
 
@@ -30,7 +30,7 @@ struct RequestLimits {
   int ngram_default_window = 8;
   int ngram_max_window = 64;
   // Stop strings are matched on the engine thread that every request
-  // shares, so their number and length are bounded (issue 15).
+  // shares, so their number and length are bounded.
   // Text (all chat content together) longer than this many bytes cannot
   // fit the context and is refused before tokenizing; 0 = no bound.
   int64_t max_prompt_bytes = 0;

@@ -1,8 +1,9 @@
 // What the router's GenerationLoop needs from the target and the drafter
-// beyond the round interfaces (engine/round_interfaces.h): what the target
-// serves and per-request limits (TargetControl), and whether new requests
-// may speculate (DrafterHealth). Proto-free, so that the in-process backends
-// (model/local_backends.h) can stand in for the services in tests.
+// beyond the round interfaces (common/engine/round_interfaces.h): what the
+// target serves and per-request limits (TargetControl), and whether new
+// requests may speculate (DrafterHealth). Proto-free, so that the in-process
+// backends (common/model/local_backends.h) can stand in for the services in
+// tests.
 //
 // In the router one object implements both sides of each service:
 // RemoteVerifier is a Verifier and a TargetControl, RemoteDrafter a Drafter
@@ -19,7 +20,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/round_interfaces.h"
+#include "common/engine/round_interfaces.h"
 
 namespace dedit {
 

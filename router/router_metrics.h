@@ -27,7 +27,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
-#include "engine/speculative_engine.h"
+#include "common/engine/speculative_engine.h"
 
 namespace dedit {
 

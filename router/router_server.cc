@@ -7,11 +7,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
-#include "base/status.h"
-#include "serving/serve_until_signal.h"
-#include "serving/server_bootstrap.h"
-#include "serving/service_readiness.h"
-#include "tokenizer/tokenizer.h"
+#include "common/base/status.h"
+#include "common/serving/serve_until_signal.h"
+#include "common/serving/server_bootstrap.h"
+#include "common/serving/service_readiness.h"
+#include "common/tokenizer/tokenizer.h"
 
 namespace dedit {
 
@@ -59,7 +59,7 @@ absl::Status RunRouterServer(const RouterServerOptions& options) {
                              ? "(none)"
                              : options.drafter_address);
   absl::StrAppend(&serve.banner, ", internal calls: ", auth.Describe());
-  // Readiness (docs/SERVICES.md, "Health"): the named service
+  // Readiness (docs/ARCHITECTURE.md, "Health"): the named service
   // dedit.v1.Generation is SERVING while some stack takes new requests, so
   // that Kubernetes stops sending clients to a router that can reach no
   // stack; "" (liveness) stays SERVING while the process serves.

@@ -3,7 +3,7 @@
 // --target/--drafter, a stacks file or a headless Service's DNS name), runs
 // one GenerationLoop per stack and serves dedit.v1.Generation, health,
 // reflection and /metrics until SIGTERM/SIGINT, then drains
-// (ServeUntilSignal, serving/serve_until_signal.h).
+// (ServeUntilSignal, common/serving/serve_until_signal.h).
 //
 //   RouterServerOptions options;      // filled from flags in main.cc
 //   options.target_address = "127.0.0.1:50051";
@@ -16,13 +16,13 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "common/serving/internal_auth.h"
+#include "common/serving/serve_until_signal.h"
 #include "router/generation_loop.h"
 #include "router/generation_service.h"
 #include "router/remote_drafter.h"
 #include "router/remote_verifier.h"
 #include "router/stack_discovery.h"
-#include "serving/internal_auth.h"
-#include "serving/serve_until_signal.h"
 
 namespace dedit {
 
@@ -39,10 +39,10 @@ struct RouterServerOptions {
   int64_t readiness_poll_ms = 200;
   std::string tokenizer_path;  // empty → token ids only
   // Where to serve (binary and banner are the server's):
-  // serving/serve_until_signal.h.
+  // common/serving/serve_until_signal.h.
   ServeOptions serve = ServeOptionsFor("0.0.0.0", 50050, 9100, "", 30000);
   // How the router authenticates to the stacks' targets and drafters
-  // (serving/internal_auth.h: --internal_token_file, --tls_*); its own
+  // (common/serving/internal_auth.h: --internal_token_file, --tls_*); its own
   // public port stays open.
   InternalAuthOptions auth;
   GenerationLoop::Options loop;

@@ -11,7 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "base/status.h"
+#include "common/base/status.h"
 #include "proto/grpc_status.h"
 
 namespace dedit {

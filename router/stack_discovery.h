@@ -1,4 +1,5 @@
-// Where the router finds its stacks (issue 14), re-read periodically:
+// Where the router finds its stacks (scale-out: one router drives many
+// target/drafter stacks), re-read periodically:
 //
 //  * a stacks file, for local runs and tests (loopback has no DNS to
 //    change): one stack per line, `name target_host:port [drafter_host:port]`,

@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "serving/server_bootstrap.h"
+#include "common/serving/server_bootstrap.h"
 
 namespace dedit {
 

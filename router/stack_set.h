@@ -1,4 +1,4 @@
-// The router's stacks (issue 14): one stack is one dedit-target plus the
+// The router's stacks (scale-out): one stack is one dedit-target plus the
 // dedit-drafter it streams context to (in Kubernetes, one pod with two
 // containers). The router keeps one set of backends per stack, a
 // RemoteVerifier, a RemoteDrafter and its own GenerationLoop, so a sequence
@@ -38,11 +38,11 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "common/serving/internal_auth.h"
 #include "router/generation_loop.h"
 #include "router/remote_drafter.h"
 #include "router/remote_verifier.h"
 #include "router/router_backends.h"
-#include "serving/internal_auth.h"
 
 namespace dedit {
 
@@ -76,7 +76,7 @@ class StackSet : public DrafterHealth {
     // (a pod being replaced drains; a dead one fails them at once).
     int64_t stack_drain_ms = 30000;
     // How the channels to every target and drafter authenticate
-    // (serving/internal_auth.h); default: plaintext.
+    // (common/serving/internal_auth.h); default: plaintext.
     InternalAuth auth;
   };
 

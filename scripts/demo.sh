@@ -48,11 +48,10 @@ THREADS=${DEMO_THREADS:-1}
 SERVE_ARGS=()
 CHAT_FAMILY=""
 MAX_TOKENS=${DEMO_MAX_TOKENS:-160}
-# The DEdit drafter served: the pair's. On the demo's multiply task it
-# beats the lookup-seeded one (tau 4.9 against 4.4 at W=8, where 2-token
-# matches in digit strings make junk seeds); DEMO_DRAFTER=
-# checkpoints/tiny/drafter-seeded serves that one, ahead on the held-out
-# set (docs/RESULTS.md "Issue 13, trusting the seed").
+# The DEdit drafter served: the pair's. On the demo's multiply task it beats the
+# lookup-seeded one at W=8 (2-token matches in digit strings make junk seeds);
+# DEMO_DRAFTER=checkpoints/tiny/drafter-seeded serves that one, ahead on the
+# held-out set (docs/RESULTS.md, "Trusting the seed").
 DRAFTER=${DEMO_DRAFTER:-$PAIR/drafter}
 if [ -f "$PAIR/target/model.safetensors" ] &&
    [ -f "$DRAFTER/model.safetensors" ]; then

@@ -48,13 +48,15 @@ lib_sources() {  # DIR TARGET
       for (i = 1; i <= NF; ++i) if ($i ~ /\.cc\)?$/) { f = $i; sub(/\)$/, "", f); print f }
       if ($0 ~ /\)/) on = 0 }' "$ROOT/$1/CMakeLists.txt" | sed "s|^|$1/|"
 }
-SRCS="$(lib_sources base dedit_base) $(lib_sources engine dedit_engine)
-  $(lib_sources model dedit_model) $(lib_sources model dedit_cpu_flags)
+SRCS="$(lib_sources common/base dedit_base) $(lib_sources common/engine dedit_engine)
+  $(lib_sources common/engine dedit_speculation_flags)
+  $(lib_sources common/model dedit_model) $(lib_sources common/model dedit_cpu_flags)
   tests/model/test_util.cc tests/model/qwen3_model_test.cc tests/model/dedit_drafter_test.cc
   tests/model/sampling_test.cc tests/model/kv_pool_test.cc tests/model/torch_status_test.cc
   tests/model/cpu_kernels_test.cc tests/model/cpu_panels_test.cc tests/model/bf16_kv_cache_test.cc
   tests/engine/speculative_engine_test.cc bench/engine/engine_bench.cc
-  cli/command_flags.cc cli/generate_main.cc cli/make_tiny_model_main.cc"
+  cli/command_flags.cc cli/generate_main.cc cli/prompt_codec_ids_only.cc
+  cli/make_tiny_model_main.cc"
 t0=$(date +%s)
 echo $SRCS | tr ' ' '\n' | grep . | xargs -P "$(nproc)" -I{} sh -c \
   "g++ @$B/cxxflags -c $ROOT/{} -o $B/obj/\$(echo {} | tr / _).o || echo BUILD_FAIL {}"
@@ -63,12 +65,13 @@ ABSL=$(ls $ROOT/.device/lib/libabsl_*.so | sed 's|.*/lib\(absl_[a-z0-9_]*\)\.so|
 LIBS="-L$TORCH_LIBDIR -Wl,-rpath,$TORCH_LIBDIR -Wl,--no-as-needed -ltorch $CUDA_LIBS -ltorch_cpu -lc10 -Wl,--as-needed \
   -L$ROOT/.device/lib -Wl,-rpath,$ROOT/.device/lib $ABSL -lpthread -ldl"
 O=$B/obj
-CORE="$O/base_*.o $O/engine_*.o $O/model_*.o"
-# dedit-generate and the engine bench read the CPU kernel flags
-# (model/cpu_flags.cc, in $O/model_*.o).
+CORE="$O/common_*.o"
+# dedit-generate and the engine bench read the CPU kernel and speculation
+# flags (common/model/cpu/cpu_flags.cc, common/engine/speculation_flags.cc).
 g++ -o $B/dedit_engine_tests $CORE $O/tests_*.o -L$ROOT/.device/lib -lgmock -lgtest_main -lgtest $LIBS \
   || echo LINK_FAIL tests
-g++ -o $B/dedit-generate $CORE $O/cli_command_flags.cc.o $O/cli_generate_main.cc.o $LIBS || echo LINK_FAIL generate
+g++ -o $B/dedit-generate $CORE $O/cli_command_flags.cc.o $O/cli_generate_main.cc.o \
+  $O/cli_prompt_codec_ids_only.cc.o $LIBS || echo LINK_FAIL generate
 g++ -o $B/dedit-make-tiny-model $CORE $O/cli_command_flags.cc.o $O/cli_make_tiny_model_main.cc.o $LIBS || echo LINK_FAIL make
 g++ -o $B/dedit-engine-bench $CORE $O/bench_engine_engine_bench.cc.o $LIBS || echo LINK_FAIL engine-bench
 echo "== engine tests on $DEV =="

@@ -32,7 +32,7 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-MAX_BONUS = 64  # base/model_config.h kMaxSeedLogitBonus
+MAX_BONUS = 64  # common/base/model_config.h kMaxSeedLogitBonus
 
 
 def sample_training(tasks_dir, per_family, seed):

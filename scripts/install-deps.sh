@@ -7,19 +7,20 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git ca-certificates
   # clang 14 is the compiler (thread-safety analysis); its sanitizer runtimes
-  # (ASan/UBSan parser tests); clang-format for the style test; ccache.
-  clang-14 libclang-rt-14-dev clang-format-14 ccache
+  # (ASan/UBSan parser tests); clang-format and universal-ctags for the
+  # style tests (format, function size); ccache.
+  clang-14 libclang-rt-14-dev clang-format-14 universal-ctags ccache
   # libtorch (CPU) and a fast BLAS: without OpenBLAS, Debian's libtorch falls
-  # back to the reference BLAS and runs ~10x slower.
+  # back to the reference BLAS and runs far slower.
   libtorch-dev libopenblas0-pthread libopenblas-pthread-dev
-  # OpenSSL: internal mTLS (serving/internal_auth.cc checks the PEM files),
+  # OpenSSL: internal mTLS (common/serving/internal_auth.cc checks the PEM files),
   # and the openssl tool that makes the certificates
   # (scripts/make_internal_certs.sh, also run by the tests)
   libssl-dev openssl
   # gRPC / protobuf / abseil / Prometheus client
   libgrpc++-dev libgrpc-dev protobuf-compiler protobuf-compiler-grpc libprotobuf-dev
   # HTTP server of the OpenAI-compatible front (dedit-openai) and of every
-  # binary's /metrics (serving/metrics_endpoint.cc)
+  # binary's /metrics (common/serving/metrics_endpoint.cc)
   libcpp-httplib-dev
   libabsl-dev prometheus-cpp-dev
   # tests and benchmarks; valgrind checks the PCRE2 path (fuzz.regex_valgrind),

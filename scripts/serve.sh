@@ -14,12 +14,12 @@
 # --metrics-ports R,T,D (9100,9101,9102), --threads N (CPU compute threads
 # per model service, libtorch's and the weight-product pool's; 0 = the
 # machine's cores), --product-threads N (threads per model thread for the
-# weight products; model/cpu_product_pool.h; default 0 = follow --threads),
+# weight products; common/model/cpu/cpu_product_pool.h; default 0 = follow --threads),
 # --cpu-products KERNEL (both model services' weight products: blas, f32 or
-# bf16; model/cpu_panels.h; default auto, the fastest the CPU runs),
+# bf16; common/model/cpu/cpu_panels.h; default auto, the fastest the CPU runs),
 # --kv-cache-dtype auto|bf16 (both model services' K/V caches;
-# model/kv_pool.h; default auto), --idle-spin-us N (the model services
-# poll N µs for the next call before sleeping; base/spin_wait.h; default
+# common/model/kv_pool.h; default auto), --idle-spin-us N (the model services
+# poll N µs for the next call before sleeping; common/base/spin_wait.h; default
 # 0), --drafter-idle-spin-us N (the drafter's alone; default
 # --idle-spin-us), --min-draft-confidence C (the router cuts drafter drafts before
 # their first slot less confident than C; 0 = off), --verify-chunk N (the

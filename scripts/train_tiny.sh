@@ -6,16 +6,14 @@
 #   scripts/train_tiny.sh [full|smoke|chat]
 #
 # Profiles: full is the first 4-layer code pair; smoke a quick check;
-# chat the production-shaped target of issue 11 (8 layers from scratch,
-# TARGET_LAYERS=12 to grow one with TARGET_INIT_FROM, 1024 context,
-# trained on the corpus plus the chat task suite, training/chat_tasks.py)
-# with the 2-layer DEdit drafter of the issue-13 recipe, plus answer
-# accuracy per family (scripts/eval_chat_tasks.py -> $WORK/chat-eval.json).
-# docs/RESULTS.md "How to reproduce" lists the runs behind the shipped
-# pair (a 12-layer target).
-# The chat target needs about 3 hours on 2 CPU cores: run it with
-# MAX_MINUTES (resumable) and keep $WORK; OUT is only written when every
-# stage has finished.
+# chat the production-shaped chat target (8 layers from scratch,
+# TARGET_LAYERS=12 to grow one with TARGET_INIT_FROM, 1024 context, trained on
+# the corpus plus the chat task suite, training/chat_tasks.py) with the 2-layer
+# DEdit drafter (its recipe below), plus answer accuracy per family
+# (scripts/eval_chat_tasks.py -> $WORK/chat-eval.json). docs/RESULTS.md "How to
+# reproduce" lists the runs behind the shipped pair (a 12-layer target). The
+# chat target takes hours on a small CPU: run it with MAX_MINUTES (resumable)
+# and keep $WORK; OUT is only written when every stage has finished.
 #
 # Resumable: every stage checkpoints under $WORK and a finished stage is
 # skipped, so rerunning the same command continues where it stopped. With
@@ -61,7 +59,7 @@
 #   DRAFTER_LAYERS  the chat profile drafter's layers (default 2)
 #   DRAFTER_LR   peak learning rate of the chat drafter (default 2e-3; a
 #                continuation from DRAFTER_INIT_FROM may want less: a
-#                restart at 2e-3 first costs the drafter ~9 points of
+#                restart at 2e-3 first loses some of the drafter's
 #                slot-1 accuracy)
 #   DRAFTER_ROUND_ANCHORS the share of the chat drafter's blocks placed
 #                where its own rounds land (dedit-train drafter
@@ -84,7 +82,7 @@
 #                fewer layers than DRAFTER_LAYERS is grown (its new layers
 #                start as identities)
 #   DRAFTER_EVAL_EVERY steps between the chat drafter's held-out
-#                evaluations (default 100; each costs ~30 s, so a long run
+#                evaluations (default 100; each is slow, so a long run
 #                evaluates less often)
 #   EVAL_THREADS libtorch threads of the eval stages (default 1: the tiny
 #                models decode fastest on one core, and the speedups are
@@ -117,7 +115,8 @@ case "$profile" in
                   --continuation=160 --distill_batch=64)
     # The shipped drafter has 2 layers: a 1-layer drafter cannot compose
     # attention (find a repeat, then copy what followed it), and in the
-    # target's loops it got slot 1 right and slot 2 never (docs/RESULTS.md).
+    # target's loops it got slot 1 right and slot 2 never
+    # (docs/log/2026-12-06-results-notebook.md, "What was tried").
     drafter_args=(--drafter_layers=2 --block_size=16 --target_layer_ids=1,2,3
                   --sequences_per_step=4 --blocks_per_sequence=32
                   --steps=1000 --lr=2e-3 --eval_every=250)
@@ -146,8 +145,7 @@ case "$profile" in
     [ -n "${TASK_WEIGHTS:-}" ] && target_tasks="$WORK/tasks-weighted"
     # 8 narrow layers (8x the 1-layer drafter), exported for a 1024-token
     # context, trained on 512-token windows (a rename prompt + answer is
-    # 300-440 tokens), 3/4 of them chat tasks with the loss on answers only:
-    # ~2500 tokens/s on 2 idle cores, ~85 min for the 3000 steps.
+    # 300-440 tokens), 3/4 of them chat tasks with the loss on answers only.
     target_args=(--hidden_size=128 --intermediate_size=384
                  --num_layers="${TARGET_LAYERS:-8}"
                  --num_heads=4 --num_kv_heads=2 --head_dim=32 --seq_len=512
@@ -165,15 +163,14 @@ case "$profile" in
                           --distill_batch=35
                           --chat_prompts="$WORK/tasks/heldout.jsonl"
                           --chat_fraction=1)
-    # The DEdit drafter (issue 13, docs/RESULTS.md): 2 layers (copying needs
-    # two hops: read the previous slot, then find it in the context; a
-    # 1-layer drafter reached 16% slot-1 accuracy), block 32 trained on
-    # blocks of 16 and 32 (one drafter for W = 16 and 32), a low feature
-    # layer (0) so context keys carry token identity, 32 anchors per
-    # sequence, P1 alone until held-out slot-1 accuracy plateaus, then
-    # P1 + P2 with ProposalMix's eta adapted per batch (ground truth for
-    # 0.875 x P1 accuracy of the slots), evaluated on the held-out
-    # instances' answers.
+    # The DEdit drafter (docs/log/2026-12-06-results-notebook.md, "the DEdit
+    # drafter recipe"): 2 layers (copying needs two hops: read the previous
+    # slot, then find it in the context, which one layer cannot compose), block
+    # 32 trained on blocks of 16 and 32 (one drafter for W = 16 and 32), a low
+    # feature layer (0) so context keys carry token identity, 32 anchors per
+    # sequence, P1 alone until held-out slot-1 accuracy plateaus, then P1 + P2
+    # with ProposalMix's eta adapted per batch (ground truth for 0.875 x P1
+    # accuracy of the slots), evaluated on the held-out instances' answers.
     drafter_steps=${DRAFTER_STEPS:-1200}
     drafter_args=(--drafter_layers="${DRAFTER_LAYERS:-2}" --block_size=32
                   --train_windows=16,32
@@ -209,7 +206,7 @@ for dir in /usr/lib/python3.11 /usr/share/doc/python3.11/html/_sources; do
 done
 mkdir -p "$WORK"
 # libgomp's default active wait spins against OpenBLAS's threads on 2 cores:
-# passive waiting made a drafter training step 1.7x faster here.
+# passive waiting made a drafter training step faster.
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 common=(--threads="$THREADS" --checkpoint_every_s=180)
 timings="$WORK/timings.txt"
@@ -361,7 +358,7 @@ if [ -n "$OUT" ]; then
   done
   cp "$WORK/eval-drafter.json" "$OUT/drafter/eval.json"
   if [ "$profile" = chat ]; then
-    # The distillation sets the drafter issue trains and evaluates on, and
+    # The distillation sets the drafter trains and evaluates on, and
     # the task accuracy of the target.
     mkdir -p "$OUT/distill"
     cp "$WORK/distill.bin" "$WORK/distill-heldout.bin" "$OUT/distill/"

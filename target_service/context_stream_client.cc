@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "absl/time/time.h"
-#include "model/torch_status.h"
+#include "common/model/torch_status.h"
 #include "proto/tensor_wire.h"
 
 namespace dedit {

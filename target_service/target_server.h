@@ -1,7 +1,7 @@
 // dedit-target as a library call: loads the target, starts the model
 // thread, the context stream to the drafter, the gRPC server and /metrics,
 // and serves until SIGTERM/SIGINT, then drains (ServeUntilSignal,
-// serving/serve_until_signal.h).
+// common/serving/serve_until_signal.h).
 //
 //   TargetServerOptions options;       // filled from flags in main.cc
 //   options.target_dir = "checkpoints/tiny/target";
@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "serving/internal_auth.h"
-#include "serving/serve_until_signal.h"
+#include "common/serving/internal_auth.h"
+#include "common/serving/serve_until_signal.h"
 #include "target_service/target_worker.h"
 
 namespace dedit {
@@ -28,13 +28,13 @@ struct TargetServerOptions {
   std::vector<int> feature_layer_ids;
   std::string drafter_address;  // host:port of dedit-drafter; empty → none
   // Authentication of this server's port and of the context stream to the
-  // drafter (serving/internal_auth.h); default: none.
+  // drafter (common/serving/internal_auth.h); default: none.
   InternalAuthOptions auth;
   std::string device = "cpu";
   std::string dtype = "float32";
   int cpu_threads = 0;  // libtorch intra-op threads; 0 = default
   // Where to serve (binary and banner are the server's):
-  // serving/serve_until_signal.h.
+  // common/serving/serve_until_signal.h.
   ServeOptions serve = ServeOptionsFor("0.0.0.0", 50051, 9101, "", 10000);
   TargetWorkerOptions worker;
 };

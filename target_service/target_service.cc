@@ -4,16 +4,10 @@
 #include <memory>
 #include <utility>
 
+#include "common/serving/model_service_reactors.h"
 #include "proto/grpc_status.h"
 
 namespace dedit {
-
-bool TargetServiceImpl::RefusePoisoned(grpc::ServerUnaryReactor* reactor) {
-  const absl::Status poisoned = worker_->poisoned();
-  if (poisoned.ok()) return false;
-  reactor->Finish(ToGrpcStatus(poisoned));
-  return true;
-}
 
 namespace {
 
@@ -145,7 +139,7 @@ grpc::ServerUnaryReactor* TargetServiceImpl::Prefill(
     grpc::CallbackServerContext* context, const v1::PrefillRequest* request,
     v1::PrefillResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (RefusePoisoned(reactor)) return reactor;
+  if (FinishIfPoisoned(worker_->poisoned(), reactor)) return reactor;
   worker_->Prefill(
       PrefillItems(*request),
       [reactor, response](std::vector<absl::StatusOr<int32_t>> results) {
@@ -160,7 +154,7 @@ grpc::ServerUnaryReactor* TargetServiceImpl::Verify(
     grpc::CallbackServerContext* context, const v1::VerifyRequest* request,
     v1::VerifyResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (RefusePoisoned(reactor)) return reactor;
+  if (FinishIfPoisoned(worker_->poisoned(), reactor)) return reactor;
   worker_->Verify(
       VerifyItems(*request),
       [reactor, response](absl::StatusOr<std::vector<VerifyOutcome>> result) {
@@ -178,22 +172,14 @@ grpc::ServerUnaryReactor* TargetServiceImpl::Verify(
 grpc::ServerUnaryReactor* TargetServiceImpl::Release(
     grpc::CallbackServerContext* context, const v1::ReleaseRequest* request,
     v1::ReleaseResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (RefusePoisoned(reactor)) return reactor;
-  worker_->Release(std::vector<SequenceId>(request->sequences().begin(),
-                                           request->sequences().end()),
-                   [reactor, response](int released) {
-                     response->set_released(released);
-                     reactor->Finish(grpc::Status::OK);
-                   });
-  return reactor;
+  return ReleaseReactor(context, worker_, *request, response);
 }
 
 grpc::ServerUnaryReactor* TargetServiceImpl::KeepIdle(
     grpc::CallbackServerContext* context, const v1::KeepIdleRequest* request,
     v1::KeepIdleResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (RefusePoisoned(reactor)) return reactor;
+  if (FinishIfPoisoned(worker_->poisoned(), reactor)) return reactor;
   worker_->KeepIdle(std::vector<SequenceId>(request->sequences().begin(),
                                             request->sequences().end()),
                     [reactor, response](std::vector<SequenceId> missing) {
@@ -208,7 +194,7 @@ grpc::ServerUnaryReactor* TargetServiceImpl::KeepAlive(
     grpc::CallbackServerContext* context, const v1::KeepAliveRequest* request,
     v1::KeepAliveResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (RefusePoisoned(reactor)) return reactor;
+  if (FinishIfPoisoned(worker_->poisoned(), reactor)) return reactor;
   worker_->KeepAlive(std::vector<SequenceId>(request->sequences().begin(),
                                              request->sequences().end()),
                      [reactor, response](std::vector<SequenceId> missing) {

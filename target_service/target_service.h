@@ -1,5 +1,7 @@
 // dedit.v1.Target over a TargetWorker: each RPC converts its message, hands
-// the work to the model thread and returns; the model thread answers.
+// the work to the model thread and returns; the model thread answers. A
+// poisoned worker (common/model/model_thread.h) fails every call but Info
+// at once with its INTERNAL error.
 //
 //   TargetServiceImpl service(&worker, &stream, model_name, device, dtype);
 //   StartGrpcServer(address, {&service});
@@ -8,8 +10,8 @@
 
 #include <string>
 
+#include "common/serving/round_stream.h"
 #include "dedit/v1/services.grpc.pb.h"
-#include "serving/round_stream.h"
 #include "target_service/context_stream_client.h"
 #include "target_service/target_worker.h"
 
@@ -30,7 +32,7 @@ class TargetServiceImpl final : public v1::Target::CallbackService {
   grpc::ServerUnaryReactor* Step(grpc::CallbackServerContext* context,
                                  const v1::StepRequest* request,
                                  v1::StepResponse* response) override;
-  // Step's rounds on one long-lived stream (serving/round_stream.h).
+  // Step's rounds on one long-lived stream (common/serving/round_stream.h).
   grpc::ServerBidiReactor<v1::StepRequest, v1::StepResponse>* Rounds(
       grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* Prefill(grpc::CallbackServerContext* context,
@@ -60,9 +62,6 @@ class TargetServiceImpl final : public v1::Target::CallbackService {
   // One round (Step or a Rounds message): `done` gets its status, once.
   void RunStep(const v1::StepRequest& request, v1::StepResponse* response,
                std::function<void(absl::Status)> done);
-  // A poisoned worker (model/model_thread.h) fails Prefill, Verify and
-  // Release at once with its INTERNAL error; Info still answers.
-  bool RefusePoisoned(grpc::ServerUnaryReactor* reactor);
 
   TargetWorker* worker_;
   const ContextStreamClient* stream_;

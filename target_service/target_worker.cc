@@ -12,11 +12,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "base/spin_wait.h"
-#include "base/status.h"
-#include "model/cpu_threads.h"
-#include "model/torch_status.h"
-#include "model/verify_commit.h"
+#include "common/base/spin_wait.h"
+#include "common/base/status.h"
+#include "common/model/cpu/cpu_threads.h"
+#include "common/model/torch_status.h"
+#include "common/model/verify_commit.h"
 
 namespace dedit {
 namespace {
@@ -183,7 +183,7 @@ absl::Status TargetBatcher::CheckPrompt(const TargetPrefillItem& item) const {
   }
   // A sequence never holds more than the context, so a larger reservation
   // is a caller's error; bounding it here also keeps the reserved total
-  // far from overflow (issue 15, defect 5).
+  // far from overflow.
   if (item.reserve_tokens < 0 ||
       item.reserve_tokens > config.max_position_embeddings) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -740,7 +740,7 @@ void TargetWorker::Run() {
                     std::move(inbox.verifies), std::move(inbox.keep_alives),
                     now);
     } else {
-      // No forward runs again (model/model_thread.h).
+      // No forward runs again (common/model/model_thread.h).
       FailInbox(inbox, poisoned);
       batcher_.CancelPrefills(poisoned);
     }

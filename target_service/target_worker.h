@@ -14,8 +14,8 @@
 //
 // Before any step, WarmUp() runs one small prefill forward of a dummy
 // sequence (TargetWorker: on the model thread, before health turns
-// SERVING; model/model_thread.h), and a call answered with a sticky device
-// error poisons the worker: every later call fails with INTERNAL.
+// SERVING; common/model/model_thread.h), and a call answered with a sticky
+// device error poisons the worker: every later call fails with INTERNAL.
 //
 // One step (TargetBatcher::Step):
 //   1. ApplyReleases: releases first (they free KV capacity); a prompt
@@ -28,8 +28,8 @@
 //      over several forwards;
 //   4. RunPlan: the packed forward, reported to the observer;
 //   5. CommitPlan: verify blocks are accepted and truncated, prefill chunks
-//      committed (model/verify_commit.h), and the committed rows' features
-//      published in segment order before any RPC of the forward is
+//      committed (common/model/verify_commit.h), and the committed rows'
+//      features published in segment order before any RPC of the forward is
 //      answered, so the drafter receives context before the router can ask
 //      for a draft that needs it.
 //
@@ -67,12 +67,12 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "base/published.h"
-#include "engine/round_interfaces.h"
-#include "model/context_sink.h"
-#include "model/model_thread.h"
-#include "model/qwen3_model.h"
-#include "model/sampling.h"
+#include "common/base/published.h"
+#include "common/engine/round_interfaces.h"
+#include "common/model/context_sink.h"
+#include "common/model/model_thread.h"
+#include "common/model/qwen3_model.h"
+#include "common/model/sampling.h"
 
 namespace dedit {
 
@@ -90,12 +90,12 @@ struct TargetWorkerOptions {
   // queues while a forward runs joins the next one anyway.
   int64_t max_batch_wait_us = 2000;
   // After a step, how long the model thread polls for the next call before
-  // it sleeps (base/spin_wait.h). 0: it sleeps at once.
+  // it sleeps (common/base/spin_wait.h). 0: it sleeps at once.
   int64_t idle_spin_us = 0;
   int64_t kv_capacity_tokens = 1 << 20;
   // A sequence that no call names for this long is released as if its
   // router had asked (KV freed, the drafter told): a router that crashed
-  // or lost its stack never frees its sequences itself (issue 15). Every
+  // or lost its stack never frees its sequences itself. Every
   // Prefill, Verify and Step naming a sequence renews its lease, and
   // KeepAlive renews it without a forward (idle multi-turn sessions).
   // A prompt still being prefilled never expires. Zero: never.
@@ -212,7 +212,7 @@ class TargetBatcher {
   const Qwen3Model& model() const { return *model_; }
 
   // A prefill forward of a few tokens of a dummy sequence that is dropped
-  // again (the worker runs it before serving, model/model_thread.h); the
+  // again (the worker runs it before serving, common/model/model_thread.h); the
   // logits are copied back and must be finite. Nothing else is changed;
   // the observer is not told (it feeds the serving metrics).
   absl::Status WarmUp();
@@ -265,7 +265,7 @@ class TargetBatcher {
   absl::StatusOr<TargetForwardResult> RunPlan(const TargetForwardPlan& plan);
   // Step 5. REQUIRES: `forward` is RunPlan(plan) and no step ran in between.
   // Answers the refused calls; commits every verify block and prefill chunk
-  // (model/verify_commit.h), publishing their features in segment order;
+  // (common/model/verify_commit.h), publishing their features in segment order;
   // then answers the plan's verify calls and every prefill call it
   // completed. A failed forward fails the plan's verify calls, and its
   // chunks' prompts (those sequences are dropped). A verify call whose
@@ -406,7 +406,7 @@ class TargetWorker : public ModelThread {
 
   // Called on the model thread with every snapshot published, i.e. after
   // every step, also one that only released sequences: gauges such as KV
-  // usage follow releases, not only forwards (issue 15).
+  // usage follow releases, not only forwards.
   // REQUIRES: before Start().
   void SetSnapshotListener(std::function<void(const Snapshot&)> listener) {
     snapshot_listener_ = std::move(listener);

@@ -8,12 +8,12 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "base/file_util.h"
-#include "base/status.h"
-#include "tokenizer/byte_level.h"
-#include "tokenizer/normalizer.h"
-#include "tokenizer/pre_tokenizer.h"
-#include "tokenizer/utf8.h"
+#include "common/base/file_util.h"
+#include "common/base/status.h"
+#include "common/tokenizer/byte_level.h"
+#include "common/tokenizer/normalizer.h"
+#include "common/tokenizer/pre_tokenizer.h"
+#include "common/tokenizer/utf8.h"
 #include "training/progress.h"
 
 namespace dedit::training {

@@ -1,6 +1,6 @@
 // Trains a byte-level BPE tokenizer with Qwen3's pre-tokenizer and writes a
-// HuggingFace tokenizer.json that tokenizer/tokenizer.h (and HF tokenizers)
-// load.
+// HuggingFace tokenizer.json that common/tokenizer/tokenizer.h (and HF
+// tokenizers) load.
 //
 // Pipeline, the same one the tokenizer applies when encoding: NFC, Split by
 // Qwen's regex (Isolated), ByteLevel (no prefix space). Words are counted,
@@ -66,7 +66,7 @@ class BpeTrainer {
   absl::flat_hash_map<std::string, int64_t> word_counts_;
 };
 
-// The Qwen3 pre-tokenizer regex (REFERENCE.md "Qwen3 tokenizer").
+// The Qwen3 pre-tokenizer regex (the Split pattern of Qwen3's tokenizer.json).
 extern const char kQwenSplitPattern[];
 
 // `dedit-train tokenizer`: trains on the train split of `corpus` and writes

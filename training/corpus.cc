@@ -8,12 +8,12 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "base/file_util.h"
-#include "base/model_config.h"
-#include "base/status.h"
+#include "common/base/file_util.h"
+#include "common/base/model_config.h"
+#include "common/base/status.h"
+#include "common/tokenizer/tokenizer.h"
+#include "common/tokenizer/utf8.h"
 #include "nlohmann/json.hpp"
-#include "tokenizer/tokenizer.h"
-#include "tokenizer/utf8.h"
 
 namespace dedit::training {
 namespace {

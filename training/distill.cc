@@ -9,11 +9,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "base/file_util.h"
-#include "base/model_config.h"
-#include "base/status.h"
-#include "model/in_process.h"
-#include "tokenizer/tokenizer.h"
+#include "common/base/file_util.h"
+#include "common/base/model_config.h"
+#include "common/base/status.h"
+#include "common/model/in_process.h"
+#include "common/tokenizer/tokenizer.h"
 
 namespace dedit::training {
 namespace {

@@ -7,18 +7,23 @@
 #include <algorithm>
 #include <cmath>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "base/file_util.h"
-#include "base/model_config.h"
-#include "base/status.h"
-#include "engine/ngram_drafter.h"
-#include "model/tensor_io.h"
-#include "model/torch_status.h"
-#include "tokenizer/tokenizer.h"
+#include "common/base/file_util.h"
+#include "common/base/model_config.h"
+#include "common/base/status.h"
+#include "common/engine/ngram_drafter.h"
+#include "common/model/tensor_io.h"
+#include "common/model/torch_status.h"
+#include "common/tokenizer/tokenizer.h"
 #include "training/proposal_mix.h"
 #include "training/trainable_models.h"
 
@@ -226,8 +231,10 @@ std::vector<std::vector<int64_t>> RoundAnchors(
   return anchors;
 }
 
-absl::StatusOr<StageOutcome> RunDrafterTraining(
-    const DrafterTrainingOptions& o) {
+namespace {
+
+// The options' ranges, and the combinations a run cannot use.
+absl::Status CheckDrafterOptions(const DrafterTrainingOptions& o) {
   if (o.plateau_patience < 1) {
     return absl::InvalidArgumentError("--plateau_patience must be >= 1");
   }
@@ -263,17 +270,38 @@ absl::StatusOr<StageOutcome> RunDrafterTraining(
         "--seed_logit_bonus trusts the lookup's seed: it needs "
         "--lookup_seed_ngram > 0");
   }
-  ASSIGN_OR_RETURN(TrainableTarget target, TrainableTarget::Load(o.target_dir));
-  target.Freeze();
+  return absl::OkStatus();
+}
+
+// The target, frozen (it gives the context features, the embedding and
+// the lm_head), and the token ids of its tokenizer that blocks use.
+struct FrozenTarget {
+  TrainableTarget model;
+  int32_t mask_id = 0;  // <|mask|>: P1's input at the slots it predicts
+  int32_t eot_id = 0;   // <|endoftext|>: pads blocks past a sequence's end
+};
+
+absl::StatusOr<FrozenTarget> LoadFrozenTarget(const std::string& dir) {
+  FrozenTarget target;
+  ASSIGN_OR_RETURN(target.model, TrainableTarget::Load(dir));
+  target.model.Freeze();
   ASSIGN_OR_RETURN(auto tokenizer,
-                   Tokenizer::FromFile(o.target_dir + "/tokenizer.json"));
+                   Tokenizer::FromFile(dir + "/tokenizer.json"));
   const std::optional<int32_t> mask = tokenizer->TokenToId("<|mask|>");
   const std::optional<int32_t> eot = tokenizer->TokenToId("<|endoftext|>");
   if (!mask || !eot) {
     return absl::InvalidArgumentError(
         "tokenizer needs <|mask|> and <|endoftext|> tokens");
   }
-  const Qwen3Config& tc = target.config();
+  target.mask_id = *mask;
+  target.eot_id = *eot;
+  return std::move(target);
+}
+
+// The drafter asked for: the target's layer shape with the options'
+// overrides, trained in float32, its feature layers checked against `tc`.
+absl::StatusOr<DrafterConfig> BuildDrafterConfig(
+    const DrafterTrainingOptions& o, const Qwen3Config& tc, int32_t mask_id) {
   DrafterConfig dc;
   dc.layers = tc;
   dc.layers.num_hidden_layers = o.num_layers;
@@ -281,7 +309,7 @@ absl::StatusOr<StageOutcome> RunDrafterTraining(
     dc.layers.intermediate_size = o.intermediate_size;
   dc.layers.dtype = "float32";
   dc.block_size = o.block_size;
-  dc.mask_token_id = *mask;
+  dc.mask_token_id = mask_id;
   dc.target_layer_ids = o.target_layer_ids.empty()
                             ? DefaultTargetLayerIds(tc.num_hidden_layers, 3)
                             : o.target_layer_ids;
@@ -294,6 +322,11 @@ absl::StatusOr<StageOutcome> RunDrafterTraining(
   dc.seed_logit_bonus = o.seed_logit_bonus;
   dc.has_dedit_config = true;
   RETURN_IF_ERROR(CheckDrafterMatchesTarget(dc, tc));
+  return dc;
+}
+
+// The block lengths cycled over the steps, each in [2, block_size].
+absl::StatusOr<std::vector<int>> TrainWindows(const DrafterTrainingOptions& o) {
   const std::vector<int> windows = o.train_windows.empty()
                                        ? std::vector<int>{o.block_size}
                                        : o.train_windows;
@@ -303,43 +336,64 @@ absl::StatusOr<StageOutcome> RunDrafterTraining(
           absl::StrCat("train window ", w, " outside [2, ", o.block_size, "]"));
     }
   }
+  return windows;
+}
 
-  auto usable = [](std::vector<DistillRecord>* records) {
-    records->erase(
-        std::remove_if(records->begin(), records->end(),
-                       [](const DistillRecord& r) {
-                         return static_cast<int64_t>(r.tokens.size()) <
-                                r.prompt_len + 2;
-                       }),
-        records->end());
-  };
-  ASSIGN_OR_RETURN(std::vector<DistillRecord> records,
-                   ReadDistillData(o.distill_path));
-  usable(&records);
-  int64_t n_train = static_cast<int64_t>(records.size());
-  std::vector<const DistillRecord*> heldout;
+// The distilled sequences: steps draw from records[0, n_train); `heldout`
+// points into heldout_records (--heldout_path's) or else at the records
+// past n_train. Filled in place (LoadDistillData) so the pointers stay put.
+struct DistillData {
+  std::vector<DistillRecord> records;
+  int64_t n_train = 0;
   std::vector<DistillRecord> heldout_records;
+  std::vector<const DistillRecord*> heldout;
+};
+
+// Keeps the records with room for a block: an anchor in the generated part
+// and at least one token after it.
+void KeepUsable(std::vector<DistillRecord>* records) {
+  records->erase(std::remove_if(records->begin(), records->end(),
+                                [](const DistillRecord& r) {
+                                  return static_cast<int64_t>(r.tokens.size()) <
+                                         r.prompt_len + 2;
+                                }),
+                 records->end());
+}
+
+absl::Status LoadDistillData(const DrafterTrainingOptions& o,
+                             DistillData* data) {
+  ASSIGN_OR_RETURN(data->records, ReadDistillData(o.distill_path));
+  KeepUsable(&data->records);
+  data->n_train = static_cast<int64_t>(data->records.size());
   if (!o.heldout_path.empty()) {
-    ASSIGN_OR_RETURN(heldout_records, ReadDistillData(o.heldout_path));
-    usable(&heldout_records);
-    for (const DistillRecord& r : heldout_records) heldout.push_back(&r);
+    ASSIGN_OR_RETURN(data->heldout_records, ReadDistillData(o.heldout_path));
+    KeepUsable(&data->heldout_records);
+    for (const DistillRecord& r : data->heldout_records) {
+      data->heldout.push_back(&r);
+    }
   } else {
     const int64_t n = std::min<int64_t>(
-        o.heldout_sequences, static_cast<int64_t>(records.size()) / 10);
-    n_train -= n;
-    for (int64_t i = n_train; i < n_train + n; ++i)
-      heldout.push_back(&records[i]);
+        o.heldout_sequences, static_cast<int64_t>(data->records.size()) / 10);
+    data->n_train -= n;
+    for (int64_t i = data->n_train; i < data->n_train + n; ++i)
+      data->heldout.push_back(&data->records[i]);
   }
-  if (n_train < o.sequences_per_step) {
+  if (data->n_train < o.sequences_per_step) {
     return absl::FailedPreconditionError(
-        absl::StrCat("only ", records.size(), " usable distilled sequences in ",
-                     o.distill_path));
+        absl::StrCat("only ", data->records.size(),
+                     " usable distilled sequences in ", o.distill_path));
   }
+  return absl::OkStatus();
+}
+
+// What the run trains on and how, on stderr.
+void DescribeRun(const DrafterTrainingOptions& o, const DrafterConfig& dc,
+                 const std::vector<int>& windows, const DistillData& data) {
   std::cerr << absl::StrFormat(
       "[drafter] %d train / %d held-out sequences (%s); feature layers [%s]; "
       "windows [%s]; ProposalMix %s (%s), %s editor; P1-only warm-up up to "
       "%d steps\n",
-      n_train, heldout.size(),
+      data.n_train, data.heldout.size(),
       o.heldout_path.empty() ? "last records" : o.heldout_path,
       absl::StrJoin(dc.target_layer_ids, ","), absl::StrJoin(windows, ","),
       o.proposal_mix ? "on" : "off",
@@ -363,393 +417,608 @@ absl::StatusOr<StageOutcome> RunDrafterTraining(
         "rounds from uniform starts)\n",
         100 * o.round_anchor_share, kRoundAnchorWalk);
   }
+}
 
-  TrainableDrafter drafter;
-  if (o.init_from.empty()) {
-    ASSIGN_OR_RETURN(drafter, TrainableDrafter::Init(dc, o.seed));
-  } else {
-    ASSIGN_OR_RETURN(drafter, TrainableDrafter::Load(o.init_from));
-    const DrafterConfig& f = drafter.config();
-    if (f.layers.num_hidden_layers > dc.layers.num_hidden_layers ||
-        f.layers.hidden_size != dc.layers.hidden_size ||
-        f.layers.intermediate_size != dc.layers.intermediate_size ||
-        f.layers.num_attention_heads != dc.layers.num_attention_heads ||
-        f.layers.num_key_value_heads != dc.layers.num_key_value_heads ||
-        f.layers.head_dim != dc.layers.head_dim ||
-        f.block_size != dc.block_size ||
-        f.target_layer_ids != dc.target_layer_ids ||
-        f.num_target_layers != dc.num_target_layers) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "--init_from=%s is a %d-layer drafter (MLP %d, block %d, feature "
-          "layers [%s] of a %d-layer target); this run asks for %d layers "
-          "(MLP %d, block %d, feature layers [%s] of %d); see %s vs %s",
-          o.init_from, f.layers.num_hidden_layers, f.layers.intermediate_size,
-          f.block_size, absl::StrJoin(f.target_layer_ids, ","),
-          f.num_target_layers, dc.layers.num_hidden_layers,
-          dc.layers.intermediate_size, dc.block_size,
-          absl::StrJoin(dc.target_layer_ids, ","), dc.num_target_layers,
-          DrafterConfigToJson(f), DrafterConfigToJson(dc)));
-    }
-    const int from_layers = f.layers.num_hidden_layers;
-    if (from_layers < dc.layers.num_hidden_layers) {
-      // A shallower drafter is grown to this run's depth (its new layers
-      // start as identities: TrainableDrafter::Grow).
-      ASSIGN_OR_RETURN(
-          drafter,
-          TrainableDrafter::Grow(drafter, dc.layers.num_hidden_layers, o.seed));
-    }
-    // Its weights, this run's config (passes, editor, mask id) for the
-    // export.
-    drafter.mutable_config() = dc;
-    std::cerr << "[drafter] starting from the weights of " << o.init_from;
-    if (from_layers < dc.layers.num_hidden_layers) {
-      std::cerr << ", grown from " << from_layers << " to "
-                << dc.layers.num_hidden_layers << " layers";
-    }
-    std::cerr << "\n";
+// --init_from's drafter `f` must have the shape asked for (`dc`), except
+// that it may have fewer layers.
+absl::Status CheckInitShape(const std::string& init_from,
+                            const DrafterConfig& f, const DrafterConfig& dc) {
+  if (f.layers.num_hidden_layers <= dc.layers.num_hidden_layers &&
+      f.layers.hidden_size == dc.layers.hidden_size &&
+      f.layers.intermediate_size == dc.layers.intermediate_size &&
+      f.layers.num_attention_heads == dc.layers.num_attention_heads &&
+      f.layers.num_key_value_heads == dc.layers.num_key_value_heads &&
+      f.layers.head_dim == dc.layers.head_dim &&
+      f.block_size == dc.block_size &&
+      f.target_layer_ids == dc.target_layer_ids &&
+      f.num_target_layers == dc.num_target_layers) {
+    return absl::OkStatus();
   }
-  AdamW optimizer(&drafter.parameters(), o.adamw);
-  const std::string state_path = o.work_dir + "/state.safetensors";
-  const std::string log_path = o.work_dir + "/log.jsonl";
-  const std::string fingerprint = Fingerprint(o, dc);
-  RETURN_IF_ERROR(MakeDirs(o.work_dir));
-  int64_t step = 0;
-  // The first joint (P1 + P2) step; o.steps + 1 while still warming up.
-  int64_t joint_from = o.p1_only_steps;
-  PlateauRule plateau{o.plateau_delta, o.plateau_patience};
-  if (PathExists(state_path)) {
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "--init_from=%s is a %d-layer drafter (MLP %d, block %d, feature "
+      "layers [%s] of a %d-layer target); this run asks for %d layers "
+      "(MLP %d, block %d, feature layers [%s] of %d); see %s vs %s",
+      init_from, f.layers.num_hidden_layers, f.layers.intermediate_size,
+      f.block_size, absl::StrJoin(f.target_layer_ids, ","), f.num_target_layers,
+      dc.layers.num_hidden_layers, dc.layers.intermediate_size, dc.block_size,
+      absl::StrJoin(dc.target_layer_ids, ","), dc.num_target_layers,
+      DrafterConfigToJson(f), DrafterConfigToJson(dc)));
+}
+
+// Fresh weights from `dc`, or --init_from's (grown to dc's depth when
+// shallower) with dc as its config (passes, editor, mask id) for the export.
+absl::StatusOr<TrainableDrafter> InitialDrafter(const DrafterTrainingOptions& o,
+                                                const DrafterConfig& dc) {
+  if (o.init_from.empty()) return TrainableDrafter::Init(dc, o.seed);
+  ASSIGN_OR_RETURN(TrainableDrafter drafter,
+                   TrainableDrafter::Load(o.init_from));
+  RETURN_IF_ERROR(CheckInitShape(o.init_from, drafter.config(), dc));
+  const int from_layers = drafter.config().layers.num_hidden_layers;
+  if (from_layers < dc.layers.num_hidden_layers) {
+    // Its new layers start as identities (TrainableDrafter::Grow).
+    ASSIGN_OR_RETURN(
+        drafter,
+        TrainableDrafter::Grow(drafter, dc.layers.num_hidden_layers, o.seed));
+  }
+  drafter.mutable_config() = dc;
+  std::cerr << "[drafter] starting from the weights of " << o.init_from;
+  if (from_layers < dc.layers.num_hidden_layers) {
+    std::cerr << ", grown from " << from_layers << " to "
+              << dc.layers.num_hidden_layers << " layers";
+  }
+  std::cerr << "\n";
+  return std::move(drafter);
+}
+
+// What one training step computed, for its log record and progress line.
+struct StepStats {
+  bool joint = false;  // P1 + P2 (else P1 alone)
+  int window = 0;
+  at::Tensor loss, loss1, loss2;  // loss2: joint steps only
+  ProposalMixRates rates;
+  double eta = 0, lr = 0, grad_norm = 0;
+  // The edit pass's accuracy, and where its input kept P1's guess, the share
+  // of wrong guesses it made right and of right ones it made wrong (joint
+  // steps only).
+  double p2_acc = 0, p2_fixed = 0, p2_broke = 0;
+};
+
+void ScoreEditPass(const at::Tensor& logits2, const at::Tensor& y1,
+                   const EditInput& edit, const BlockBatch& batch,
+                   const at::Tensor& targets, StepStats* s) {
+  at::NoGradGuard no_grad;
+  const at::Tensor y2 = logits2.argmax(-1);
+  at::Tensor hit = y2.eq(targets).logical_and(batch.valid);
+  s->p2_acc = hit.sum().item<double>() /
+              std::max<double>(1.0, batch.valid.sum().item<double>());
+  const at::Tensor kept = batch.valid.logical_and(edit.selected.logical_not());
+  const at::Tensor p1_right = y1.eq(targets);
+  const double n_kept = std::max<double>(1.0, kept.sum().item<double>());
+  s->p2_fixed = kept.logical_and(p1_right.logical_not())
+                    .logical_and(hit)
+                    .sum()
+                    .item<double>() /
+                n_kept;
+  s->p2_broke = kept.logical_and(p1_right)
+                    .logical_and(hit.logical_not())
+                    .sum()
+                    .item<double>() /
+                n_kept;
+}
+
+nlohmann::json StepRecord(int64_t step, const StepStats& s) {
+  nlohmann::json rec = {{"step", step},
+                        {"phase", s.joint ? "joint" : "p1"},
+                        {"window", s.window},
+                        {"loss", s.loss.item<double>()},
+                        {"loss_p1", s.loss1.item<double>()},
+                        {"p1_accuracy", s.rates.p1_accuracy},
+                        {"gt_selection", s.rates.gt_selection},
+                        {"overwrite", s.rates.overwrite},
+                        {"eta", s.eta},
+                        {"lr", s.lr},
+                        {"grad_norm", s.grad_norm}};
+  if (s.joint) {
+    rec["loss_p2"] = s.loss2.item<double>();
+    rec["p2_accuracy"] = s.p2_acc;
+    rec["p2_fixed"] = s.p2_fixed;
+    rec["p2_broke"] = s.p2_broke;
+  }
+  return rec;
+}
+
+std::string ProgressFields(const StepStats& s) {
+  return absl::StrFormat(
+      "%s W%d loss P1 %.3f P2 %.3f | P1 acc %.1f%% GT-sel %.1f%% "
+      "(eta %.2f) overwrite %.1f%% P2 acc %.1f%% | lr %.2e",
+      s.joint ? "joint" : "P1", s.window, s.loss1.item<double>(),
+      s.joint ? s.loss2.item<double>() : 0.0, 100 * s.rates.p1_accuracy,
+      100 * s.rates.gt_selection, s.eta, 100 * s.rates.overwrite,
+      100 * s.p2_acc, s.lr);
+}
+
+// Sums over the held-out blocks of one evaluation window.
+struct HeldoutTally {
+  double accepted[3] = {0, 0, 0};  // draft tokens accepted, P1..P3
+  double blocks = 0;
+  double slot1_hits = 0, slot1_n = 0;  // P1 at slot 1
+  // The neighbour oracle's probe slots: the editor right, P1 right, count.
+  double oracle_hits = 0, oracle_p1 = 0, oracle_n = 0;
+};
+
+// The optimisation of one drafter against a frozen target: the drafter and
+// its optimizer, the step counter, the P1-only warm-up's state, and the
+// state and log files in work_dir. The optimizer points into the drafter,
+// so a run is not copied.
+class DrafterRun {
+ public:
+  DrafterRun(const DrafterTrainingOptions& o, const FrozenTarget& target,
+             const DrafterConfig& config, const std::vector<int>& windows,
+             const DistillData& data, TrainableDrafter drafter);
+  DrafterRun(const DrafterRun&) = delete;
+  DrafterRun& operator=(const DrafterRun&) = delete;
+
+  // Continues from work_dir's state when there is one (of this run only),
+  // and drops the log records written after it.
+  absl::Status Resume();
+  // Steps until `steps`, or until max_minutes have passed; checkpoints
+  // every checkpoint_every_s seconds.
+  absl::Status Train();
+  absl::Status Save() const;
+  int64_t step() const { return step_; }
+  const TrainableDrafter& drafter() const { return drafter_; }
+
+ private:
+  // Forward passes, shared by training and evaluation.
+  at::Tensor Features(const at::Tensor& ids) const;
+  at::Tensor P1Input(const std::vector<const DistillRecord*>& seqs,
+                     const BlockBatch& batch) const;
+  at::Tensor Logits(const DrafterContext& ctx, const at::Tensor& tokens,
+                    const at::Tensor& anchors, bool edit_pass,
+                    const at::Tensor& seeds) const;
+  std::function<at::Tensor(const BlockBatch&)> P1Drafts(
+      const std::vector<const DistillRecord*>& seqs,
+      const DrafterContext& ctx) const;
+
+  // Training.
+  absl::Status TrainStep(ProgressLine* progress);
+  void PlaceRoundAnchors(const std::vector<const DistillRecord*>& seqs,
+                         const at::Tensor& features, int window,
+                         BlockBatch* batch) const;
+  StepStats Optimize(const std::vector<const DistillRecord*>& seqs,
+                     const BlockBatch& batch, const at::Tensor& features,
+                     int window, std::mt19937_64* rng);
+  EditInput MakeEditInput(const at::Tensor& logits1, const BlockBatch& batch,
+                          const at::Tensor& targets, std::mt19937_64* rng,
+                          at::Tensor* y1, double* eta) const;
+
+  // Held-out evaluation.
+  void EvaluateHeldout(nlohmann::json* record);
+  nlohmann::json Evaluate() const;
+  void ScoreHeldoutBlocks(const std::vector<const DistillRecord*>& seqs,
+                          int window, std::mt19937_64* rng,
+                          HeldoutTally* tally) const;
+  void NeighbourOracle(const DrafterContext& ctx, const BlockBatch& batch,
+                       int window, const at::Tensor& y1,
+                       const at::Tensor& seeds, HeldoutTally* tally) const;
+  double RoundsTau(int window, std::mt19937_64* rng) const;
+
+  const DrafterTrainingOptions& o_;
+  const FrozenTarget& target_;
+  const DrafterConfig& config_;
+  const std::vector<int>& windows_;
+  const DistillData& data_;
+  // The evaluation windows: 16 when the block is longer, and the block size.
+  std::vector<int> eval_windows_;
+  TrainableDrafter drafter_;
+  AdamW optimizer_;
+  const std::string state_path_, log_path_, fingerprint_;
+  int64_t step_ = 0;
+  // The first joint (P1 + P2) step; lowered to the step where held-out
+  // slot-1 accuracy plateaus during the warm-up.
+  int64_t joint_from_;
+  PlateauRule plateau_;
+};
+
+DrafterRun::DrafterRun(const DrafterTrainingOptions& o,
+                       const FrozenTarget& target, const DrafterConfig& config,
+                       const std::vector<int>& windows, const DistillData& data,
+                       TrainableDrafter drafter)
+    : o_(o),
+      target_(target),
+      config_(config),
+      windows_(windows),
+      data_(data),
+      eval_windows_{o.block_size},
+      drafter_(std::move(drafter)),
+      optimizer_(&drafter_.parameters(), o.adamw),
+      state_path_(o.work_dir + "/state.safetensors"),
+      log_path_(o.work_dir + "/log.jsonl"),
+      fingerprint_(Fingerprint(o, config)),
+      joint_from_(o.p1_only_steps),
+      plateau_{o.plateau_delta, o.plateau_patience} {
+  if (o.block_size > 16) eval_windows_.insert(eval_windows_.begin(), 16);
+}
+
+absl::Status DrafterRun::Resume() {
+  RETURN_IF_ERROR(MakeDirs(o_.work_dir));
+  if (PathExists(state_path_)) {
     std::map<std::string, std::string> meta;
-    ASSIGN_OR_RETURN(step, LoadTrainingState(state_path, &drafter.parameters(),
-                                             &optimizer, &meta));
-    if (meta["fingerprint"] != fingerprint) {
+    ASSIGN_OR_RETURN(step_,
+                     LoadTrainingState(state_path_, &drafter_.parameters(),
+                                       &optimizer_, &meta));
+    if (meta["fingerprint"] != fingerprint_) {
       return absl::FailedPreconditionError(absl::StrCat(
-          state_path, " belongs to a different run; use another --work_dir"));
+          state_path_, " belongs to a different run; use another --work_dir"));
     }
     if (!meta["joint_from"].empty())
-      joint_from = std::stoll(meta["joint_from"]);
+      joint_from_ = std::stoll(meta["joint_from"]);
     if (!meta["last_slot1"].empty())
-      plateau.last = std::stod(meta["last_slot1"]);
+      plateau_.last = std::stod(meta["last_slot1"]);
     if (!meta["flat_evals"].empty())
-      plateau.flat = std::stoll(meta["flat_evals"]);
-    std::cerr << "[drafter] resumed at step " << step << "\n";
+      plateau_.flat = std::stoll(meta["flat_evals"]);
+    std::cerr << "[drafter] resumed at step " << step_ << "\n";
   }
-  RETURN_IF_ERROR(DropLogRecordsAfter(log_path, step));
+  return DropLogRecordsAfter(log_path_, step_);
+}
 
-  const at::Tensor& embed = target.embed_tokens();
-  const at::Tensor& head = target.lm_head();
-  auto features_of = [&](const at::Tensor& ids) {
-    at::NoGradGuard no_grad;
-    at::Tensor features;
-    target.Forward(ids, dc.target_layer_ids, &features);
-    return features;
-  };
-  // P1's block input: masks, or the lookup's proposal when seeded.
-  auto p1_input = [&](const std::vector<const DistillRecord*>& seqs,
-                      const BlockBatch& b) {
-    if (o.lookup_seed_ngram <= 0) return b.p1_tokens;
-    BlockBatch seeded = b;
-    SeedWithLookup(seqs, o.lookup_seed_ngram, *mask, &seeded);
-    return seeded.p1_tokens;
-  };
-  // `seeds`: P1's block input, whose seed every pass trusts
-  // (--seed_logit_bonus).
-  auto logits_of = [&](const DrafterContext& ctx, const at::Tensor& tokens,
-                       const at::Tensor& anchors, bool edit_pass,
-                       const at::Tensor& seeds) {
-    return AddSeedTrust(
-        drafter.BlockLogits(ctx, tokens, anchors, o.causal_editor && edit_pass,
-                            embed, head),
-        seeds, *mask, o.seed_logit_bonus);
-  };
+absl::Status DrafterRun::Save() const {
+  return SaveTrainingState(state_path_, drafter_.parameters(), optimizer_,
+                           step_,
+                           {{"fingerprint", fingerprint_},
+                            {"joint_from", absl::StrCat(joint_from_)},
+                            {"last_slot1", absl::StrCat(plateau_.last)},
+                            {"flat_evals", absl::StrCat(plateau_.flat)}});
+}
 
-  // Held-out: fixed blocks. Per evaluation window: tau of P1..P3 drafts
-  // against the ground truth, each edit pass fed the previous pass's plain
-  // argmax (as at inference). At the block size: slot-1 P1 accuracy and the
-  // neighbour oracle.
-  std::vector<int> eval_windows = {o.block_size};
-  if (o.block_size > 16) eval_windows.insert(eval_windows.begin(), 16);
-  auto evaluate = [&]() {
-    at::NoGradGuard no_grad;
-    nlohmann::json out;
-    for (int w : eval_windows) {
-      std::mt19937_64 rng(o.seed ^ 0xe7a1ull);
-      std::vector<double> accepted(3, 0);
-      double blocks = 0;
-      double slot1_hits = 0, slot1_n = 0, oracle_hits = 0, oracle_p1 = 0,
-             oracle_n = 0;
-      for (size_t first = 0; first < heldout.size();
-           first += o.sequences_per_step) {
-        std::vector<const DistillRecord*> seqs(
-            heldout.begin() + first,
-            heldout.begin() +
-                std::min(heldout.size(), first + o.sequences_per_step));
-        BlockBatch batch = MakeBlockBatch(seqs, o.heldout_blocks_per_sequence,
-                                          w, *mask, *eot, &rng);
-        DrafterContext ctx = drafter.ProjectContext(features_of(batch.ids));
-        at::Tensor truth = batch.truth.narrow(-1, 1, w - 1);
-        const at::Tensor seeds = p1_input(seqs, batch);
-        at::Tensor input = seeds;
-        at::Tensor y1;
-        for (int pass = 0; pass < 3; ++pass) {
-          at::Tensor tokens =
-              logits_of(ctx, input, batch.anchors, pass > 0, seeds).argmax(-1);
-          if (pass == 0) y1 = tokens;
-          accepted[pass] += AcceptedSum(tokens, batch);
-          input = at::cat({batch.truth.narrow(-1, 0, 1), tokens}, -1);
-        }
-        at::Tensor v1 = batch.valid.select(-1, 0);
-        slot1_hits += y1.select(-1, 0)
-                          .eq(truth.select(-1, 0))
-                          .logical_and(v1)
-                          .sum()
-                          .item<double>();
-        slot1_n += v1.sum().item<double>();
-        if (w == o.block_size) {
-          // Neighbour oracle: block b's probe slot k = b mod (W-1) holds P1's
-          // proposal, every other slot the ground truth.
-          const int64_t nb = o.heldout_blocks_per_sequence;
-          at::Tensor probe =
-              at::arange(nb, at::TensorOptions().dtype(at::kLong)) % (w - 1);
-          at::Tensor at_probe =
-              at::arange(w - 1, at::TensorOptions().dtype(at::kLong))
-                  .view({1, w - 1})
-                  .eq(probe.view({nb, 1}))
-                  .view({1, nb, w - 1})
-                  .expand_as(truth);
-          at::Tensor oracle_in = at::cat(
-              {batch.truth.narrow(-1, 0, 1), at::where(at_probe, y1, truth)},
-              -1);
-          at::Tensor y2 =
-              logits_of(ctx, oracle_in, batch.anchors, true, seeds).argmax(-1);
-          at::Tensor counted = at_probe.logical_and(batch.valid);
-          oracle_hits += y2.eq(truth).logical_and(counted).sum().item<double>();
-          oracle_p1 += y1.eq(truth).logical_and(counted).sum().item<double>();
-          oracle_n += counted.sum().item<double>();
-        }
-        blocks += static_cast<double>(batch.anchors.numel());
-      }
-      const std::string suffix = absl::StrCat("_w", w);
-      for (int pass = 0; pass < 3; ++pass) {
-        out[absl::StrCat("heldout_tau_p", pass + 1, suffix)] =
-            blocks ? 1.0 + accepted[pass] / blocks : 0.0;
-      }
-      out["heldout_slot1_p1" + suffix] = slot1_n ? slot1_hits / slot1_n : 0.0;
-      if (w == eval_windows.front()) {
-        // The engine's tau (WalkRounds) of P1 at the smallest window, over
-        // the first 64 held-out answers in one batch: a walk takes as many
-        // steps as its longest answer has rounds (~25 s a walk on one core).
-        std::vector<const DistillRecord*> seqs(
-            heldout.begin(),
-            heldout.begin() + std::min<size_t>(heldout.size(), 64));
-        at::Tensor ids = MakeBlockBatch(seqs, 1, w, *mask, *eot, &rng).ids;
-        DrafterContext ctx = drafter.ProjectContext(features_of(ids));
-        out["heldout_rounds_tau_p1" + suffix] =
-            WalkRounds(seqs, w, *mask, *eot, [&](const BlockBatch& b) {
-              const at::Tensor seeds = p1_input(seqs, b);
-              return logits_of(ctx, seeds, b.anchors, false, seeds).argmax(-1);
-            }).tau();
-      }
-      if (w == o.block_size) {
-        out["oracle_edit_accuracy"] = oracle_n ? oracle_hits / oracle_n : 0.0;
-        out["oracle_p1_accuracy"] = oracle_n ? oracle_p1 / oracle_n : 0.0;
-      }
-    }
-    return out;
-  };
-  auto save = [&]() {
-    return SaveTrainingState(state_path, drafter.parameters(), optimizer, step,
-                             {{"fingerprint", fingerprint},
-                              {"joint_from", absl::StrCat(joint_from)},
-                              {"last_slot1", absl::StrCat(plateau.last)},
-                              {"flat_evals", absl::StrCat(plateau.flat)}});
-  };
+absl::Status DrafterRun::Train() {
+  return GuardTorch([&] {
+    return RunSteps(
+        "drafter", &step_, o_.steps, o_.max_minutes, o_.checkpoint_every_s,
+        [this](ProgressLine* progress) { return TrainStep(progress); },
+        [this] { return Save(); });
+  });
+}
 
-  Deadline deadline(o.max_minutes);
-  Every checkpoint(o.checkpoint_every_s);
-  ProgressLine progress("drafter", step, o.steps);
-  RETURN_IF_ERROR(GuardTorch([&]() -> absl::Status {
-    while (step < o.steps) {
-      if (deadline.Expired()) break;
-      const bool joint = step >= joint_from;
-      const int w = windows[step % windows.size()];
-      const at::Tensor slot_weights = SlotLossWeights(w, o.gamma);
-      std::mt19937_64 rng(o.seed * 0x9e3779b97f4a7c15ull + step);
-      std::uniform_int_distribution<int64_t> pick(0, n_train - 1);
-      std::vector<const DistillRecord*> seqs;
-      for (int i = 0; i < o.sequences_per_step; ++i)
-        seqs.push_back(&records[pick(rng)]);
-      BlockBatch batch =
-          MakeBlockBatch(seqs, o.blocks_per_sequence, w, *mask, *eot, &rng);
-      const at::Tensor features = features_of(batch.ids);
-      const int round_blocks = static_cast<int>(
-          std::lround(o.round_anchor_share * o.blocks_per_sequence));
-      if (round_blocks > 0) {
-        // The first round_blocks uniform anchors of each sequence start
-        // walks of the current drafter's rounds; the blocks go where the
-        // walks end.
-        std::vector<std::vector<int64_t>> anchors(seqs.size()), starts;
-        for (size_t i = 0; i < seqs.size(); ++i) {
-          at::Tensor row = batch.anchors[static_cast<int64_t>(i)].contiguous();
-          anchors[i].assign(row.data_ptr<int64_t>(),
-                            row.data_ptr<int64_t>() + row.numel());
-          starts.emplace_back(anchors[i].begin(),
-                              anchors[i].begin() + round_blocks);
-        }
-        at::NoGradGuard no_grad;
-        const DrafterContext walk_ctx = drafter.ProjectContext(features);
-        starts = RoundAnchors(seqs, std::move(starts), kRoundAnchorWalk, w,
-                              *mask, *eot, [&](const BlockBatch& b) {
-                                const at::Tensor seeds = p1_input(seqs, b);
-                                return logits_of(walk_ctx, seeds, b.anchors,
-                                                 false, seeds)
-                                    .argmax(-1);
-                              });
-        for (size_t i = 0; i < seqs.size(); ++i) {
-          std::copy(starts[i].begin(), starts[i].end(), anchors[i].begin());
-        }
-        batch = MakeBlockBatch(seqs, o.blocks_per_sequence, w, *mask, *eot,
-                               nullptr, anchors);
-      }
-      at::Tensor targets = batch.truth.narrow(-1, 1, w - 1);
-      DrafterContext ctx = drafter.ProjectContext(features);
-      // P1 on [anchor, MASK...] (or the lookup's proposal when seeded).
-      const at::Tensor seeds = p1_input(seqs, batch);
-      at::Tensor logits1 =
-          logits_of(ctx, seeds, batch.anchors, /*edit_pass=*/false, seeds);
-      at::Tensor loss1 =
-          WeightedSlotLoss(logits1, targets, batch.valid, slot_weights);
-      // P2 on the ProposalMix input, built from P1 without gradient.
-      EditInput edit;
-      double eta = o.eta;
-      at::Tensor y1;
-      {
-        at::NoGradGuard no_grad;
-        at::Tensor c1;
-        ArgmaxAndConfidence(logits1.detach(), &y1, &c1);
-        if (o.edit_truth_share > 0) {
-          // A uniform draw per slot stands in for the confidence: the
-          // slots at or above 1 - share take the ground truth.
-          std::uniform_real_distribution<float> u(0.0f, 1.0f);
-          std::vector<float> draw(static_cast<size_t>(c1.numel()));
-          for (float& d : draw) d = u(rng);
-          c1 = at::tensor(draw).view(c1.sizes());
-          eta = 1.0 - o.edit_truth_share;
-        } else if (o.gt_selection_ratio > 0) {
-          eta = AdaptiveEta(y1, c1, targets, batch.valid, o.gt_selection_ratio);
-        }
-        edit = BuildEditInput(batch.truth, y1, c1, batch.valid, eta,
-                              o.proposal_mix);
-      }
-      at::Tensor loss = loss1, loss2, logits2;
-      if (joint) {
-        logits2 = logits_of(ctx, edit.tokens, batch.anchors, true, seeds);
-        loss2 = WeightedSlotLoss(
-            logits2, targets, batch.valid,
-            o.edit_selected_weight == 1.0
-                ? slot_weights
-                : EditLossWeights(slot_weights, edit.selected, batch.valid,
-                                  o.edit_selected_weight));
-        loss = loss1 + o.edit_loss_weight * loss2;
-      }
-      loss.backward();
-      const double lr = LearningRate(step, o.steps, o.schedule);
-      const double grad_norm = optimizer.Step(lr);
-      double p2_acc = 0, p2_fixed = 0, p2_broke = 0;
-      if (joint) {
-        at::NoGradGuard no_grad;
-        const at::Tensor y2 = logits2.argmax(-1);
-        at::Tensor hit = y2.eq(targets).logical_and(batch.valid);
-        p2_acc = hit.sum().item<double>() /
-                 std::max<double>(1.0, batch.valid.sum().item<double>());
-        // Where the input kept P1's guess: what the edit pass made of it.
-        const at::Tensor kept =
-            batch.valid.logical_and(edit.selected.logical_not());
-        const at::Tensor p1_right = y1.eq(targets);
-        const double n_kept = std::max<double>(1.0, kept.sum().item<double>());
-        p2_fixed = kept.logical_and(p1_right.logical_not())
-                       .logical_and(hit)
-                       .sum()
-                       .item<double>() /
-                   n_kept;
-        p2_broke = kept.logical_and(p1_right)
-                       .logical_and(hit.logical_not())
-                       .sum()
-                       .item<double>() /
-                   n_kept;
-      }
-      ++step;
-      nlohmann::json rec = {{"step", step},
-                            {"phase", joint ? "joint" : "p1"},
-                            {"window", w},
-                            {"loss", loss.item<double>()},
-                            {"loss_p1", loss1.item<double>()},
-                            {"p1_accuracy", edit.rates.p1_accuracy},
-                            {"gt_selection", edit.rates.gt_selection},
-                            {"overwrite", edit.rates.overwrite},
-                            {"eta", eta},
-                            {"lr", lr},
-                            {"grad_norm", grad_norm}};
-      if (joint) {
-        rec["loss_p2"] = loss2.item<double>();
-        rec["p2_accuracy"] = p2_acc;
-        rec["p2_fixed"] = p2_fixed;
-        rec["p2_broke"] = p2_broke;
-      }
-      if (!heldout.empty() && (step % o.eval_every == 0 || step == o.steps)) {
-        nlohmann::json ev = evaluate();
-        rec.update(ev);
-        const std::string bw = absl::StrCat("_w", o.block_size);
-        const double slot1 = ev["heldout_slot1_p1" + bw].get<double>();
-        std::cerr << absl::StrFormat(
-            "[drafter] step %d held-out W=%d tau P1 %.3f P2 %.3f P3 %.3f | "
-            "in rounds, W=%d P1 %.3f | slot-1 P1 %.1f%% | oracle edit %.1f%% "
-            "vs P1 %.1f%%\n",
-            step, o.block_size, ev["heldout_tau_p1" + bw].get<double>(),
-            ev["heldout_tau_p2" + bw].get<double>(),
-            ev["heldout_tau_p3" + bw].get<double>(), eval_windows.front(),
-            ev[absl::StrCat("heldout_rounds_tau_p1_w", eval_windows.front())]
-                .get<double>(),
-            100 * slot1, 100 * ev["oracle_edit_accuracy"].get<double>(),
-            100 * ev["oracle_p1_accuracy"].get<double>());
-        // The warm-up ends when slot-1 accuracy stops rising.
-        const double before = plateau.last;
-        if (plateau.Update(slot1) && step < joint_from) {
-          joint_from = step;
-          rec["joint_from"] = step;
-          std::cerr << absl::StrFormat(
-              "[drafter] slot-1 P1 accuracy plateaued (%.1f%% -> %.1f%%, "
-              "%d evaluations in a row): joint P1+P2 from step %d\n",
-              100 * before, 100 * slot1, o.plateau_patience, step);
-        }
-      }
-      RETURN_IF_ERROR(AppendToFile(log_path, rec.dump() + "\n"));
-      const int64_t block_tokens =
-          int64_t{o.sequences_per_step} * o.blocks_per_sequence * w;
-      progress.Report(
-          step, block_tokens,
-          absl::StrFormat(
-              "%s W%d loss P1 %.3f P2 %.3f | P1 acc %.1f%% GT-sel %.1f%% "
-              "(eta %.2f) overwrite %.1f%% P2 acc %.1f%% | lr %.2e",
-              joint ? "joint" : "P1", w, loss1.item<double>(),
-              joint ? loss2.item<double>() : 0.0, 100 * edit.rates.p1_accuracy,
-              100 * edit.rates.gt_selection, eta, 100 * edit.rates.overwrite,
-              100 * p2_acc, lr));
-      if (checkpoint.Due()) RETURN_IF_ERROR(save());
-    }
-    return absl::OkStatus();
-  }));
-  RETURN_IF_ERROR(save());
-  if (step < o.steps) {
-    std::cerr << "[drafter] time budget used; paused at step " << step
-              << " (run the same command again to continue)\n";
-    return StageOutcome::kPaused;
+at::Tensor DrafterRun::Features(const at::Tensor& ids) const {
+  at::NoGradGuard no_grad;
+  at::Tensor features;
+  target_.model.Forward(ids, config_.target_layer_ids, &features);
+  return features;
+}
+
+// P1's block input: masks, or the lookup's proposal when seeded.
+at::Tensor DrafterRun::P1Input(const std::vector<const DistillRecord*>& seqs,
+                               const BlockBatch& batch) const {
+  if (o_.lookup_seed_ngram <= 0) return batch.p1_tokens;
+  BlockBatch seeded = batch;
+  SeedWithLookup(seqs, o_.lookup_seed_ngram, target_.mask_id, &seeded);
+  return seeded.p1_tokens;
+}
+
+// `seeds`: P1's block input, whose seed every pass trusts
+// (--seed_logit_bonus). The causal editor masks edit passes only.
+at::Tensor DrafterRun::Logits(const DrafterContext& ctx,
+                              const at::Tensor& tokens,
+                              const at::Tensor& anchors, bool edit_pass,
+                              const at::Tensor& seeds) const {
+  return AddSeedTrust(
+      drafter_.BlockLogits(ctx, tokens, anchors, o_.causal_editor && edit_pass,
+                           target_.model.embed_tokens(),
+                           target_.model.lm_head()),
+      seeds, target_.mask_id, o_.seed_logit_bonus);
+}
+
+// P1's greedy drafts of blocks of `seqs` in `ctx`, for the walks of rounds
+// (WalkRounds, RoundAnchors); both must outlive the function returned.
+std::function<at::Tensor(const BlockBatch&)> DrafterRun::P1Drafts(
+    const std::vector<const DistillRecord*>& seqs,
+    const DrafterContext& ctx) const {
+  return [this, &seqs, &ctx](const BlockBatch& b) {
+    const at::Tensor seeds = P1Input(seqs, b);
+    return Logits(ctx, seeds, b.anchors, /*edit_pass=*/false, seeds).argmax(-1);
+  };
+}
+
+absl::Status DrafterRun::TrainStep(ProgressLine* progress) {
+  const int w = windows_[step_ % windows_.size()];
+  // The batch is a function of (seed, step), so that a resumed run goes on
+  // as the uninterrupted one would.
+  std::mt19937_64 rng(o_.seed * 0x9e3779b97f4a7c15ull + step_);
+  std::uniform_int_distribution<int64_t> pick(0, data_.n_train - 1);
+  std::vector<const DistillRecord*> seqs;
+  for (int i = 0; i < o_.sequences_per_step; ++i)
+    seqs.push_back(&data_.records[pick(rng)]);
+  BlockBatch batch = MakeBlockBatch(seqs, o_.blocks_per_sequence, w,
+                                    target_.mask_id, target_.eot_id, &rng);
+  const at::Tensor features = Features(batch.ids);
+  PlaceRoundAnchors(seqs, features, w, &batch);
+  const StepStats stats = Optimize(seqs, batch, features, w, &rng);
+  ++step_;
+  nlohmann::json rec = StepRecord(step_, stats);
+  if (!data_.heldout.empty() &&
+      (step_ % o_.eval_every == 0 || step_ == o_.steps)) {
+    EvaluateHeldout(&rec);
   }
+  RETURN_IF_ERROR(AppendToFile(log_path_, rec.dump() + "\n"));
+  const int64_t block_tokens =
+      int64_t{o_.sequences_per_step} * o_.blocks_per_sequence * w;
+  progress->Report(step_, block_tokens, ProgressFields(stats));
+  return absl::OkStatus();
+}
+
+// With round_anchor_share > 0: the first share of each sequence's uniform
+// anchors start walks of the current drafter's rounds, and their blocks
+// move to where the walks end.
+void DrafterRun::PlaceRoundAnchors(
+    const std::vector<const DistillRecord*>& seqs, const at::Tensor& features,
+    int window, BlockBatch* batch) const {
+  const int round_blocks = static_cast<int>(
+      std::lround(o_.round_anchor_share * o_.blocks_per_sequence));
+  if (round_blocks <= 0) return;
+  std::vector<std::vector<int64_t>> anchors(seqs.size()), starts;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    at::Tensor row = batch->anchors[static_cast<int64_t>(i)].contiguous();
+    anchors[i].assign(row.data_ptr<int64_t>(),
+                      row.data_ptr<int64_t>() + row.numel());
+    starts.emplace_back(anchors[i].begin(), anchors[i].begin() + round_blocks);
+  }
+  at::NoGradGuard no_grad;
+  const DrafterContext walk_ctx = drafter_.ProjectContext(features);
+  starts =
+      RoundAnchors(seqs, std::move(starts), kRoundAnchorWalk, window,
+                   target_.mask_id, target_.eot_id, P1Drafts(seqs, walk_ctx));
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    std::copy(starts[i].begin(), starts[i].end(), anchors[i].begin());
+  }
+  *batch = MakeBlockBatch(seqs, o_.blocks_per_sequence, window, target_.mask_id,
+                          target_.eot_id, nullptr, anchors);
+}
+
+// P1 (and in the joint phase P2 on the ProposalMix input), the loss, its
+// gradient and the optimizer step.
+StepStats DrafterRun::Optimize(const std::vector<const DistillRecord*>& seqs,
+                               const BlockBatch& batch,
+                               const at::Tensor& features, int window,
+                               std::mt19937_64* rng) {
+  StepStats s;
+  s.joint = step_ >= joint_from_;
+  s.window = window;
+  const at::Tensor slot_weights = SlotLossWeights(window, o_.gamma);
+  const at::Tensor targets = batch.truth.narrow(-1, 1, window - 1);
+  const DrafterContext ctx = drafter_.ProjectContext(features);
+  // P1 on [anchor, MASK...] (or the lookup's proposal when seeded).
+  const at::Tensor seeds = P1Input(seqs, batch);
+  const at::Tensor logits1 =
+      Logits(ctx, seeds, batch.anchors, /*edit_pass=*/false, seeds);
+  s.loss1 = WeightedSlotLoss(logits1, targets, batch.valid, slot_weights);
+  // P2 on the ProposalMix input, built from P1 without gradient.
+  at::Tensor y1;
+  const EditInput edit =
+      MakeEditInput(logits1, batch, targets, rng, &y1, &s.eta);
+  s.rates = edit.rates;
+  s.loss = s.loss1;
+  at::Tensor logits2;
+  if (s.joint) {
+    logits2 = Logits(ctx, edit.tokens, batch.anchors, true, seeds);
+    s.loss2 = WeightedSlotLoss(
+        logits2, targets, batch.valid,
+        o_.edit_selected_weight == 1.0
+            ? slot_weights
+            : EditLossWeights(slot_weights, edit.selected, batch.valid,
+                              o_.edit_selected_weight));
+    s.loss = s.loss1 + o_.edit_loss_weight * s.loss2;
+  }
+  s.loss.backward();
+  s.lr = LearningRate(step_, o_.steps, o_.schedule);
+  s.grad_norm = optimizer_.Step(s.lr);
+  if (s.joint) ScoreEditPass(logits2, y1, edit, batch, targets, &s);
+  return s;
+}
+
+// The edit pass's input from P1's argmax `y1` and confidence: the ground
+// truth where the confidence reaches eta (fixed, adapted to P1's accuracy,
+// or with edit_truth_share a uniform draw standing in for the confidence).
+EditInput DrafterRun::MakeEditInput(const at::Tensor& logits1,
+                                    const BlockBatch& batch,
+                                    const at::Tensor& targets,
+                                    std::mt19937_64* rng, at::Tensor* y1,
+                                    double* eta) const {
+  at::NoGradGuard no_grad;
+  *eta = o_.eta;
+  at::Tensor c1;
+  ArgmaxAndConfidence(logits1.detach(), y1, &c1);
+  if (o_.edit_truth_share > 0) {
+    // The slots whose draw is at or above 1 - share take the ground truth.
+    std::uniform_real_distribution<float> u(0.0f, 1.0f);
+    std::vector<float> draw(static_cast<size_t>(c1.numel()));
+    for (float& d : draw) d = u(*rng);
+    c1 = at::tensor(draw).view(c1.sizes());
+    *eta = 1.0 - o_.edit_truth_share;
+  } else if (o_.gt_selection_ratio > 0) {
+    *eta = AdaptiveEta(*y1, c1, targets, batch.valid, o_.gt_selection_ratio);
+  }
+  return BuildEditInput(batch.truth, *y1, c1, batch.valid, *eta,
+                        o_.proposal_mix);
+}
+
+// Adds the held-out evaluation to `record`, prints it, and ends the P1-only
+// warm-up when slot-1 accuracy has stopped rising.
+void DrafterRun::EvaluateHeldout(nlohmann::json* record) {
+  nlohmann::json ev = Evaluate();
+  record->update(ev);
+  const std::string bw = absl::StrCat("_w", o_.block_size);
+  const double slot1 = ev["heldout_slot1_p1" + bw].get<double>();
+  std::cerr << absl::StrFormat(
+      "[drafter] step %d held-out W=%d tau P1 %.3f P2 %.3f P3 %.3f | "
+      "in rounds, W=%d P1 %.3f | slot-1 P1 %.1f%% | oracle edit %.1f%% "
+      "vs P1 %.1f%%\n",
+      step_, o_.block_size, ev["heldout_tau_p1" + bw].get<double>(),
+      ev["heldout_tau_p2" + bw].get<double>(),
+      ev["heldout_tau_p3" + bw].get<double>(), eval_windows_.front(),
+      ev[absl::StrCat("heldout_rounds_tau_p1_w", eval_windows_.front())]
+          .get<double>(),
+      100 * slot1, 100 * ev["oracle_edit_accuracy"].get<double>(),
+      100 * ev["oracle_p1_accuracy"].get<double>());
+  const double before = plateau_.last;
+  if (plateau_.Update(slot1) && step_ < joint_from_) {
+    joint_from_ = step_;
+    (*record)["joint_from"] = step_;
+    std::cerr << absl::StrFormat(
+        "[drafter] slot-1 P1 accuracy plateaued (%.1f%% -> %.1f%%, "
+        "%d evaluations in a row): joint P1+P2 from step %d\n",
+        100 * before, 100 * slot1, o_.plateau_patience, step_);
+  }
+}
+
+// Held-out: fixed blocks (the same at every evaluation). Per evaluation
+// window: tau of P1..P3 drafts against the ground truth, and slot-1 P1
+// accuracy; at the smallest window the engine's tau of P1 in rounds; at the
+// block size the neighbour oracle.
+nlohmann::json DrafterRun::Evaluate() const {
+  at::NoGradGuard no_grad;
+  nlohmann::json out;
+  const std::vector<const DistillRecord*>& heldout = data_.heldout;
+  for (int w : eval_windows_) {
+    std::mt19937_64 rng(o_.seed ^ 0xe7a1ull);
+    HeldoutTally tally;
+    for (size_t first = 0; first < heldout.size();
+         first += o_.sequences_per_step) {
+      const std::vector<const DistillRecord*> seqs(
+          heldout.begin() + first,
+          heldout.begin() +
+              std::min(heldout.size(), first + o_.sequences_per_step));
+      ScoreHeldoutBlocks(seqs, w, &rng, &tally);
+    }
+    const std::string suffix = absl::StrCat("_w", w);
+    for (int pass = 0; pass < 3; ++pass) {
+      out[absl::StrCat("heldout_tau_p", pass + 1, suffix)] =
+          tally.blocks ? 1.0 + tally.accepted[pass] / tally.blocks : 0.0;
+    }
+    out["heldout_slot1_p1" + suffix] =
+        tally.slot1_n ? tally.slot1_hits / tally.slot1_n : 0.0;
+    if (w == eval_windows_.front()) {
+      out["heldout_rounds_tau_p1" + suffix] = RoundsTau(w, &rng);
+    }
+    if (w == o_.block_size) {
+      out["oracle_edit_accuracy"] =
+          tally.oracle_n ? tally.oracle_hits / tally.oracle_n : 0.0;
+      out["oracle_p1_accuracy"] =
+          tally.oracle_n ? tally.oracle_p1 / tally.oracle_n : 0.0;
+    }
+  }
+  return out;
+}
+
+// Blocks of `seqs` at anchors from `rng`: P1..P3 drafts (each edit pass fed
+// the previous pass's plain argmax, as at inference), P1 at slot 1, and at
+// the block size the neighbour oracle.
+void DrafterRun::ScoreHeldoutBlocks(
+    const std::vector<const DistillRecord*>& seqs, int window,
+    std::mt19937_64* rng, HeldoutTally* tally) const {
+  const int w = window;
+  BlockBatch batch = MakeBlockBatch(seqs, o_.heldout_blocks_per_sequence, w,
+                                    target_.mask_id, target_.eot_id, rng);
+  const DrafterContext ctx = drafter_.ProjectContext(Features(batch.ids));
+  const at::Tensor truth = batch.truth.narrow(-1, 1, w - 1);
+  const at::Tensor seeds = P1Input(seqs, batch);
+  at::Tensor input = seeds;
+  at::Tensor y1;
+  for (int pass = 0; pass < 3; ++pass) {
+    at::Tensor tokens =
+        Logits(ctx, input, batch.anchors, pass > 0, seeds).argmax(-1);
+    if (pass == 0) y1 = tokens;
+    tally->accepted[pass] += AcceptedSum(tokens, batch);
+    input = at::cat({batch.truth.narrow(-1, 0, 1), tokens}, -1);
+  }
+  const at::Tensor v1 = batch.valid.select(-1, 0);
+  tally->slot1_hits += y1.select(-1, 0)
+                           .eq(truth.select(-1, 0))
+                           .logical_and(v1)
+                           .sum()
+                           .item<double>();
+  tally->slot1_n += v1.sum().item<double>();
+  if (w == o_.block_size) NeighbourOracle(ctx, batch, w, y1, seeds, tally);
+  tally->blocks += static_cast<double>(batch.anchors.numel());
+}
+
+// The editor at a slot whose other slots hold the ground truth: block b's
+// probe slot k = b mod (W-1) holds P1's proposal `y1`, every other slot the
+// ground truth; counts the editor's and P1's hits at the probe slots.
+void DrafterRun::NeighbourOracle(const DrafterContext& ctx,
+                                 const BlockBatch& batch, int window,
+                                 const at::Tensor& y1, const at::Tensor& seeds,
+                                 HeldoutTally* tally) const {
+  const int w = window;
+  const int64_t nb = o_.heldout_blocks_per_sequence;
+  const at::Tensor truth = batch.truth.narrow(-1, 1, w - 1);
+  at::Tensor probe =
+      at::arange(nb, at::TensorOptions().dtype(at::kLong)) % (w - 1);
+  at::Tensor at_probe = at::arange(w - 1, at::TensorOptions().dtype(at::kLong))
+                            .view({1, w - 1})
+                            .eq(probe.view({nb, 1}))
+                            .view({1, nb, w - 1})
+                            .expand_as(truth);
+  at::Tensor oracle_in = at::cat(
+      {batch.truth.narrow(-1, 0, 1), at::where(at_probe, y1, truth)}, -1);
+  at::Tensor y2 = Logits(ctx, oracle_in, batch.anchors, true, seeds).argmax(-1);
+  at::Tensor counted = at_probe.logical_and(batch.valid);
+  tally->oracle_hits += y2.eq(truth).logical_and(counted).sum().item<double>();
+  tally->oracle_p1 += y1.eq(truth).logical_and(counted).sum().item<double>();
+  tally->oracle_n += counted.sum().item<double>();
+}
+
+// The engine's tau (WalkRounds) of P1 over the first 64 held-out answers in
+// one batch: a walk takes as many steps as its longest answer has rounds,
+// so it covers fewer answers than the block scores.
+double DrafterRun::RoundsTau(int window, std::mt19937_64* rng) const {
+  const std::vector<const DistillRecord*> seqs(
+      data_.heldout.begin(),
+      data_.heldout.begin() + std::min<size_t>(data_.heldout.size(), 64));
+  const at::Tensor ids =
+      MakeBlockBatch(seqs, 1, window, target_.mask_id, target_.eot_id, rng).ids;
+  const DrafterContext ctx = drafter_.ProjectContext(Features(ids));
+  return WalkRounds(seqs, window, target_.mask_id, target_.eot_id,
+                    P1Drafts(seqs, ctx))
+      .tau();
+}
+
+absl::Status ExportDrafter(const DrafterTrainingOptions& o,
+                           const TrainableDrafter& drafter) {
   ASSIGN_OR_RETURN(at::ScalarType dtype, ParseScalarType(o.export_dtype));
   ASSIGN_OR_RETURN(std::string tokenizer_json,
                    ReadFileToString(o.target_dir + "/tokenizer.json"));
   RETURN_IF_ERROR(
       drafter.Export(o.out_dir, dtype, {{"tokenizer.json", tokenizer_json}}));
   std::cerr << "[drafter] exported " << o.out_dir << "\n";
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<StageOutcome> RunDrafterTraining(
+    const DrafterTrainingOptions& o) {
+  RETURN_IF_ERROR(CheckDrafterOptions(o));
+  ASSIGN_OR_RETURN(const FrozenTarget target, LoadFrozenTarget(o.target_dir));
+  ASSIGN_OR_RETURN(
+      const DrafterConfig config,
+      BuildDrafterConfig(o, target.model.config(), target.mask_id));
+  ASSIGN_OR_RETURN(const std::vector<int> windows, TrainWindows(o));
+  DistillData data;
+  RETURN_IF_ERROR(LoadDistillData(o, &data));
+  DescribeRun(o, config, windows, data);
+  ASSIGN_OR_RETURN(TrainableDrafter drafter, InitialDrafter(o, config));
+
+  DrafterRun run(o, target, config, windows, data, std::move(drafter));
+  RETURN_IF_ERROR(run.Resume());
+  RETURN_IF_ERROR(run.Train());
+  RETURN_IF_ERROR(run.Save());
+  if (run.step() < o.steps) {
+    std::cerr << "[drafter] time budget used; paused at step " << run.step()
+              << " (run the same command again to continue)\n";
+    return StageOutcome::kPaused;
+  }
+  RETURN_IF_ERROR(ExportDrafter(o, run.drafter()));
   return StageOutcome::kFinished;
 }
 

@@ -1,5 +1,5 @@
 // `dedit-train drafter`: trains a DEdit drafter for a frozen target on the
-// distilled data (docs/ARCHITECTURE.md §1-2, REFERENCE.md "Training").
+// distilled data (docs/ARCHITECTURE.md §1-2).
 //
 // Per step: a few distilled sequences; the frozen target computes their
 // context features; many blocks per sequence at random anchors inside the
@@ -12,7 +12,8 @@
 // whose input is the ground truth). The target's embedding and lm_head are
 // frozen.
 //
-// Schedule (docs/RESULTS.md, "A DEdit drafter that pays"):
+// Schedule (docs/log/2026-12-06-results-notebook.md, the DEdit drafter
+// recipe):
 //  * P1 alone first (`p1_only_steps` at most), until held-out slot-1
 //    accuracy plateaus (gains under `plateau_delta` at `plateau_patience`
 //    evaluations in a row); then P1 + P2 jointly. The switch step is kept in
@@ -72,9 +73,9 @@ struct DrafterTrainingOptions {
   double gt_selection_ratio = 0;  // > 0: adaptive eta (AdaptiveEta)
   int64_t p1_only_steps = 0;      // longest P1-only warm-up
   double plateau_delta = 0.01;    // slot-1 accuracy gain that still counts
-  // Evaluations in a row under plateau_delta that end the warm-up. One
-  // noisy evaluation ended the first recipe's warm-up at 17% slot-1
-  // accuracy, still rising (docs/RESULTS.md).
+  // Evaluations in a row under plateau_delta that end the warm-up; more
+  // than one, so that a single noisy evaluation does not end it while the
+  // accuracy is still rising.
   int plateau_patience = 2;
   bool proposal_mix = true;
   bool causal_editor = false;
@@ -177,7 +178,7 @@ Rounds WalkRounds(const std::vector<const DistillRecord*>& sequences,
 // round is anchored: right after a block of the drafter's that missed or
 // was used up, as the engine's rounds are. Their spread over the answer
 // stays that of the starts (a uniform start moved on), not the engine's,
-// whose rounds pile up where each commits one token (docs/RESULTS.md). A
+// whose rounds pile up where each commits one token. A
 // walk that runs past length - 2 is restarted at its start.
 std::vector<std::vector<int64_t>> RoundAnchors(
     const std::vector<const DistillRecord*>& sequences,

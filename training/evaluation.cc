@@ -5,12 +5,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "base/file_util.h"
-#include "base/model_config.h"
-#include "base/status.h"
-#include "engine/speculative_engine.h"
-#include "model/in_process.h"
-#include "tokenizer/tokenizer.h"
+#include "common/base/file_util.h"
+#include "common/base/model_config.h"
+#include "common/base/status.h"
+#include "common/engine/speculative_engine.h"
+#include "common/model/in_process.h"
+#include "common/tokenizer/tokenizer.h"
 #include "training/progress.h"
 
 namespace dedit::training {

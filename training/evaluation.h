@@ -1,5 +1,5 @@
 // `dedit-train eval`: what the trained pair does in the real engine on
-// held-out prompts (REFERENCE.md "Evaluation protocol", in miniature).
+// held-out prompts (the DEdit paper's evaluation protocol, in miniature).
 //
 // Prompts are windows of the held-out split (files never seen in training).
 // Each request runs alone (batch size 1) at T = 0: target-only (W = 1, the

@@ -7,8 +7,8 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "base/status.h"
-#include "model/torch_status.h"
+#include "common/base/status.h"
+#include "common/model/torch_status.h"
 
 namespace dedit::training {
 namespace {

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "model/qwen3_model.h"
+#include "common/model/qwen3_model.h"
 #include "nlohmann/json.hpp"
 
 namespace dedit::training {

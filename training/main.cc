@@ -27,11 +27,11 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
-#include "base/file_util.h"
-#include "model/cpu_panels.h"
-#include "model/cpu_threads.h"
-#include "model/qwen3_model.h"
-#include "tokenizer/tokenizer.h"
+#include "common/base/file_util.h"
+#include "common/model/cpu/cpu_panels.h"
+#include "common/model/cpu/cpu_threads.h"
+#include "common/model/qwen3_model.h"
+#include "common/tokenizer/tokenizer.h"
 #include "training/bpe_trainer.h"
 #include "training/corpus.h"
 #include "training/distill.h"
@@ -181,7 +181,7 @@ ABSL_FLAG(std::string, wide, "",
           "widen-check: the widened target, decoded against --target");
 ABSL_FLAG(std::string, check_products, "auto",
           "widen-check: CPU product kernel of both models (auto, bf16, f32, "
-          "blas; model/cpu_panels.h)");
+          "blas; common/model/cpu/cpu_panels.h)");
 
 namespace {
 

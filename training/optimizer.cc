@@ -8,10 +8,10 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "base/safetensors.h"
-#include "base/status.h"
-#include "model/tensor_io.h"
-#include "model/torch_status.h"
+#include "common/base/safetensors.h"
+#include "common/base/status.h"
+#include "common/model/tensor_io.h"
+#include "common/model/torch_status.h"
 
 namespace dedit::training {
 

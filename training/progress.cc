@@ -8,8 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "base/file_util.h"
-#include "base/status.h"
+#include "common/base/file_util.h"
+#include "common/base/status.h"
 
 namespace dedit::training {
 namespace {
@@ -74,6 +74,21 @@ bool Every::Due() {
   if (SecondsBetween(last_, now) < seconds_) return false;
   last_ = now;
   return true;
+}
+
+absl::Status RunSteps(const std::string& stage, const int64_t* done,
+                      int64_t total_steps, double max_minutes,
+                      double checkpoint_every_s,
+                      const std::function<absl::Status(ProgressLine*)>& step,
+                      const std::function<absl::Status()>& save) {
+  Deadline deadline(max_minutes);
+  Every checkpoint(checkpoint_every_s);
+  ProgressLine progress(stage, *done, total_steps);
+  while (*done < total_steps && !deadline.Expired()) {
+    RETURN_IF_ERROR(step(&progress));
+    if (checkpoint.Due()) RETURN_IF_ERROR(save());
+  }
+  return absl::OkStatus();
 }
 
 std::string FormatDuration(double seconds) {

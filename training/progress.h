@@ -1,7 +1,7 @@
 // Run bookkeeping shared by the dedit-train stages: the progress line
 // (step, loss, tokens/s, ETA) and a wall-clock budget that lets a long run
 // stop cleanly at a checkpoint and resume in a later session. Files (the
-// JSON-lines log, checkpoints) go through base/file_util.h.
+// JSON-lines log, checkpoints) go through common/base/file_util.h.
 //
 //   ProgressLine progress("target", first_step, total_steps);
 //   progress.Report(step + 1, tokens, absl::StrFormat("loss %.3f", loss));
@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -64,6 +65,16 @@ class Every {
   double seconds_;
   std::chrono::steady_clock::time_point last_;
 };
+
+// A stage's step loop: calls `step` (which advances *done by one) until
+// *done reaches total_steps or max_minutes have passed (0 = no limit),
+// calling `save` every checkpoint_every_s seconds. The first error ends it.
+// The caller saves once more after it, whether it finished or paused.
+absl::Status RunSteps(const std::string& stage, const int64_t* done,
+                      int64_t total_steps, double max_minutes,
+                      double checkpoint_every_s,
+                      const std::function<absl::Status(ProgressLine*)>& step,
+                      const std::function<absl::Status()>& save);
 
 // A resumed run's JSON-lines log: keeps the records of steps up to `step`
 // (the loaded checkpoint's; 0 for a run starting afresh) and drops those a

@@ -71,7 +71,8 @@ at::Tensor EditLossWeights(const at::Tensor& slot_weights,
 // selected for about `ratio` x (P1 accuracy) of the valid slots, i.e. the
 // confidence of the m-th most confident valid slot, m = round(ratio *
 // correct). The paper's Table 6 has selection / P1 accuracy at 0.85-0.9;
-// with a fixed eta a weak P1 selects far less (8.9% vs 22% accuracy), and
+// with a fixed eta a weak P1 selects far less than its accuracy
+// (docs/log/2026-12-06-results-notebook.md, "The ProposalMix ablation"), and
 // the editor learns to ignore its block. Returns a value above 1 (nothing
 // selected) when m is 0.
 double AdaptiveEta(const at::Tensor& proposal, const at::Tensor& confidence,

@@ -4,18 +4,24 @@
 #include <ATen/TensorOperators.h>
 #include <ATen/core/grad_mode.h>
 
+#include <algorithm>
 #include <cmath>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "base/file_util.h"
-#include "base/status.h"
-#include "model/tensor_io.h"
-#include "model/torch_status.h"
-#include "tokenizer/tokenizer.h"
+#include "common/base/file_util.h"
+#include "common/base/status.h"
+#include "common/model/tensor_io.h"
+#include "common/model/torch_status.h"
+#include "common/tokenizer/tokenizer.h"
 #include "training/trainable_models.h"
 
 namespace dedit::training {
@@ -89,30 +95,29 @@ std::string RunFingerprint(const TargetTrainingOptions& o, const Qwen3Config& c,
   return fingerprint;
 }
 
-}  // namespace
+// Windows per batch drawn from the chat tasks (0 without them).
+int ChatWindows(const TargetTrainingOptions& o) {
+  return o.chat_tasks_dir.empty()
+             ? 0
+             : static_cast<int>(std::lround(o.batch_size * o.chat_fraction));
+}
 
-absl::StatusOr<StageOutcome> RunTargetTraining(const TargetTrainingOptions& o) {
-  ASSIGN_OR_RETURN(std::string tokenizer_json,
-                   ReadFileToString(o.tokenizer_path));
-  ASSIGN_OR_RETURN(auto tokenizer, Tokenizer::FromJson(tokenizer_json));
-  const std::optional<int32_t> eot = tokenizer->TokenToId("<|endoftext|>");
-  if (!eot) {
-    return absl::InvalidArgumentError("tokenizer has no <|endoftext|> token");
-  }
+// The exported model's config: the shape asked for, with the tokenizer's
+// vocabulary, <|endoftext|> (`eot`) as EOS, and <|im_end|> as a second EOS
+// when training on chat tasks.
+absl::StatusOr<Qwen3Config> BuildModelConfig(const TargetTrainingOptions& o,
+                                             const Tokenizer& tokenizer,
+                                             int32_t eot) {
   Qwen3Config config = o.model;
-  config.vocab_size = tokenizer->vocab_size();
+  config.vocab_size = tokenizer.vocab_size();
   config.bos_token_id = -1;
-  config.eos_token_ids = {*eot};
-  const int chat_windows =
-      o.chat_tasks_dir.empty()
-          ? 0
-          : static_cast<int>(std::lround(o.batch_size * o.chat_fraction));
+  config.eos_token_ids = {eot};
   if (!o.chat_tasks_dir.empty()) {
     if (!(o.chat_fraction > 0 && o.chat_fraction <= 1)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "chat_fraction must be in (0, 1], got ", o.chat_fraction));
     }
-    const std::optional<int32_t> im_end = tokenizer->TokenToId("<|im_end|>");
+    const std::optional<int32_t> im_end = tokenizer.TokenToId("<|im_end|>");
     if (!im_end) {
       return absl::InvalidArgumentError(
           "chat tasks need a tokenizer with <|im_end|>");
@@ -124,184 +129,269 @@ absl::StatusOr<StageOutcome> RunTargetTraining(const TargetTrainingOptions& o) {
   // window) lets prompts + answers that fit in seq_len start later.
   config.max_position_embeddings = std::max(o.seq_len, o.max_positions);
   config.dtype = "float32";
+  return config;
+}
 
+// The token streams a run samples its windows from.
+struct TrainingData {
+  TokenStream train, heldout;              // the corpus's splits
+  TokenStream tasks_train, tasks_heldout;  // the chat tasks' (may be empty)
+};
+
+// Tokenizes the corpus (cached in work_dir, keyed by `tokenizer_json`) and
+// the chat tasks; each stream must be longer than one window.
+absl::Status LoadTrainingData(const TargetTrainingOptions& o,
+                              const Tokenizer& tokenizer,
+                              const std::string& tokenizer_json, int32_t eot,
+                              TrainingData* data) {
   RETURN_IF_ERROR(MakeDirs(o.work_dir));
   ASSIGN_OR_RETURN(std::vector<CorpusFile> files, ListCorpusFiles(o.corpus));
   const uint64_t tok_hash = Fnv1a(tokenizer_json);
   ASSIGN_OR_RETURN(
-      TokenStream train,
-      LoadOrBuildTokenStream(files, CorpusSplit::kTrain, *tokenizer, tok_hash,
-                             *eot, o.work_dir + "/tokens_train.bin"));
+      data->train,
+      LoadOrBuildTokenStream(files, CorpusSplit::kTrain, tokenizer, tok_hash,
+                             eot, o.work_dir + "/tokens_train.bin"));
   ASSIGN_OR_RETURN(
-      TokenStream heldout,
-      LoadOrBuildTokenStream(files, CorpusSplit::kHeldOut, *tokenizer, tok_hash,
-                             *eot, o.work_dir + "/tokens_heldout.bin"));
+      data->heldout,
+      LoadOrBuildTokenStream(files, CorpusSplit::kHeldOut, tokenizer, tok_hash,
+                             eot, o.work_dir + "/tokens_heldout.bin"));
   std::cerr << absl::StrFormat(
       "[target] corpus: %d train docs / %d tokens, %d held-out docs / %d "
       "tokens\n",
-      train.num_documents, train.tokens.size(), heldout.num_documents,
-      heldout.tokens.size());
-  if (static_cast<int64_t>(train.tokens.size()) <= o.seq_len + 1 ||
-      static_cast<int64_t>(heldout.tokens.size()) <= o.seq_len + 1) {
+      data->train.num_documents, data->train.tokens.size(),
+      data->heldout.num_documents, data->heldout.tokens.size());
+  auto too_short = [&](const TokenStream& s) {
+    return static_cast<int64_t>(s.tokens.size()) <= o.seq_len + 1;
+  };
+  if (too_short(data->train) || too_short(data->heldout)) {
     return absl::FailedPreconditionError("corpus too small for seq_len");
   }
-  TokenStream tasks_train, tasks_heldout;
-  if (!o.chat_tasks_dir.empty()) {
-    ASSIGN_OR_RETURN(
-        tasks_train,
-        TokenizeChatTasks(o.chat_tasks_dir + "/train.jsonl", *tokenizer, *eot));
-    ASSIGN_OR_RETURN(tasks_heldout,
-                     TokenizeChatTasks(o.chat_tasks_dir + "/heldout.jsonl",
-                                       *tokenizer, *eot));
-    std::cerr << absl::StrFormat(
-        "[target] chat tasks: %d train / %d tokens, %d held-out / %d tokens; "
-        "%d of %d windows per batch\n",
-        tasks_train.num_documents, tasks_train.tokens.size(),
-        tasks_heldout.num_documents, tasks_heldout.tokens.size(), chat_windows,
-        o.batch_size);
-    if (static_cast<int64_t>(tasks_train.tokens.size()) <= o.seq_len + 1 ||
-        static_cast<int64_t>(tasks_heldout.tokens.size()) <= o.seq_len + 1) {
-      return absl::FailedPreconditionError("chat tasks too small for seq_len");
-    }
+  if (o.chat_tasks_dir.empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(
+      data->tasks_train,
+      TokenizeChatTasks(o.chat_tasks_dir + "/train.jsonl", tokenizer, eot));
+  ASSIGN_OR_RETURN(
+      data->tasks_heldout,
+      TokenizeChatTasks(o.chat_tasks_dir + "/heldout.jsonl", tokenizer, eot));
+  std::cerr << absl::StrFormat(
+      "[target] chat tasks: %d train / %d tokens, %d held-out / %d tokens; "
+      "%d of %d windows per batch\n",
+      data->tasks_train.num_documents, data->tasks_train.tokens.size(),
+      data->tasks_heldout.num_documents, data->tasks_heldout.tokens.size(),
+      ChatWindows(o), o.batch_size);
+  if (too_short(data->tasks_train) || too_short(data->tasks_heldout)) {
+    return absl::FailedPreconditionError("chat tasks too small for seq_len");
   }
+  return absl::OkStatus();
+}
 
-  TrainableTarget model;
-  if (o.init_from.empty()) {
-    ASSIGN_OR_RETURN(model, TrainableTarget::Init(config, o.seed));
-  } else {
-    ASSIGN_OR_RETURN(model, TrainableTarget::Load(o.init_from));
-    const Qwen3Config& f = model.config();
-    // The same shape, or fewer layers (grown below).
-    if (f.vocab_size != config.vocab_size ||
-        f.hidden_size != config.hidden_size ||
-        f.intermediate_size != config.intermediate_size ||
-        f.num_hidden_layers > config.num_hidden_layers ||
-        f.num_attention_heads != config.num_attention_heads ||
-        f.num_key_value_heads != config.num_key_value_heads ||
-        f.head_dim != config.head_dim) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          o.init_from, " does not have the shape asked for: ",
-          Qwen3ConfigToJson(f), " vs ", Qwen3ConfigToJson(config)));
-    }
-    if (f.num_hidden_layers < config.num_hidden_layers) {
-      // A deeper target from a shallower one: same function at step 0.
-      std::cerr << absl::StrFormat("[target] growing %s from %d to %d layers\n",
-                                   o.init_from, f.num_hidden_layers,
-                                   config.num_hidden_layers);
-      ASSIGN_OR_RETURN(model, TrainableTarget::Grow(
-                                  model, config.num_hidden_layers, o.seed));
+// Fresh weights from `config`, or init_from's: of the same shape, or of
+// fewer layers, grown to config's (the same function at step 0).
+absl::StatusOr<TrainableTarget> InitialModel(const TargetTrainingOptions& o,
+                                             const Qwen3Config& config) {
+  if (o.init_from.empty()) return TrainableTarget::Init(config, o.seed);
+  ASSIGN_OR_RETURN(TrainableTarget model, TrainableTarget::Load(o.init_from));
+  const Qwen3Config& f = model.config();
+  if (f.vocab_size != config.vocab_size ||
+      f.hidden_size != config.hidden_size ||
+      f.intermediate_size != config.intermediate_size ||
+      f.num_hidden_layers > config.num_hidden_layers ||
+      f.num_attention_heads != config.num_attention_heads ||
+      f.num_key_value_heads != config.num_key_value_heads ||
+      f.head_dim != config.head_dim) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(o.init_from, " does not have the shape asked for: ",
+                     Qwen3ConfigToJson(f), " vs ", Qwen3ConfigToJson(config)));
+  }
+  if (f.num_hidden_layers == config.num_hidden_layers) return std::move(model);
+  std::cerr << absl::StrFormat("[target] growing %s from %d to %d layers\n",
+                               o.init_from, f.num_hidden_layers,
+                               config.num_hidden_layers);
+  return TrainableTarget::Grow(model, config.num_hidden_layers, o.seed);
+}
+
+// The optimisation of one target: the model and its optimizer, the step
+// counter, the fixed held-out windows, and the state and log files in
+// work_dir. The optimizer points into the model, so a run is not copied.
+class TargetRun {
+ public:
+  TargetRun(const TargetTrainingOptions& o, const Qwen3Config& config,
+            const TrainingData& data, TrainableTarget model)
+      : o_(o),
+        config_(config),
+        data_(data),
+        chat_windows_(ChatWindows(o)),
+        model_(std::move(model)),
+        optimizer_(&model_.parameters(), o.adamw),
+        state_path_(o.work_dir + "/state.safetensors"),
+        log_path_(o.work_dir + "/log.jsonl"),
+        fingerprint_(RunFingerprint(o, config, o.steps)) {
+    std::mt19937_64 eval_rng(o.seed ^ 0x5eed5eedull);
+    eval_windows_ =
+        SampleWindows(data.heldout, o.eval_windows, o.seq_len, eval_rng);
+    // The held-out task loss is over answer tokens, as trained.
+    if (chat_windows_ > 0) {
+      task_eval_windows_ = SampleWindows(data.tasks_heldout, o.eval_windows,
+                                         o.seq_len, eval_rng);
     }
   }
-  AdamW optimizer(&model.parameters(), o.adamw);
-  const std::string state_path = o.work_dir + "/state.safetensors";
-  const std::string log_path = o.work_dir + "/log.jsonl";
-  const std::string fingerprint = RunFingerprint(o, config, o.steps);
-  int64_t step = 0;
-  if (PathExists(state_path)) {
+  TargetRun(const TargetRun&) = delete;
+  TargetRun& operator=(const TargetRun&) = delete;
+
+  // Continues from work_dir's state when there is one (of this run, or of
+  // the same run on reschedule_from_steps steps), and drops the log records
+  // written after it.
+  absl::Status Resume();
+  // Steps until `steps`, or until max_minutes have passed; checkpoints
+  // every checkpoint_every_s seconds.
+  absl::Status Train();
+  absl::Status Save() const {
+    return SaveTrainingState(state_path_, model_.parameters(), optimizer_,
+                             step_, {{"fingerprint", fingerprint_}});
+  }
+  int64_t step() const { return step_; }
+  const TrainableTarget& model() const { return model_; }
+
+ private:
+  // One optimizer step, logged; held-out losses when an evaluation is due.
+  absl::Status TrainStep(ProgressLine* progress);
+  // Adds the held-out losses to `record` and prints them.
+  void Evaluate(nlohmann::json* record);
+  // Mean loss over `windows`' trained labels, in batch_size chunks.
+  double HeldoutLoss(const Windows& windows);
+
+  const TargetTrainingOptions& o_;
+  const Qwen3Config& config_;
+  const TrainingData& data_;
+  const int chat_windows_;
+  TrainableTarget model_;
+  AdamW optimizer_;
+  const std::string state_path_, log_path_, fingerprint_;
+  int64_t step_ = 0;
+  double loss_ema_ = -1;  // of the training loss, for the progress line
+  // Held-out windows, the same at every evaluation.
+  Windows eval_windows_, task_eval_windows_;
+};
+
+absl::Status TargetRun::Resume() {
+  if (PathExists(state_path_)) {
     std::map<std::string, std::string> meta;
-    ASSIGN_OR_RETURN(step, LoadTrainingState(state_path, &model.parameters(),
-                                             &optimizer, &meta));
+    ASSIGN_OR_RETURN(step_, LoadTrainingState(state_path_, &model_.parameters(),
+                                              &optimizer_, &meta));
     const bool rescheduled =
-        o.reschedule_from_steps > 0 && o.reschedule_from_steps != o.steps &&
+        o_.reschedule_from_steps > 0 && o_.reschedule_from_steps != o_.steps &&
         meta["fingerprint"] ==
-            RunFingerprint(o, config, o.reschedule_from_steps);
+            RunFingerprint(o_, config_, o_.reschedule_from_steps);
     if (rescheduled) {
-      if (step >= o.steps) {
+      if (step_ >= o_.steps) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "--steps=", o.steps, " is not past the saved step ", step));
+            "--steps=", o_.steps, " is not past the saved step ", step_));
       }
-      std::cerr << "[target] rescheduled from " << o.reschedule_from_steps
-                << " to " << o.steps << " steps\n";
-    } else if (meta["fingerprint"] != fingerprint) {
+      std::cerr << "[target] rescheduled from " << o_.reschedule_from_steps
+                << " to " << o_.steps << " steps\n";
+    } else if (meta["fingerprint"] != fingerprint_) {
       return absl::FailedPreconditionError(
-          absl::StrCat(state_path,
+          absl::StrCat(state_path_,
                        " belongs to a different run (model, batch, steps, seed "
                        "or lr differ); use another --work_dir or delete it"));
     }
-    std::cerr << "[target] resumed at step " << step << "\n";
+    std::cerr << "[target] resumed at step " << step_ << "\n";
   }
-  RETURN_IF_ERROR(DropLogRecordsAfter(log_path, step));
+  return DropLogRecordsAfter(log_path_, step_);
+}
 
-  // Fixed held-out windows, the same at every evaluation.
-  std::mt19937_64 eval_rng(o.seed ^ 0x5eed5eedull);
-  const Windows eval_windows =
-      SampleWindows(heldout, o.eval_windows, o.seq_len, eval_rng);
-  // The held-out task loss is over answer tokens, as trained.
-  const Windows task_eval_windows =
-      chat_windows > 0
-          ? SampleWindows(tasks_heldout, o.eval_windows, o.seq_len, eval_rng)
-          : Windows();
-  auto heldout_loss = [&](const Windows& eval_windows) {
-    at::NoGradGuard no_grad;
-    double sum = 0, n = 0;
-    const int chunk = std::max(1, o.batch_size);
-    for (int64_t i = 0; i < eval_windows.tokens.size(0); i += chunk) {
-      const int64_t m =
-          std::min<int64_t>(chunk, eval_windows.tokens.size(0) - i);
-      double labels = 0;
-      sum += NextTokenLoss(model, Narrow(eval_windows, i, m), &labels)
-                 .item<double>() *
-             labels;
-      n += labels;
-    }
-    return sum / std::max(n, 1.0);
-  };
-  auto save = [&]() {
-    return SaveTrainingState(state_path, model.parameters(), optimizer, step,
-                             {{"fingerprint", fingerprint}});
-  };
+absl::Status TargetRun::Train() {
+  return GuardTorch([&] {
+    return RunSteps(
+        "target", &step_, o_.steps, o_.max_minutes, o_.checkpoint_every_s,
+        [this](ProgressLine* progress) { return TrainStep(progress); },
+        [this] { return Save(); });
+  });
+}
 
-  Deadline deadline(o.max_minutes);
-  Every checkpoint(o.checkpoint_every_s);
-  ProgressLine progress("target", step, o.steps);
-  double loss_ema = -1;
-  RETURN_IF_ERROR(GuardTorch([&]() -> absl::Status {
-    while (step < o.steps) {
-      if (deadline.Expired()) break;
-      std::mt19937_64 rng(o.seed * 0x9e3779b97f4a7c15ull + step);
-      Windows windows =
-          SampleWindows(train, o.batch_size - chat_windows, o.seq_len, rng);
-      if (chat_windows > 0) {
-        windows = Concat(
-            windows, SampleWindows(tasks_train, chat_windows, o.seq_len, rng));
-      }
-      at::Tensor loss = NextTokenLoss(model, windows);
-      loss.backward();
-      const double lr = LearningRate(step, o.steps, o.schedule);
-      const double grad_norm = optimizer.Step(lr);
-      const double l = loss.item<double>();
-      loss_ema = loss_ema < 0 ? l : 0.95 * loss_ema + 0.05 * l;
-      ++step;
-      nlohmann::json rec = {
-          {"step", step}, {"loss", l}, {"lr", lr}, {"grad_norm", grad_norm}};
-      if (step % o.eval_every == 0 || step == o.steps) {
-        rec["heldout_loss"] = heldout_loss(eval_windows);
-        std::cerr << absl::StrFormat("[target] step %d held-out loss %.4f\n",
-                                     step, rec["heldout_loss"].get<double>());
-        if (chat_windows > 0) {
-          rec["heldout_task_loss"] = heldout_loss(task_eval_windows);
-          std::cerr << absl::StrFormat(
-              "[target] step %d held-out chat task loss %.4f\n", step,
-              rec["heldout_task_loss"].get<double>());
-        }
-      }
-      RETURN_IF_ERROR(AppendToFile(log_path, rec.dump() + "\n"));
-      progress.Report(step, int64_t{o.batch_size} * o.seq_len,
-                      absl::StrFormat("loss %.4f (ema %.4f) lr %.2e gnorm %.2f",
-                                      l, loss_ema, lr, grad_norm));
-      if (checkpoint.Due()) RETURN_IF_ERROR(save());
-    }
-    return absl::OkStatus();
-  }));
-  RETURN_IF_ERROR(save());
-  if (step < o.steps) {
-    std::cerr << "[target] time budget used; paused at step " << step
+absl::Status TargetRun::TrainStep(ProgressLine* progress) {
+  // The batch is a function of (seed, step), so that a resumed run goes on
+  // as the uninterrupted one would.
+  std::mt19937_64 rng(o_.seed * 0x9e3779b97f4a7c15ull + step_);
+  Windows windows = SampleWindows(data_.train, o_.batch_size - chat_windows_,
+                                  o_.seq_len, rng);
+  if (chat_windows_ > 0) {
+    windows = Concat(windows, SampleWindows(data_.tasks_train, chat_windows_,
+                                            o_.seq_len, rng));
+  }
+  at::Tensor loss = NextTokenLoss(model_, windows);
+  loss.backward();
+  const double lr = LearningRate(step_, o_.steps, o_.schedule);
+  const double grad_norm = optimizer_.Step(lr);
+  const double l = loss.item<double>();
+  loss_ema_ = loss_ema_ < 0 ? l : 0.95 * loss_ema_ + 0.05 * l;
+  ++step_;
+  nlohmann::json rec = {
+      {"step", step_}, {"loss", l}, {"lr", lr}, {"grad_norm", grad_norm}};
+  if (step_ % o_.eval_every == 0 || step_ == o_.steps) Evaluate(&rec);
+  RETURN_IF_ERROR(AppendToFile(log_path_, rec.dump() + "\n"));
+  progress->Report(step_, int64_t{o_.batch_size} * o_.seq_len,
+                   absl::StrFormat("loss %.4f (ema %.4f) lr %.2e gnorm %.2f", l,
+                                   loss_ema_, lr, grad_norm));
+  return absl::OkStatus();
+}
+
+void TargetRun::Evaluate(nlohmann::json* record) {
+  nlohmann::json& rec = *record;
+  rec["heldout_loss"] = HeldoutLoss(eval_windows_);
+  std::cerr << absl::StrFormat("[target] step %d held-out loss %.4f\n", step_,
+                               rec["heldout_loss"].get<double>());
+  if (chat_windows_ > 0) {
+    rec["heldout_task_loss"] = HeldoutLoss(task_eval_windows_);
+    std::cerr << absl::StrFormat(
+        "[target] step %d held-out chat task loss %.4f\n", step_,
+        rec["heldout_task_loss"].get<double>());
+  }
+}
+
+double TargetRun::HeldoutLoss(const Windows& windows) {
+  at::NoGradGuard no_grad;
+  double sum = 0, n = 0;
+  const int chunk = std::max(1, o_.batch_size);
+  for (int64_t i = 0; i < windows.tokens.size(0); i += chunk) {
+    const int64_t m = std::min<int64_t>(chunk, windows.tokens.size(0) - i);
+    double labels = 0;
+    sum +=
+        NextTokenLoss(model_, Narrow(windows, i, m), &labels).item<double>() *
+        labels;
+    n += labels;
+  }
+  return sum / std::max(n, 1.0);
+}
+
+}  // namespace
+
+absl::StatusOr<StageOutcome> RunTargetTraining(const TargetTrainingOptions& o) {
+  ASSIGN_OR_RETURN(std::string tokenizer_json,
+                   ReadFileToString(o.tokenizer_path));
+  ASSIGN_OR_RETURN(auto tokenizer, Tokenizer::FromJson(tokenizer_json));
+  const std::optional<int32_t> eot = tokenizer->TokenToId("<|endoftext|>");
+  if (!eot) {
+    return absl::InvalidArgumentError("tokenizer has no <|endoftext|> token");
+  }
+  ASSIGN_OR_RETURN(const Qwen3Config config,
+                   BuildModelConfig(o, *tokenizer, *eot));
+  TrainingData data;
+  RETURN_IF_ERROR(LoadTrainingData(o, *tokenizer, tokenizer_json, *eot, &data));
+  ASSIGN_OR_RETURN(TrainableTarget model, InitialModel(o, config));
+
+  TargetRun run(o, config, data, std::move(model));
+  RETURN_IF_ERROR(run.Resume());
+  RETURN_IF_ERROR(run.Train());
+  RETURN_IF_ERROR(run.Save());
+  if (run.step() < o.steps) {
+    std::cerr << "[target] time budget used; paused at step " << run.step()
               << " (run the same command again to continue)\n";
     return StageOutcome::kPaused;
   }
   ASSIGN_OR_RETURN(at::ScalarType dtype, ParseScalarType(o.export_dtype));
-  RETURN_IF_ERROR(
-      model.Export(o.out_dir, dtype, {{"tokenizer.json", tokenizer_json}}));
+  RETURN_IF_ERROR(run.model().Export(o.out_dir, dtype,
+                                     {{"tokenizer.json", tokenizer_json}}));
   std::cerr << "[target] exported " << o.out_dir << "\n";
   return StageOutcome::kFinished;
 }

@@ -18,7 +18,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "base/model_config.h"
+#include "common/base/model_config.h"
 #include "training/corpus.h"
 #include "training/optimizer.h"
 #include "training/progress.h"

@@ -12,13 +12,13 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "base/checkpoint_layout.h"
-#include "base/file_util.h"
-#include "base/safetensors.h"
-#include "base/status.h"
-#include "model/checkpoint_weights.h"
-#include "model/tensor_io.h"
-#include "model/torch_status.h"
+#include "common/base/checkpoint_layout.h"
+#include "common/base/file_util.h"
+#include "common/base/safetensors.h"
+#include "common/base/status.h"
+#include "common/model/checkpoint_weights.h"
+#include "common/model/tensor_io.h"
+#include "common/model/torch_status.h"
 
 namespace dedit::training {
 namespace {

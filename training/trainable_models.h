@@ -1,13 +1,14 @@
 // Trainable (autograd) versions of the Qwen3 target and the DEdit drafter.
 //
-// The math is the engine's (model/qwen3_model.h, model/dedit_drafter.h,
-// docs/ARCHITECTURE.md §1-2) re-batched for training: the target runs [B, T]
-// windows with a causal mask; the drafter runs many blocks per sequence at
-// once, each block seeing the context strictly before its anchor plus itself
-// (bidirectionally, or causally for the ablation). The shared building
-// blocks (RmsNorm, Rotary, NormAndRotateHeads, SwiGluMlp) are the engine's
-// own functions, so a checkpoint exported here loads in the engine and gives
-// the same logits up to float rounding (tests/training/ holds that).
+// The math is the engine's (common/model/qwen3_model.h,
+// common/model/dedit_drafter.h, docs/ARCHITECTURE.md §1-2) re-batched for
+// training: the target runs [B, T] windows with a causal mask; the drafter runs
+// many blocks per sequence at once, each block seeing the context strictly
+// before its anchor plus itself (bidirectionally, or causally for the
+// ablation). The shared building blocks (RmsNorm, Rotary, NormAndRotateHeads,
+// SwiGluMlp) are the engine's own functions, so a checkpoint exported here
+// loads in the engine and gives the same logits up to float rounding
+// (tests/training/ holds that).
 //
 //   ASSIGN_OR_RETURN(TrainableTarget target, TrainableTarget::Init(cfg, 1));
 //   at::Tensor hidden = target.Forward(ids, {}, nullptr);   // [B, T, D]
@@ -27,14 +28,14 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "base/checkpoint_layout.h"
-#include "base/model_config.h"
-#include "model/transformer_ops.h"
+#include "common/base/checkpoint_layout.h"
+#include "common/base/model_config.h"
+#include "common/model/transformer_ops.h"
 
 namespace dedit::training {
 
 // One tensor of a model under its HF checkpoint name
-// (base/checkpoint_layout.h).
+// (common/base/checkpoint_layout.h).
 struct NamedParameter {
   std::string name;
   at::Tensor value;
@@ -47,11 +48,11 @@ using ParameterList = std::vector<NamedParameter>;
 
 // Writes `params` (converted to `dtype`) as `<dir>/model.safetensors` plus
 // `<dir>/config.json` = `config_json`, creating `dir`; every file is
-// replaced atomically (base/file_util.h). Extra text files (e.g.
+// replaced atomically (common/base/file_util.h). Extra text files (e.g.
 // tokenizer.json) are copied from `extra_files` (name -> contents).
 // INVALID_ARGUMENT, before anything is written, unless `params` match
-// `layout` (base/checkpoint_layout.h) name for name and shape for shape: an
-// export is checked against the same table the engine's loader checks.
+// `layout` (common/base/checkpoint_layout.h) name for name and shape for shape:
+// an export is checked against the same table the engine's loader checks.
 absl::Status ExportCheckpoint(
     const std::string& dir, const ParameterList& params,
     const std::vector<CheckpointTensor>& layout, at::ScalarType dtype,

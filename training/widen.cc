@@ -12,14 +12,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "base/bounded_json.h"
-#include "base/checkpoint_layout.h"
-#include "base/file_util.h"
-#include "base/model_config.h"
-#include "base/safetensors.h"
-#include "base/status.h"
-#include "model/tensor_io.h"
-#include "model/torch_status.h"
+#include "common/base/bounded_json.h"
+#include "common/base/checkpoint_layout.h"
+#include "common/base/file_util.h"
+#include "common/base/model_config.h"
+#include "common/base/safetensors.h"
+#include "common/base/status.h"
+#include "common/model/tensor_io.h"
+#include "common/model/torch_status.h"
 #include "nlohmann/json.hpp"
 
 namespace dedit::training {
@@ -29,7 +29,7 @@ using Json = nlohmann::json;
 
 constexpr char kTargetArchitecture[] = "Qwen3ForCausalLM";
 constexpr char kDrafterArchitecture[] = "DFlashDraftModel";
-// config.json is a few KB (base/model_config.cc reads at most 16 MiB).
+// config.json is a few KB (common/base/model_config.cc reads at most 16 MiB).
 constexpr uint64_t kMaxConfigBytes = 16u << 20;
 // Tokenizer and generation files a model folder may carry; copied as they
 // are (the width is not in them).

@@ -1,14 +1,14 @@
-// dedit-attention-bench: CpuAttention (model/cpu_attention.h, the row
-// attention of --cpu_products f32|bf16) on the target's shapes: a decode
+// dedit-attention-bench: CpuAttention (common/model/cpu/cpu_attention.h, the
+// row attention of --cpu_products f32|bf16) on the target's shapes: a decode
 // step (1 row), a verify block (W + 1 rows of one sequence) and a batched
 // decode step (one row of each of S sequences), for a number of cached
-// keys (bench/README.md, "Weight panels and row attention"). One JSON
-// object per shape: median µs per call (all layers' worth is --layers
-// times that) and ns per (row, head). With --dump FILE, the outputs of
-// every shape (seeded inputs) are written to FILE, so that two builds'
-// kernels can be compared to the bit. Built with the tests, never run by
-// ctest. --layers 12 --slab 256 reads K/V as a forward of the target does:
-// each call another layer's, in slabs of the pool's size.
+// keys (docs/log/2026-12-06-bench-notebook.md, "Weight panels and row
+// attention"). One JSON object per shape: median µs per call (all layers' worth
+// is --layers times that) and ns per (row, head). With --dump FILE, the outputs
+// of every shape (seeded inputs) are written to FILE, so that two builds'
+// kernels can be compared to the bit. Built with the tests, never run by ctest.
+// --layers 12 --slab 256 reads K/V as a forward of the target does: each call
+// another layer's, in slabs of the pool's size.
 //
 // --kv_dtype bf16 runs CpuAttentionBf16 over bf16 K/V (--kv_cache_dtype
 // bf16).
@@ -29,8 +29,8 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "bench/engine/micro_timing.h"
-#include "model/cpu_attention.h"
-#include "model/cpu_product_pool.h"
+#include "common/model/cpu/cpu_attention.h"
+#include "common/model/cpu/cpu_product_pool.h"
 #include "nlohmann/json.hpp"
 
 ABSL_FLAG(int, keys, 96, "cached keys of each sequence before its rows");
@@ -95,7 +95,7 @@ int Main() {
     int64_t slab =
         std::max<int64_t>(keys + shape.rows, absl::GetFlag(FLAGS_slab));
     // The bf16 kernel reads keys in whole blocks of 16 positions: its pool's
-    // slabs are whole blocks (model/kv_pool.h).
+    // slabs are whole blocks (common/model/kv_pool.h).
     if (bf16) slab = (slab + kBf16KeyBlock - 1) / kBf16KeyBlock * kBf16KeyBlock;
     const int64_t n = int64_t{shape.sequences} * shape.rows;
     const int layers = std::max(1, absl::GetFlag(FLAGS_layers));

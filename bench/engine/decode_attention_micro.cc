@@ -2,8 +2,8 @@
 // path: bmm, softmax, bmm) against a hand-written fused loop (scores per
 // query row, ATen's softmax, weighted values), on the target's shapes (4
 // heads, 2 kv heads, head_dim 32). Standalone, not built by CMake (it tests
-// whether the engine should carry its own attention kernel; it should not,
-// see bench/README.md, "A batched decode forward"):
+// whether the engine should carry its own attention kernel; it should not, see
+// docs/log/2026-12-06-bench-notebook.md, "A batched decode forward"):
 //
 //   clang++-14 -O2 -std=gnu++17 -D_GLIBCXX_USE_CXX11_ABI=1 -I. \
 //     -isystem /usr/include/torch/csrc/api/include \

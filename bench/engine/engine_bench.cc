@@ -36,10 +36,11 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
-#include "model/cpu_flags.h"
-#include "model/cpu_panels.h"
-#include "model/huge_pages.h"
-#include "model/in_process.h"
+#include "common/engine/speculation_flags.h"
+#include "common/model/cpu/cpu_flags.h"
+#include "common/model/cpu/cpu_panels.h"
+#include "common/model/cpu/huge_pages.h"
+#include "common/model/in_process.h"
 
 ABSL_FLAG(std::string, target, "", "target model folder");
 ABSL_FLAG(std::string, drafter, "", "drafter model folder (optional)");
@@ -53,11 +54,6 @@ ABSL_FLAG(int, passes, 1, "K for the speculative runs");
 ABSL_FLAG(std::string, concurrency, "1,4,16,64", "concurrent sequences");
 ABSL_FLAG(int, prompt_tokens, 32, "prompt length of the throughput runs");
 ABSL_FLAG(int, max_tokens, 64, "new tokens per sequence");
-ABSL_FLAG(int, max_speculative_batch, 0,
-          "speculative runs: rounds of more sequences than this decode one "
-          "token each (SpeculativeEngine::Options; 0 = no limit)");
-ABSL_FLAG(bool, adaptive_speculation, false,
-          "speculative runs: SpeculativeEngine::Options::adaptive_speculation");
 ABSL_FLAG(int, context, 64, "cached tokens before the timed forwards");
 ABSL_FLAG(int, reps, 30, "repetitions of each timed forward");
 ABSL_FLAG(std::string, method, "model", "speculative method: model or ngram");
@@ -337,79 +333,151 @@ void Check(const absl::Status& s, const char* what) {
   }
 }
 
-int Main() {
-  Check(ApplyCpuKernelFlags(absl::GetFlag(FLAGS_threads)), "flags");
-  InProcessStack::Options o;
-  o.max_speculative_batch = absl::GetFlag(FLAGS_max_speculative_batch);
-  o.adaptive_speculation = absl::GetFlag(FLAGS_adaptive_speculation);
-  o.target_dir = absl::GetFlag(FLAGS_target);
-  o.drafter_dir = absl::GetFlag(FLAGS_drafter);
-  o.device = absl::GetFlag(FLAGS_device);
-  o.dtype = absl::GetFlag(FLAGS_dtype);
-  auto stack = InProcessStack::Load(o);
-  Check(stack.status(), "load");
-  Qwen3Model& target = (*stack)->target();
-  // The machine's DRAM read bandwidth, measured in this run on all cores
-  // and on one: the floor of a decode step that streams its weights.
-  // And its bf16 arithmetic rate on the process's threads: the floor of a
-  // forward of many rows.
-  const double dram_gb = absl::GetFlag(FLAGS_dram_gb);
+// Prints the machine's floors in this run: its DRAM read bandwidth on all
+// cores and on one (the floor of a decode step that streams its weights),
+// and its bf16 multiply-add rate on the process's threads (the floor of a
+// forward of many rows).
+struct Floors {
   double dram_gbps = 0, peak_gmacs = 0;
-  if (dram_gb > 0) {
-    const int cores = ProcessComputeThreads(0);
-    const auto bytes = static_cast<int64_t>(dram_gb * 1e9);
-    dram_gbps = DramReadGbPerS(bytes, cores, 5);
-    const int threads = ProcessComputeThreads(absl::GetFlag(FLAGS_threads));
-    peak_gmacs = Bf16PeakGmacPerS(threads, 3);
-    std::cout
-        << nlohmann::json{{"what", "dram_read"},
-                          {"bytes", bytes},
-                          {"threads", cores},
-                          {"gb_per_s", dram_gbps},
-                          {"one_thread_gb_per_s",
-                           cores > 1 ? DramReadGbPerS(bytes, 1, 5) : dram_gbps},
-                          {"bf16_peak_threads", threads},
-                          {"bf16_peak_gmac_per_s", peak_gmacs},
-                          {"bf16_one_thread_gmac_per_s",
-                           threads > 1 ? Bf16PeakGmacPerS(1, 3) : peak_gmacs}}
-               .dump()
-        << std::endl;
-  }
-  DEditDrafter* drafter = (*stack)->drafter();
-  const Qwen3Config& c = target.config();
-  const int W = absl::GetFlag(FLAGS_window);
-  const int ctx = absl::GetFlag(FLAGS_context);
-  const int reps = absl::GetFlag(FLAGS_reps);
-  std::mt19937 rng(7);
-  OpCounter counter;
-  counter.print_names = absl::GetFlag(FLAGS_print_ops);
+};
+Floors MeasureFloors() {
+  Floors f;
+  const double dram_gb = absl::GetFlag(FLAGS_dram_gb);
+  if (dram_gb <= 0) return f;
+  const int cores = ProcessComputeThreads(0);
+  const auto bytes = static_cast<int64_t>(dram_gb * 1e9);
+  f.dram_gbps = DramReadGbPerS(bytes, cores, 5);
+  const int threads = ProcessComputeThreads(absl::GetFlag(FLAGS_threads));
+  f.peak_gmacs = Bf16PeakGmacPerS(threads, 3);
+  std::cout
+      << nlohmann::json{{"what", "dram_read"},
+                        {"bytes", bytes},
+                        {"threads", cores},
+                        {"gb_per_s", f.dram_gbps},
+                        {"one_thread_gb_per_s",
+                         cores > 1 ? DramReadGbPerS(bytes, 1, 5) : f.dram_gbps},
+                        {"bf16_peak_threads", threads},
+                        {"bf16_peak_gmac_per_s", f.peak_gmacs},
+                        {"bf16_one_thread_gmac_per_s",
+                         threads > 1 ? Bf16PeakGmacPerS(1, 3) : f.peak_gmacs}}
+             .dump()
+      << std::endl;
+  return f;
+}
 
-  // One sequence with `ctx` cached tokens; decode(1) and verify(W) forwards
-  // roll back after each repetition.
-  const SequenceId seq = 1;
-  Check(target.AddSequence(seq), "add");
-  const std::vector<int32_t> prompt = RandomIds(rng, ctx, c.vocab_size);
-  Check(target.Forward({{seq, prompt, 0, {ctx - 1}}}).status(), "prefill");
-  auto forward = [&](int n) {
-    TargetSegment s{seq, RandomIds(rng, n, c.vocab_size), ctx, {}};
+// The timed forwards of one sequence with --context cached tokens (each
+// rolled back after its repetition), and the engine runs, over one
+// in-process stack.
+class EngineBench {
+ public:
+  explicit EngineBench(InProcessStack* stack)
+      : stack_(stack),
+        target_(stack->target()),
+        drafter_(stack->drafter()),
+        config_(target_.config()),
+        window_(absl::GetFlag(FLAGS_window)),
+        ctx_(absl::GetFlag(FLAGS_context)),
+        reps_(absl::GetFlag(FLAGS_reps)) {
+    counter_.print_names = absl::GetFlag(FLAGS_print_ops);
+  }
+
+  // Prints the "ops" and "forward_ms" lines (and "verify_rows_ms" with
+  // --verify_rows).
+  int TimeForwards(const Floors& floors) {
+    Check(target_.AddSequence(kSeq), "add");
+    const std::vector<int32_t> prompt = Ids(ctx_);
+    Check(target_.Forward({{kSeq, prompt, 0, {ctx_ - 1}}}).status(), "prefill");
+    Forward(1);  // warm-up
+    Forward(window_);
+    const OpCounts decode_ops = CountOps(counter_, [&] { Forward(1); });
+    decode_ms_ = MedianMs(reps_, [&] { Forward(1); });
+    const double verify_ms = MedianMs(reps_, [&] { Forward(window_); });
+    if (int status = TimeVerifyRows(); status != 0) return status;
+    const int batch = absl::GetFlag(FLAGS_batch_decode);
+    const double batch_decode_ms = batch > 1 ? TimeBatchDecode(batch) : 0;
+    nlohmann::json ops = {
+        {"what", "ops"},
+        {"target_layers", config_.num_hidden_layers},
+        {"target_decode_ops_all", decode_ops.all},
+        {"target_decode_ops_top", decode_ops.top},
+        {"target_ops_per_layer_all", decode_ops.per_layer_all},
+        {"target_ops_per_layer_top", decode_ops.per_layer_top}};
+    nlohmann::json timing = {{"what", "forward_ms"},
+                             {"context", ctx_},
+                             {"decode_ms", decode_ms_},
+                             {"verify_ms", verify_ms},
+                             {"window", window_},
+                             {"verify_over_decode", verify_ms / decode_ms_}};
+    AddWeightStreaming(floors, &timing);
+    if (batch > 1) {
+      timing["batch_decode"] = batch;
+      timing["batch_decode_ms"] = batch_decode_ms;
+      // Tokens per second of the batched forward over one sequence's.
+      timing["batch_decode_scaling"] = batch * decode_ms_ / batch_decode_ms;
+    }
+    if (drafter_ != nullptr) TimeDrafter(&ops, &timing);
+    Check(target_.RemoveSequence(kSeq), "remove");
+    std::cout << ops.dump() << "\n" << timing.dump() << std::endl;
+    return 0;
+  }
+
+  // Prints a "throughput" line per mode and --concurrency level.
+  int TimeEngine() {
+    std::vector<int> levels;
+    for (absl::string_view s :
+         absl::StrSplit(absl::GetFlag(FLAGS_concurrency), ',')) {
+      int v = 0;
+      if (absl::SimpleAtoi(s, &v) && v > 0) levels.push_back(v);
+    }
+    std::vector<std::string> modes = {"target_only"};
+    if (drafter_ != nullptr || absl::GetFlag(FLAGS_method) == "ngram") {
+      modes.push_back("speculative");
+    }
+    for (const std::string& mode : modes) {
+      double one = 0;
+      for (int n : levels) {
+        if (int status = TimeEngineLevel(mode, n, levels.front(), &one);
+            status != 0) {
+          return status;
+        }
+      }
+    }
+    std::cout << nlohmann::json{{"what", "memory"},
+                                {"peak_rss_kb", PeakRssKb()},
+                                {"max_concurrency",
+                                 levels.empty() ? 0 : levels.back()},
+                                {"prompt_tokens",
+                                 absl::GetFlag(FLAGS_prompt_tokens)}}
+                     .dump()
+              << std::endl;
+    return 0;
+  }
+
+ private:
+  static constexpr SequenceId kSeq = 1;
+
+  std::vector<int32_t> Ids(int n) {
+    return RandomIds(rng_, n, config_.vocab_size);
+  }
+
+  // A forward of n new rows after the cached context, rolled back.
+  void Forward(int n) {
+    TargetSegment s{kSeq, Ids(n), ctx_, {}};
     for (int i = 0; i < n; ++i) s.logit_rows.push_back(i);
-    Check(target.Forward({s}).status(), "forward");
-    Check(target.Truncate(seq, ctx), "truncate");
-  };
-  forward(1);  // warm-up
-  forward(W);
-  const OpCounts decode_ops = CountOps(counter, [&] { forward(1); });
-  const double decode_ms = MedianMs(reps, [&] { forward(1); });
-  const double verify_ms = MedianMs(reps, [&] { forward(W); });
+    Check(target_.Forward({s}).status(), "forward");
+    Check(target_.Truncate(kSeq, ctx_), "truncate");
+  }
+
   // Forwards of several block sizes, each rep running every size once, so
   // that a slow spell of the machine touches every size alike.
-  if (!absl::GetFlag(FLAGS_verify_rows).empty()) {
+  int TimeVerifyRows() {
+    if (absl::GetFlag(FLAGS_verify_rows).empty()) return 0;
     std::vector<int> sizes;
     for (absl::string_view part : absl::StrSplit(
              absl::GetFlag(FLAGS_verify_rows), ',', absl::SkipEmpty())) {
       int n = 0;
       if (!absl::SimpleAtoi(part, &n) || n < 1 ||
-          ctx + n > c.max_position_embeddings) {
+          ctx_ + n > config_.max_position_embeddings) {
         std::cerr << "dedit-engine-bench: bad --verify_rows entry " << part
                   << "\n";
         return 1;
@@ -417,198 +485,196 @@ int Main() {
       sizes.push_back(n);
     }
     std::vector<std::vector<double>> ms(sizes.size());
-    for (int r = 0; r < reps; ++r) {
+    for (int r = 0; r < reps_; ++r) {
       for (size_t i = 0; i < sizes.size(); ++i) {
-        ms[i].push_back(TimeMs([&] { forward(sizes[i]); }));
+        ms[i].push_back(TimeMs([&] { Forward(sizes[i]); }));
       }
     }
-    nlohmann::json rows = {{"what", "verify_rows_ms"}, {"context", ctx}};
+    nlohmann::json rows = {{"what", "verify_rows_ms"}, {"context", ctx_}};
     for (size_t i = 0; i < sizes.size(); ++i) {
       rows[std::to_string(sizes[i])] = Median(std::move(ms[i]));
     }
     std::cout << rows.dump() << std::endl;
+    return 0;
   }
-  // One decode forward of `batch` sequences at `ctx` cached tokens each,
-  // one token each: the model's share of a batched target-only step,
+
+  // One decode forward of `batch` sequences at --context cached tokens
+  // each, one token each: the model's share of a batched target-only step,
   // without the engine around it.
-  const int batch = absl::GetFlag(FLAGS_batch_decode);
-  double batch_decode_ms = 0;
-  if (batch > 1) {
+  double TimeBatchDecode(int batch) {
     std::vector<TargetSegment> prefills;
     for (int b = 1; b < batch; ++b) {
-      Check(target.AddSequence(seq + b), "add");
-      prefills.push_back(
-          {seq + b, RandomIds(rng, ctx, c.vocab_size), 0, {ctx - 1}});
+      Check(target_.AddSequence(kSeq + b), "add");
+      prefills.push_back({kSeq + b, Ids(ctx_), 0, {ctx_ - 1}});
     }
-    Check(target.Forward(prefills).status(), "prefill");
+    Check(target_.Forward(prefills).status(), "prefill");
     auto batch_forward = [&] {
       std::vector<TargetSegment> steps;
       for (int b = 0; b < batch; ++b) {
-        steps.push_back({seq + b, RandomIds(rng, 1, c.vocab_size), ctx, {0}});
+        steps.push_back({kSeq + b, Ids(1), ctx_, {0}});
       }
-      Check(target.Forward(steps).status(), "batch forward");
+      Check(target_.Forward(steps).status(), "batch forward");
       for (int b = 0; b < batch; ++b) {
-        Check(target.Truncate(seq + b, ctx), "truncate");
+        Check(target_.Truncate(kSeq + b, ctx_), "truncate");
       }
     };
     batch_forward();  // warm-up
-    batch_decode_ms = MedianMs(reps, batch_forward);
+    const double ms = MedianMs(reps_, batch_forward);
     for (int b = 1; b < batch; ++b) {
-      Check(target.RemoveSequence(seq + b), "remove");
+      Check(target_.RemoveSequence(kSeq + b), "remove");
     }
+    return ms;
   }
-  nlohmann::json ops = {{"what", "ops"},
-                        {"target_layers", c.num_hidden_layers},
-                        {"target_decode_ops_all", decode_ops.all},
-                        {"target_decode_ops_top", decode_ops.top},
-                        {"target_ops_per_layer_all", decode_ops.per_layer_all},
-                        {"target_ops_per_layer_top", decode_ops.per_layer_top}};
-  nlohmann::json timing = {{"what", "forward_ms"},
-                           {"context", ctx},
-                           {"decode_ms", decode_ms},
-                           {"verify_ms", verify_ms},
-                           {"window", W},
-                           {"verify_over_decode", verify_ms / decode_ms}};
-  if (const int64_t bytes = target.panel_bytes(); bytes > 0) {
-    // The weight bytes one decode step streams, and at what rate.
-    const double gbps = static_cast<double>(bytes) / (decode_ms * 1e6);
-    timing["decode_weight_bytes"] = bytes;
-    timing["decode_gb_per_s"] = gbps;
-    if (dram_gbps > 0) timing["decode_over_dram"] = gbps / dram_gbps;
-    // The floor of a forward of n rows: its weight bytes at the DRAM rate
-    // or its multiply-adds (n x weights) at the bf16 rate, whichever is
-    // longer (bf16 panels: 2 bytes a weight).
-    if (dram_gbps > 0 && peak_gmacs > 0 &&
-        GetCpuProducts() == CpuProducts::kBf16) {
-      auto floor_ms = [&](int n) {
-        return std::max(
-            static_cast<double>(bytes) / (dram_gbps * 1e6),
-            n * static_cast<double>(bytes) / 2 / (peak_gmacs * 1e6));
-      };
-      timing["floor_ms"] = {{"1", floor_ms(1)},
-                            {"9", floor_ms(9)},
-                            {"16", floor_ms(16)},
-                            {"17", floor_ms(17)}};
+
+  // The weight bytes one decode step streams, at what rate, and the floor
+  // of a forward of n rows: its weight bytes at the DRAM rate or its
+  // multiply-adds (n x weights) at the bf16 rate, whichever is longer
+  // (bf16 panels: 2 bytes a weight).
+  void AddWeightStreaming(const Floors& floors, nlohmann::json* timing) const {
+    const int64_t bytes = target_.panel_bytes();
+    if (bytes <= 0) return;
+    const double gbps = static_cast<double>(bytes) / (decode_ms_ * 1e6);
+    (*timing)["decode_weight_bytes"] = bytes;
+    (*timing)["decode_gb_per_s"] = gbps;
+    if (floors.dram_gbps > 0) {
+      (*timing)["decode_over_dram"] = gbps / floors.dram_gbps;
     }
+    if (floors.dram_gbps <= 0 || floors.peak_gmacs <= 0 ||
+        GetCpuProducts() != CpuProducts::kBf16) {
+      return;
+    }
+    auto floor_ms = [&](int n) {
+      return std::max(
+          static_cast<double>(bytes) / (floors.dram_gbps * 1e6),
+          n * static_cast<double>(bytes) / 2 / (floors.peak_gmacs * 1e6));
+    };
+    (*timing)["floor_ms"] = {{"1", floor_ms(1)},
+                             {"9", floor_ms(9)},
+                             {"16", floor_ms(16)},
+                             {"17", floor_ms(17)}};
   }
-  if (batch > 1) {
-    timing["batch_decode"] = batch;
-    timing["batch_decode_ms"] = batch_decode_ms;
-    // Tokens per second of the batched forward over one sequence's.
-    timing["batch_decode_scaling"] = batch * decode_ms / batch_decode_ms;
-  }
-  if (drafter != nullptr) {
-    Check(drafter->AddSequence(seq), "drafter add");
-    at::Tensor features = at::randn({ctx, drafter->feature_width()});
-    Check(drafter->AppendContext(seq, 0, features), "context");
-    std::vector<int32_t> bonus = RandomIds(rng, 1, c.vocab_size);
+
+  // A drafter pass's ops, K = 1..3 drafts and a round's context update,
+  // each against the decode step.
+  void TimeDrafter(nlohmann::json* ops, nlohmann::json* timing) {
+    Check(drafter_->AddSequence(kSeq), "drafter add");
+    at::Tensor features = at::randn({ctx_, drafter_->feature_width()});
+    Check(drafter_->AppendContext(kSeq, 0, features), "context");
+    const int32_t bonus = Ids(1)[0];
     auto draft = [&](int passes) {
       DraftRequest r;
-      r.sequence = seq;
-      r.start = ctx;
-      r.window = W;
+      r.sequence = kSeq;
+      r.start = ctx_;
+      r.window = window_;
       r.passes = passes;
-      r.bonus = bonus[0];
-      Check(drafter->Draft({r}).status(), "draft");
+      r.bonus = bonus;
+      Check(drafter_->Draft({r}).status(), "draft");
     };
     draft(1);
-    const OpCounts pass_ops = CountOps(counter, [&] { draft(1); });
-    ops["drafter_layers"] = drafter->config().layers.num_hidden_layers;
-    ops["drafter_pass_ops_all"] = pass_ops.all;
-    ops["drafter_pass_ops_top"] = pass_ops.top;
-    ops["drafter_ops_per_layer_top"] = pass_ops.per_layer_top;
+    const OpCounts pass_ops = CountOps(counter_, [&] { draft(1); });
+    (*ops)["drafter_layers"] = drafter_->config().layers.num_hidden_layers;
+    (*ops)["drafter_pass_ops_all"] = pass_ops.all;
+    (*ops)["drafter_pass_ops_top"] = pass_ops.top;
+    (*ops)["drafter_ops_per_layer_top"] = pass_ops.per_layer_top;
     // A round's context update: the features of the ~2 tokens a round
     // commits, appended (then cut back, to keep the context length).
-    const at::Tensor round_features = at::randn({2, drafter->feature_width()});
-    const double context_ms = MedianMs(reps, [&] {
-      Check(drafter->AppendContext(seq, ctx, round_features), "context");
-      Check(drafter->TruncateContext(seq, ctx), "context truncate");
+    const at::Tensor round_features = at::randn({2, drafter_->feature_width()});
+    const double context_ms = MedianMs(reps_, [&] {
+      Check(drafter_->AppendContext(kSeq, ctx_, round_features), "context");
+      Check(drafter_->TruncateContext(kSeq, ctx_), "context truncate");
     });
-    timing["context_ms_n2"] = context_ms;
-    timing["context_over_decode"] = context_ms / decode_ms;
+    (*timing)["context_ms_n2"] = context_ms;
+    (*timing)["context_over_decode"] = context_ms / decode_ms_;
     for (int k = 1; k <= 3; ++k) {
-      const double ms = MedianMs(reps, [&] { draft(k); });
-      timing["draft_ms_k" + std::to_string(k)] = ms;
-      timing["draft_over_decode_k" + std::to_string(k)] = ms / decode_ms;
+      const double ms = MedianMs(reps_, [&] { draft(k); });
+      (*timing)["draft_ms_k" + std::to_string(k)] = ms;
+      (*timing)["draft_over_decode_k" + std::to_string(k)] = ms / decode_ms_;
     }
-    Check(drafter->RemoveSequence(seq), "drafter remove");
+    Check(drafter_->RemoveSequence(kSeq), "drafter remove");
   }
-  Check(target.RemoveSequence(seq), "remove");
-  std::cout << ops.dump() << "\n" << timing.dump() << std::endl;
 
-  // Throughput through the engine.
-  std::vector<int> levels;
-  for (absl::string_view s :
-       absl::StrSplit(absl::GetFlag(FLAGS_concurrency), ',')) {
-    int v = 0;
-    if (absl::SimpleAtoi(s, &v) && v > 0) levels.push_back(v);
-  }
-  const int prompt_tokens = absl::GetFlag(FLAGS_prompt_tokens);
-  const int max_tokens = absl::GetFlag(FLAGS_max_tokens);
-  std::vector<std::string> modes = {"target_only"};
-  if (drafter != nullptr || absl::GetFlag(FLAGS_method) == "ngram") {
-    modes.push_back("speculative");
-  }
-  for (const std::string& mode : modes) {
-    double one = 0;
-    for (int n : levels) {
-      std::vector<GenerationRequest> requests;
-      for (int i = 0; i < n; ++i) {
-        GenerationRequest r;
-        r.prompt = RandomIds(rng, prompt_tokens, c.vocab_size);
-        r.max_new_tokens = max_tokens;
-        r.ignore_eos = true;
-        if (mode == "target_only") {
-          r.window = 1;
-          r.passes = 0;
-        } else {
-          r.window = W;
-          r.passes = absl::GetFlag(FLAGS_passes);
-          if (absl::GetFlag(FLAGS_method) == "ngram") {
-            r.method = DraftMethod::kNgram;
-            r.passes = 1;
-          }
-        }
-        requests.push_back(std::move(r));
-      }
-      const auto t0 = Clock::now();
-      auto results = (*stack)->engine().Generate(requests);
-      const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-      Check(results.status(), "generate");
-      int64_t tokens = 0;
-      std::vector<RoundRecord> rounds;
-      for (const GenerationResult& r : *results) {
-        if (!r.status.ok()) {
-          std::cerr << "dedit-engine-bench: " << mode
-                    << " request failed: " << r.status << "\n";
-          return 1;
-        }
-        tokens += static_cast<int64_t>(r.tokens.size());
-        rounds.insert(rounds.end(), r.rounds.begin(), r.rounds.end());
-      }
-      const double tps = tokens / s;
-      const AcceptanceSummary summary = Summarize(rounds);
-      if (n == levels.front()) one = tps / n * levels.front();
-      nlohmann::json line = {{"what", "throughput"},
-                             {"mode", mode},
-                             {"concurrency", n},
-                             {"tokens", tokens},
-                             {"seconds", s},
-                             {"tokens_per_s", tps},
-                             {"tau", summary.mean_acceptance_length()},
-                             {"paused_rounds", summary.paused_rounds},
-                             {"vs_first_level", one > 0 ? tps / one : 0.0}};
-      std::cout << line.dump() << std::endl;
+  GenerationRequest EngineRequest(const std::string& mode) {
+    GenerationRequest r;
+    r.prompt = Ids(absl::GetFlag(FLAGS_prompt_tokens));
+    r.max_new_tokens = absl::GetFlag(FLAGS_max_tokens);
+    r.ignore_eos = true;
+    if (mode == "target_only") {
+      r.window = 1;
+      r.passes = 0;
+      return r;
     }
+    r.window = window_;
+    r.passes = absl::GetFlag(FLAGS_passes);
+    if (absl::GetFlag(FLAGS_method) == "ngram") {
+      r.method = DraftMethod::kNgram;
+      r.passes = 1;
+    }
+    return r;
   }
-  std::cout << nlohmann::json{{"what", "memory"},
-                              {"peak_rss_kb", PeakRssKb()},
-                              {"max_concurrency",
-                               levels.empty() ? 0 : levels.back()},
-                              {"prompt_tokens", prompt_tokens}}
-                   .dump()
-            << std::endl;
-  return 0;
+
+  // n concurrent requests through the engine; `one` is the first level's
+  // tokens per second per sequence, set on the first level.
+  int TimeEngineLevel(const std::string& mode, int n, int first_level,
+                      double* one) {
+    std::vector<GenerationRequest> requests;
+    for (int i = 0; i < n; ++i) requests.push_back(EngineRequest(mode));
+    const auto t0 = Clock::now();
+    auto results = stack_->engine().Generate(requests);
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    Check(results.status(), "generate");
+    int64_t tokens = 0;
+    std::vector<RoundRecord> rounds;
+    for (const GenerationResult& r : *results) {
+      if (!r.status.ok()) {
+        std::cerr << "dedit-engine-bench: " << mode
+                  << " request failed: " << r.status << "\n";
+        return 1;
+      }
+      tokens += static_cast<int64_t>(r.tokens.size());
+      rounds.insert(rounds.end(), r.rounds.begin(), r.rounds.end());
+    }
+    const double tps = tokens / s;
+    const AcceptanceSummary summary = Summarize(rounds);
+    if (n == first_level) *one = tps / n * first_level;
+    nlohmann::json line = {{"what", "throughput"},
+                           {"mode", mode},
+                           {"concurrency", n},
+                           {"tokens", tokens},
+                           {"seconds", s},
+                           {"tokens_per_s", tps},
+                           {"tau", summary.mean_acceptance_length()},
+                           {"paused_rounds", summary.paused_rounds},
+                           {"vs_first_level", *one > 0 ? tps / *one : 0.0}};
+    std::cout << line.dump() << std::endl;
+    return 0;
+  }
+
+  InProcessStack* stack_;
+  Qwen3Model& target_;
+  DEditDrafter* drafter_;
+  const Qwen3Config& config_;
+  const int window_, ctx_, reps_;
+  std::mt19937 rng_{7};
+  OpCounter counter_;
+  double decode_ms_ = 0;
+};
+
+int Main() {
+  Check(ApplyCpuKernelFlags(absl::GetFlag(FLAGS_threads)), "flags");
+  InProcessStack::Options o;
+  auto speculation = SpeculationOptionsFromFlags();
+  Check(speculation.status(), "flags");
+  o.speculation = *speculation;
+  o.target_dir = absl::GetFlag(FLAGS_target);
+  o.drafter_dir = absl::GetFlag(FLAGS_drafter);
+  o.device = absl::GetFlag(FLAGS_device);
+  o.dtype = absl::GetFlag(FLAGS_dtype);
+  auto stack = InProcessStack::Load(o);
+  Check(stack.status(), "load");
+  const Floors floors = MeasureFloors();
+  EngineBench bench(stack->get());
+  if (int status = bench.TimeForwards(floors); status != 0) return status;
+  return bench.TimeEngine();
 }
 
 }  // namespace

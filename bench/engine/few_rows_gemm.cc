@@ -1,7 +1,7 @@
 // Few-row products: OpenBLAS's sgemm against a hand-written register-tiled
-// kernel (bench/README.md, "Few-row products on another host"). Standalone,
-// not built by CMake (it tests whether the engine should carry its own
-// kernel; it should not, see the README):
+// kernel (docs/log/2026-12-06-bench-notebook.md, "Few-row products on another
+// host"). Standalone, not built by CMake (it tests whether the engine should
+// carry its own kernel; it should not, see that section):
 //
 //   clang++-14 -O2 -std=c++17 bench/engine/few_rows_gemm.cc -o /tmp/few_rows \
 //     -I/usr/include/x86_64-linux-gnu/openblas-pthread -lopenblas

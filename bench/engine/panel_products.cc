@@ -1,10 +1,10 @@
 // dedit-panel-bench: the weight products of one forward of the production
 // target (12 layers' qkv, o, gate/up and down, distinct weights per layer
 // as in a real forward, and the 128 x 2048 head: 49 products) through
-// CpuMm / CpuAddmm on each --cpu_products kernel (bench/README.md, "Weight
-// panels"). One JSON object per row count: median µs of the 49 products
-// per kernel and the ratios to blas. Built with the tests, never run by
-// ctest.
+// CpuMm / CpuAddmm on each --cpu_products kernel
+// (docs/log/2026-12-06-bench-notebook.md, "Weight panels and row attention").
+// One JSON object per row count: median µs of the 49 products per kernel and
+// the ratios to blas. Built with the tests, never run by ctest.
 //
 //   build/bench/engine/dedit-panel-bench [--rows 1,2,4,9,16,32,64]
 //       [--product_threads 1]
@@ -21,9 +21,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "bench/engine/micro_timing.h"
-#include "model/cpu_kernels.h"
-#include "model/cpu_panels.h"
-#include "model/cpu_product_pool.h"
+#include "common/model/cpu/cpu_kernels.h"
+#include "common/model/cpu/cpu_panels.h"
+#include "common/model/cpu/cpu_product_pool.h"
 #include "nlohmann/json.hpp"
 
 ABSL_FLAG(std::string, rows, "1,2,4,9,16,32,64", "product rows to time");

@@ -56,9 +56,9 @@ def load(pair, r):
 def median(values):
     values = sorted(values)
     return values[len(values) // 2]
-# One line per run: this VM's memory bandwidth and arithmetic rate move
-# between runs (bench/README.md, "The production regime"), so each run's
-# figures are given against the floors measured in that run.
+# One line per run: a shared VM's memory bandwidth and arithmetic rate move
+# between runs (docs/RESULTS.md, "The production regime"), so each run's figures
+# are given against the floors measured in that run.
 print(f"--threads {threads}; each run: DRAM read bandwidth (best of 5 sums "
       f"over 2 GB), bf16 multiply-add peak on the same threads, forwards "
       f"(median of 20 repetitions); gates: decode/DRAM >= 0.80, verify(9) "

@@ -1,8 +1,9 @@
 // The few-row products of one forward (the production target's 12 layers
 // and its 128 x 2048 head: 49 products) on one core against split across
 // two, each half of every product's columns on one core, the second from
-// a helper thread that spins between jobs (bench/README.md, "Few-row
-// products on two cores"). Standalone, not built by CMake:
+// a helper thread that spins between jobs
+// (docs/log/2026-12-06-bench-notebook.md, "Few-row products on two cores").
+// Standalone, not built by CMake:
 //
 //   clang++-14 -O2 -std=gnu++17 -D_GLIBCXX_USE_CXX11_ABI=1 -I. \
 //     -isystem /usr/include/torch/csrc/api/include \
@@ -12,8 +13,8 @@
 //   OPENBLAS_NUM_THREADS=1 /tmp/two_core
 //
 // Prints, for 1, 8 and 16 rows, the median time of the 49 products as one
-// product each, in CpuMm's column blocks (model/cpu_kernels.cc), and as
-// two halves on two threads.
+// product each, in CpuMm's column blocks (common/model/cpu/cpu_kernels.cc), and
+// as two halves on two threads.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <cblas.h>

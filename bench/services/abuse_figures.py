@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Issue 15's closing figures, measured on loopback against real processes.
+"""The services under abuse, measured on loopback against real processes.
 
 Starts dedit-drafter, dedit-target and dedit-router over a model folder
 (the bundled pair by default) with the limits under test, then measures:

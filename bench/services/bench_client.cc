@@ -1,7 +1,9 @@
 // dedit-services-bench-client: N concurrent streaming Generate clients
-// against dedit-router, in C++ so that the client's own cost stays out of
-// the services' per-token figure (a Python gRPC client adds ~100 µs per
-// streamed message). Same flags and JSON line as bench_client.py:
+// against dedit-router, in C++ so that the client's own cost stays out of the
+// services' per-token figure (a Python gRPC client's cost per streamed message
+// would count as services overhead; docs/log/2026-12-06-bench-notebook.md,
+// "Round streams in the services"). Same flags and JSON line as
+// bench_client.py:
 //
 //   dedit-services-bench-client --router 127.0.0.1:50050 --prompts p.jsonl
 //       --concurrency 4 --requests 4 --max_tokens 64 --window 16 --passes 3
@@ -13,7 +15,8 @@
 //   dedit-services-bench-client --ping 127.0.0.1:50051 [--pings 2000]
 //
 // instead times bare unary calls to a dedit-target, one at a time: the
-// floor under a services round (bench/README.md). Median and p90 round trip
+// floor under a services round (docs/log/2026-12-06-bench-notebook.md, "no
+// context for sequences no model drafts"). Median and p90 round trip
 // in µs of Health.Check (answered on a gRPC thread), an empty Target.Step
 // (the reactor path, answered at once), an empty Target.KeepAlive (also
 // a hand-off to the target's model thread and back), and a one-token
@@ -35,9 +38,9 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "common/serving/round_stream.h"
 #include "dedit/v1/services.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
-#include "serving/round_stream.h"
 
 ABSL_FLAG(std::string, router, "127.0.0.1:50050", "dedit-router address");
 ABSL_FLAG(int, concurrency, 1, "concurrent clients");

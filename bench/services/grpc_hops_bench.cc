@@ -38,7 +38,7 @@
 //
 // --client_spin_us N: the client's streamed rounds go on an async stream
 // whose completion queue the calling thread polls for N µs before it
-// blocks (as serving/round_stream.h's client does, plus the poll);
+// blocks (as common/serving/round_stream.h's client does, plus the poll);
 // --client_sleep_us S first sleeps S µs (timer slack set to 1 µs), so that
 // only the round's tail is polled.
 //
@@ -49,8 +49,9 @@
 // use between pods) and a Unix domain socket (gRPC's "unix:" addresses;
 // services that share a node or a pod can use it). Prints one JSON line per
 // shape and transport: the median and p90 round trip in µs, and the median
-// less the work (what the services add per round). The figures
-// read in bench/README.md ("Where the services' round goes").
+// less the work (what the services add per round). What the figures showed:
+// docs/log/2026-12-06-bench-notebook.md, "What a services round's hops cost,
+// and the async completion queue" and "Hop shapes".
 #include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
@@ -77,7 +78,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "base/spin_wait.h"
+#include "common/base/spin_wait.h"
 #include "dedit/v1/services.grpc.pb.h"
 #include "hops_bench.grpc.pb.h"
 

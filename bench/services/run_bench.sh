@@ -106,9 +106,9 @@ echo "# (c) through the services on loopback (device $DEVICE)"
     --drafter-port 50152 --metrics-ports 9150,9151,9152 \
     --idle-spin-us "$IDLE_SPIN_US" --detach >&2
 trap 'kill -TERM $(cat "$OUT"/serve/*.pid) 2>/dev/null || true' EXIT
-# The C++ client (its own cost per streamed message is a few µs; the
-# Python one's ~100 µs would count as services overhead); --client python
-# uses bench_client.py.
+# The C++ client (its own cost per streamed message is small; the Python one's
+# is large enough to count as services overhead); --client python uses
+# bench_client.py.
 client() {
   if [ "$CLIENT" = cpp ]; then
     local args=()

@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "tokenizer/json_util.h"
-#include "tokenizer/tokenizer.h"
+#include "common/tokenizer/json_util.h"
+#include "common/tokenizer/tokenizer.h"
 
 namespace dedit {
 namespace {

@@ -1,4 +1,4 @@
-#include "base/checkpoint_layout.h"
+#include "common/base/checkpoint_layout.h"
 
 #include <algorithm>
 #include <memory>
@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "base/model_config.h"
-#include "base/safetensors.h"
+#include "common/base/model_config.h"
+#include "common/base/safetensors.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

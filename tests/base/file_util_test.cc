@@ -1,4 +1,4 @@
-#include "base/file_util.h"
+#include "common/base/file_util.h"
 
 #include <signal.h>
 #include <stdlib.h>

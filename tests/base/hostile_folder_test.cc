@@ -1,4 +1,4 @@
-// Regression tests for hostile model folders (issue 18): every input here
+// Regression tests for hostile model folders: every input here
 // once crashed, hung, over-allocated or was silently accepted. Each must now
 // be an INVALID_ARGUMENT naming the file and the field, quickly. The binary
 // runs under ASan + UBSan (label "parser").
@@ -11,9 +11,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "base/bounded_json.h"
-#include "base/model_config.h"
-#include "base/safetensors.h"
+#include "common/base/bounded_json.h"
+#include "common/base/model_config.h"
+#include "common/base/safetensors.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/base/temp_dir.h"

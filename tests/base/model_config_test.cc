@@ -1,4 +1,4 @@
-#include "base/model_config.h"
+#include "common/base/model_config.h"
 
 #include <string>
 

@@ -1,4 +1,4 @@
-#include "base/safetensors.h"
+#include "common/base/safetensors.h"
 
 #include <stdlib.h>
 

@@ -3,7 +3,7 @@
 (kubectl's built-in `kubectl kustomize`, or a standalone `kustomize`) and
 checks what a cluster would otherwise only tell us at rollout:
 
-  * the stacks (issue 14): Deployment dedit-stack, one pod = containers
+  * the stacks: Deployment dedit-stack, one pod = containers
     target and drafter, the target's --drafter on 127.0.0.1 (its own pod),
     at least 2 replicas (exactly 3 in the gpu overlay); a headless Service
     whose DNS the routers re-resolve (--stacks_dns host:target:drafter
@@ -13,7 +13,7 @@ checks what a cluster would otherwise only tell us at rollout:
     drafter's on their plaintext --health_port, since their gRPC port is
     mTLS), and a non-root securityContext with readOnlyRootFilesystem and
     no privilege escalation;
-  * internal mTLS (issue 15): target, drafter and router take --tls_cert,
+  * internal mTLS: target, drafter and router take --tls_cert,
     --tls_key and --tls_ca from a read-only mount of their Secret
     (dedit-stack-tls, dedit-router-tls) holding those files; the router
     checks the stacks' certificate for the headless Service's name
@@ -22,8 +22,9 @@ checks what a cluster would otherwise only tell us at rollout:
     admit the router pods only, every /metrics port the monitoring
     namespace only, the router's public ports anyone;
   * every --flag in a container's args exists in that binary's main.cc
-    (ABSL_FLAG), --port/--metrics_port equal the binary's defaults, and the
-    named containerPorts agree with them;
+    or the flag libraries it links (ABSL_FLAG), --port/--metrics_port
+    equal the binary's defaults, and the named containerPorts agree with
+    them;
   * every $(VAR) in args is defined by the referenced ConfigMap;
   * Service selectors match exactly one Deployment, their targetPorts name
     real container ports with the same numbers (port names unique per pod);
@@ -52,11 +53,18 @@ import sys
 
 import yaml
 
-BINARIES = {  # container name -> main.cc
-    "target": "target_service/main.cc",
-    "drafter": "drafter_service/main.cc",
-    "router": "router/main.cc",
-    "openai": "gateway/main.cc",
+# Shared flags are defined once, in the libraries the binaries link.
+SERVICE_FLAGS = ("common/serving/service_flags.cc",)
+MODEL_SERVICE_FLAGS = SERVICE_FLAGS + (
+    "common/serving/model_service_flags.cc",
+    "common/model/cpu/cpu_flags.cc",
+)
+BINARIES = {  # container name -> its main.cc, then its flag libraries
+    "target": ("target_service/main.cc",) + MODEL_SERVICE_FLAGS,
+    "drafter": ("drafter_service/main.cc",) + MODEL_SERVICE_FLAGS,
+    "router": ("router/main.cc", "common/engine/speculation_flags.cc")
+    + SERVICE_FLAGS,
+    "openai": ("gateway/main.cc",),
 }
 
 
@@ -67,11 +75,12 @@ def render(kustomize_cmd, path):
     return [d for d in yaml.safe_load_all(r.stdout) if d]
 
 
-def binary_flags(src, rel):
-    text = open(os.path.join(src, rel)).read()
+def binary_flags(src, rels):
     flags = {}
-    for m in re.finditer(r'ABSL_FLAG\(\s*[\w:]+\s*,\s*(\w+)\s*,\s*("?[^,"]*"?)', text):
-        flags[m.group(1)] = m.group(2).strip('"')
+    for rel in rels:
+        text = open(os.path.join(src, rel)).read()
+        for m in re.finditer(r'ABSL_FLAG\(\s*[\w:]+\s*,\s*(\w+)\s*,\s*("?[^,"]*"?)', text):
+            flags[m.group(1)] = m.group(2).strip('"')
     return flags
 
 
@@ -220,7 +229,7 @@ def validate(docs, overlay, flags_by_bin):
                 continue
             for f in args:
                 if f not in known:
-                    err(f"{where}: --{f} is not a flag of dedit-{binary} ({BINARIES[binary]})")
+                    err(f"{where}: --{f} is not a flag of dedit-{binary} ({', '.join(BINARIES[binary])})")
             env = {}
             for ef in c.get("envFrom", []):
                 ref = ef.get("configMapRef", {}).get("name")

@@ -169,7 +169,7 @@ TEST_F(DrafterWorkerTest, DraftsMatchTheInProcessDrafter) {
   EXPECT_EQ(worker->snapshot().context_tokens, 26);
 }
 
-// Also with an idle spin longer than the test (base/spin_wait.h): the
+// Also with an idle spin longer than the test (common/base/spin_wait.h): the
 // worker then polls while the draft waits for its context, and stopping
 // still ends the poll (the worker is destroyed at the end).
 class DrafterWorkerSpinTest : public DrafterWorkerTest,

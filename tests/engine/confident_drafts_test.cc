@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/speculative_engine.h"
+#include "common/engine/speculative_engine.h"
 #include "gtest/gtest.h"
 #include "tests/engine/scripted_target.h"
 
@@ -68,8 +68,8 @@ Outcome Generate(const std::vector<int32_t>& answer,
   ScriptedTarget target(kPromptLength, answer);
   ScriptedDrafter drafter(&target, known, sure, unsure);
   SpeculativeEngine::Options o;
-  o.min_draft_confidence = min_confidence;
-  o.verify_chunk = verify_chunk;
+  o.speculation.min_draft_confidence = min_confidence;
+  o.speculation.verify_chunk = verify_chunk;
   SpeculativeEngine engine(&target, &drafter, o);
   GenerationRequest r;
   r.prompt = prompt;

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/speculative_engine.h"
+#include "common/engine/speculative_engine.h"
 #include "gtest/gtest.h"
 #include "tests/engine/scripted_target.h"
 
@@ -63,7 +63,7 @@ class HybridMethodTest : public ::testing::Test {
     ScriptedModelDrafter drafter(&target, static_cast<int64_t>(prompt_.size()),
                                  drafter_right);
     SpeculativeEngine::Options o;
-    o.hybrid_short_match_below = short_match_below;
+    o.speculation.hybrid_short_match_below = short_match_below;
     SpeculativeEngine engine(&target, &drafter, o);
     GenerationRequest r;
     r.prompt = prompt_;

@@ -1,4 +1,4 @@
-#include "engine/ngram_drafter.h"
+#include "common/engine/ngram_drafter.h"
 
 #include <vector>
 

@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/round_interfaces.h"
+#include "common/engine/round_interfaces.h"
 
 namespace dedit {
 

@@ -1,4 +1,4 @@
-#include "engine/speculative_engine.h"
+#include "common/engine/speculative_engine.h"
 
 #include <ATen/Functions.h>
 #include <ATen/TensorOperators.h>
@@ -14,10 +14,10 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "common/model/cpu/cpu_product_pool.h"
+#include "common/model/local_backends.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "model/cpu_product_pool.h"
-#include "model/local_backends.h"
 #include "tests/model/test_util.h"
 
 namespace dedit {
@@ -183,8 +183,8 @@ TEST_F(EngineTest, LosslessForEveryWindowAndPassCount) {
 }
 
 // With the few-row products split across helper threads (--product_threads
-// 2, model/cpu_product_pool.h) the rounds stay lossless: verify and drafter
-// blocks take the split path, the greedy reference is one-row decoding.
+// 2, common/model/cpu/cpu_product_pool.h) the rounds stay lossless: verify and
+// drafter blocks take the split path, the greedy reference is one-row decoding.
 TEST_F(EngineTest, LosslessWithProductThreads) {
   const std::vector<std::vector<int32_t>> prompts = {RandomPrompt(5, 128, 11),
                                                      RandomPrompt(40, 128, 12),
@@ -222,7 +222,7 @@ TEST_F(EngineTest, ConfidentDraftsAreLossless) {
     LocalDrafter drafter(pair_->drafter.get());
     LocalVerifier verifier(pair_->target.get(), &drafter);
     SpeculativeEngine::Options o = EngineOptions(spec_);
-    o.min_draft_confidence = c;
+    o.speculation.min_draft_confidence = c;
     SpeculativeEngine engine(&verifier, &drafter, o);
     for (int w : {4, 16}) {
       std::vector<GenerationRequest> reqs = Requests(prompts, kNew, w);
@@ -309,7 +309,7 @@ TEST_F(EngineTest, ChunkedVerificationIsLosslessAndDraftsAsOften) {
           });
       LocalVerifier verifier(pair_->target.get(), &oracle);
       SpeculativeEngine::Options o = EngineOptions(spec_);
-      o.verify_chunk = chunk;
+      o.speculation.verify_chunk = chunk;
       SpeculativeEngine engine(&verifier, &oracle, o);
       GenerationRequest req;
       req.prompt = prompt;
@@ -352,7 +352,7 @@ TEST_F(EngineTest, ChunkedVerificationIsLosslessAndDraftsAsOften) {
   LocalDrafter drafter(pair_->drafter.get());
   LocalVerifier verifier(pair_->target.get(), &drafter);
   SpeculativeEngine::Options o = EngineOptions(spec_);
-  o.verify_chunk = 3;
+  o.speculation.verify_chunk = 3;
   SpeculativeEngine engine(&verifier, &drafter, o);
   std::vector<GenerationRequest> reqs = Requests(prompts, 40, 16);
   const DraftMethod methods[] = {DraftMethod::kModel, DraftMethod::kHybrid,
@@ -694,7 +694,7 @@ TEST_F(EngineTest, HybridMethodRejectsWindowsTheLookupCannotServe) {
   LocalDrafter drafter(pair_->drafter.get());
   LocalVerifier verifier(pair_->target.get(), &drafter);
   SpeculativeEngine::Options o = EngineOptions(spec_);
-  o.ngram.max_window = 8;
+  o.speculation.ngram.max_window = 8;
   SpeculativeEngine engine(&verifier, &drafter, o);
   GenerationRequest req;
   req.prompt = {1, 2, 3};
@@ -790,7 +790,7 @@ TEST_F(EngineTest, SpeculationPausesWhileTheBatchIsOverTheLimit) {
     Counting drafter(&inner);
     LocalVerifier verifier(pair_->target.get(), &drafter);
     SpeculativeEngine::Options o = EngineOptions(spec_);
-    o.max_speculative_batch = limit;
+    o.speculation.max_speculative_batch = limit;
     SpeculativeEngine engine(&verifier, &drafter, o);
     std::vector<GenerationRequest> reqs(4);
     const int new_tokens[] = {5, 6, 40, 40};
@@ -859,7 +859,7 @@ TEST_F(EngineTest, AdaptiveSpeculationBacksOffADrafterThatDoesNotPay) {
         });
     LocalVerifier verifier(pair_->target.get(), &drafter);
     SpeculativeEngine::Options o = EngineOptions(spec_);
-    o.adaptive_speculation = true;
+    o.speculation.adaptive_speculation = true;
     SpeculativeEngine engine(&verifier, &drafter, o);
     GenerationRequest req;
     req.prompt = prompt;
@@ -1053,7 +1053,7 @@ TEST_F(EngineTest, RejectsBadRequestsWithClearMessages) {
   bad([](GenerationRequest& r) { r.prompt.clear(); }, "prompt is empty");
   bad([](GenerationRequest& r) { r.prompt.push_back(128); },
       "outside the vocabulary");
-  bad([](GenerationRequest& r) { r.max_new_tokens = 0; }, "max_new_tokens");
+  bad([](GenerationRequest& r) { r.max_new_tokens = 0; }, "max_tokens");
   bad([](GenerationRequest& r) { r.window = 33; }, "block size");
   bad([](GenerationRequest& r) { r.passes = -1; }, "passes");
   bad([](GenerationRequest& r) { r.prompt.assign(2048, 1); }, "context limit");

@@ -2,9 +2,10 @@
 """Regenerates the committed seed corpora (corpus/<target>/), stored
 reproducers (regressions/<target>/) and dictionaries (<target>.dict) of the
 fuzz targets. Run from anywhere;
-writes next to this file. Reproducers are the hostile inputs of issue 18,
-scaled down to just past each limit (the GoogleTest suites build the
-full-size ones in memory)."""
+writes next to this file. Reproducers are the hostile inputs of the
+hostile-folder and hostile-tokenizer regression tests, scaled down to just
+past each limit (the GoogleTest suites build the full-size ones in
+memory)."""
 import json
 import os
 import shutil

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "base/model_config.h"
+#include "common/base/model_config.h"
 #include "tests/fuzz/fuzz_check.h"
 
 namespace {

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
+#include "common/tokenizer/regex.h"
+#include "common/tokenizer/utf8.h"
 #include "tests/fuzz/fuzz_check.h"
-#include "tokenizer/regex.h"
-#include "tokenizer/utf8.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const absl::string_view input(reinterpret_cast<const char*>(data), size);

@@ -12,8 +12,8 @@
 #include <string>
 
 #include "absl/strings/string_view.h"
-#include "base/file_util.h"
-#include "base/safetensors.h"
+#include "common/base/file_util.h"
+#include "common/base/safetensors.h"
 #include "tests/fuzz/fuzz_check.h"
 
 namespace {

@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
+#include "common/tokenizer/streaming_detokenizer.h"
+#include "common/tokenizer/tokenizer.h"
+#include "common/tokenizer/utf8.h"
 #include "tests/fuzz/fuzz_check.h"
-#include "tokenizer/streaming_detokenizer.h"
-#include "tokenizer/tokenizer.h"
-#include "tokenizer/utf8.h"
 
 namespace {
 

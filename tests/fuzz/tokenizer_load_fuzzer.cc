@@ -5,8 +5,8 @@
 #include <cstdint>
 
 #include "absl/strings/string_view.h"
+#include "common/tokenizer/tokenizer.h"
 #include "tests/fuzz/fuzz_check.h"
-#include "tokenizer/tokenizer.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto tokenizer = dedit::Tokenizer::FromJson(

@@ -21,14 +21,14 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "common/model/in_process.h"
+#include "common/tokenizer/chat_template.h"
+#include "common/tokenizer/tokenizer.h"
 #include "dedit/v1/services.grpc.pb.h"
 #include "gtest/gtest.h"
-#include "model/in_process.h"
 #include "tests/model/test_util.h"
 #include "tests/services/service_cluster.h"
 #include "tests/services/stream_client.h"
-#include "tokenizer/chat_template.h"
-#include "tokenizer/tokenizer.h"
 
 namespace dedit {
 namespace {

@@ -1,9 +1,9 @@
-// The bf16 K/V cache (--kv_cache_dtype bf16, model/kv_pool.h) and the CPU
-// row kernel that reads it (CpuAttentionBf16, model/cpu_attention.h): the
-// flag and its refusals, the pool's rounding, attention against the
-// per-sequence reference, grouped heads to the bit, and whole models whose
-// verify rows equal their decode steps to the bit and whose speculation
-// stays lossless.
+// The bf16 K/V cache (--kv_cache_dtype bf16, common/model/kv_pool.h) and the
+// CPU row kernel that reads it (CpuAttentionBf16,
+// common/model/cpu/cpu_attention.h): the flag and its refusals, the pool's
+// rounding, attention against the per-sequence reference, grouped heads to the
+// bit, and whole models whose verify rows equal their decode steps to the bit
+// and whose speculation stays lossless.
 #include <ATen/Functions.h>
 #include <ATen/TensorOperators.h>
 #include <ATen/core/grad_mode.h>
@@ -14,16 +14,16 @@
 #include <vector>
 
 #include "absl/cleanup/cleanup.h"
+#include "common/model/cpu/cpu_attention.h"
+#include "common/model/cpu/cpu_panels.h"
+#include "common/model/cpu/cpu_product_pool.h"
+#include "common/model/kv_pool.h"
+#include "common/model/packed_attention.h"
+#include "common/model/qwen3_model.h"
+#include "common/model/tiny_model.h"
+#include "common/model/transformer_ops.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "model/cpu_attention.h"
-#include "model/cpu_panels.h"
-#include "model/cpu_product_pool.h"
-#include "model/kv_pool.h"
-#include "model/packed_attention.h"
-#include "model/qwen3_model.h"
-#include "model/tiny_model.h"
-#include "model/transformer_ops.h"
 #include "tests/model/test_util.h"
 
 namespace dedit {

@@ -1,7 +1,7 @@
-// The CPU kernel flags (model/cpu_flags.h): --threads N alone sets every
-// compute thread of a process, the product pool included, and libtorch's
+// The CPU kernel flags (common/model/cpu/cpu_flags.h): --threads N alone sets
+// every compute thread of a process, the product pool included, and libtorch's
 // intra-op threads step aside where the pool does the work.
-#include "model/cpu_flags.h"
+#include "common/model/cpu/cpu_flags.h"
 
 #include <ATen/Parallel.h>
 
@@ -10,10 +10,10 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/flags/flag.h"
+#include "common/model/cpu/cpu_panels.h"
+#include "common/model/cpu/cpu_product_pool.h"
+#include "common/model/cpu/cpu_threads.h"
 #include "gtest/gtest.h"
-#include "model/cpu_panels.h"
-#include "model/cpu_product_pool.h"
-#include "model/cpu_threads.h"
 
 namespace dedit {
 namespace {

@@ -1,6 +1,7 @@
-// The fused CPU kernels (model/cpu_kernels.h) against the ATen composition
-// they replace at inference, which the trainer still runs with autograd.
-#include "model/cpu_kernels.h"
+// The fused CPU kernels (common/model/cpu/cpu_kernels.h) against the ATen
+// composition they replace at inference, which the trainer still runs with
+// autograd.
+#include "common/model/cpu/cpu_kernels.h"
 
 #include <ATen/Functions.h>
 #include <ATen/TensorOperators.h>
@@ -14,10 +15,10 @@
 #include <thread>
 #include <vector>
 
+#include "common/model/cpu/cpu_product_pool.h"
+#include "common/model/tiny_model.h"
+#include "common/model/transformer_ops.h"
 #include "gtest/gtest.h"
-#include "model/cpu_product_pool.h"
-#include "model/tiny_model.h"
-#include "model/transformer_ops.h"
 
 namespace dedit {
 namespace {

@@ -1,7 +1,7 @@
-// Weight panels (model/cpu_panels.h): the AVX-512 f32 and bf16 products
-// against at::mm, rows summed alike whatever the product's rows and
+// Weight panels (common/model/cpu/cpu_panels.h): the AVX-512 f32 and bf16
+// products against at::mm, rows summed alike whatever the product's rows and
 // threads, the --cpu_products flag, and whole models on panels.
-#include "model/cpu_panels.h"
+#include "common/model/cpu/cpu_panels.h"
 
 #include <ATen/Functions.h>
 #include <ATen/TensorOperators.h>
@@ -12,12 +12,12 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "common/model/cpu/cpu_kernels.h"
+#include "common/model/cpu/cpu_product_pool.h"
+#include "common/model/kv_pool.h"
+#include "common/model/packed_attention.h"
+#include "common/model/transformer_ops.h"
 #include "gtest/gtest.h"
-#include "model/cpu_kernels.h"
-#include "model/cpu_product_pool.h"
-#include "model/kv_pool.h"
-#include "model/packed_attention.h"
-#include "model/transformer_ops.h"
 #include "tests/model/test_util.h"
 
 namespace dedit {

@@ -1,4 +1,4 @@
-#include "model/dedit_drafter.h"
+#include "common/model/dedit_drafter.h"
 
 #include <ATen/Functions.h>
 #include <ATen/TensorOperators.h>
@@ -6,12 +6,12 @@
 #include <fstream>
 
 #include "absl/cleanup/cleanup.h"
-#include "base/safetensors.h"
+#include "common/base/safetensors.h"
+#include "common/model/cpu/cpu_panels.h"
+#include "common/model/local_backends.h"
+#include "common/model/tensor_io.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "model/cpu_panels.h"
-#include "model/local_backends.h"
-#include "model/tensor_io.h"
 #include "tests/model/test_util.h"
 
 namespace dedit {

@@ -1,7 +1,7 @@
-// LargeArray (model/huge_pages.h): the weight panels' memory. Zeroed,
-// aligned for the kernels' 64-byte loads, on a 2 MB boundary (so huge pages
-// can back it) from kHugePageMin, and owned once across moves.
-#include "model/huge_pages.h"
+// LargeArray (common/model/cpu/huge_pages.h): the weight panels' memory.
+// Zeroed, aligned for the kernels' 64-byte loads, on a 2 MB boundary (so huge
+// pages can back it) from kHugePageMin, and owned once across moves.
+#include "common/model/cpu/huge_pages.h"
 
 #include <cstdint>
 #include <utility>

@@ -1,4 +1,4 @@
-#include "model/kv_pool.h"
+#include "common/model/kv_pool.h"
 
 #include <ATen/Functions.h>
 #include <ATen/TensorOperators.h>
@@ -7,12 +7,12 @@
 #include <cmath>
 
 #include "absl/cleanup/cleanup.h"
+#include "common/model/cpu/cpu_attention.h"
+#include "common/model/cpu/cpu_panels.h"
+#include "common/model/packed_attention.h"
+#include "common/model/transformer_ops.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "model/cpu_attention.h"
-#include "model/cpu_panels.h"
-#include "model/packed_attention.h"
-#include "model/transformer_ops.h"
 #include "tests/model/test_util.h"
 
 namespace dedit {
@@ -208,7 +208,7 @@ TEST(KvPoolTest, GrowsByDoublingUpToTheLimitThenIsExhausted) {
 // without query chunking.
 // PackedAttention over batches of every segment kind against
 // GroupedAttention per sequence; `row_kernel`: whether the CPU's
-// row-at-a-time kernel (model/cpu_attention.h) must have run.
+// row-at-a-time kernel (common/model/cpu/cpu_attention.h) must have run.
 void CheckAgainstPerSequenceReference(int64_t head_dim, bool row_kernel) {
   KvPool::Shape shape;
   shape.num_layers = 1;

@@ -1,14 +1,14 @@
-#include "model/qwen3_model.h"
+#include "common/model/qwen3_model.h"
 
 #include <ATen/Functions.h>
 #include <ATen/TensorOperators.h>
 
 #include <filesystem>
 
-#include "base/safetensors.h"
+#include "common/base/safetensors.h"
+#include "common/model/tensor_io.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "model/tensor_io.h"
 #include "tests/model/test_util.h"
 
 namespace dedit {

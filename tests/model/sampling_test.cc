@@ -1,4 +1,4 @@
-#include "model/sampling.h"
+#include "common/model/sampling.h"
 
 #include <ATen/Functions.h>
 #include <ATen/TensorOperators.h>

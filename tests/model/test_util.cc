@@ -10,13 +10,13 @@
 #include <random>
 
 #include "absl/cleanup/cleanup.h"
-#include "base/safetensors.h"
-#include "engine/speculative_engine.h"
+#include "common/base/safetensors.h"
+#include "common/engine/speculative_engine.h"
+#include "common/model/cpu/cpu_product_pool.h"
+#include "common/model/cpu/cpu_threads.h"
+#include "common/model/local_backends.h"
+#include "common/model/tensor_io.h"
 #include "gtest/gtest.h"
-#include "model/cpu_product_pool.h"
-#include "model/cpu_threads.h"
-#include "model/local_backends.h"
-#include "model/tensor_io.h"
 
 namespace dedit::testing {
 namespace {

@@ -16,10 +16,10 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/model/dedit_drafter.h"
+#include "common/model/qwen3_model.h"
+#include "common/model/tiny_model.h"
 #include "gtest/gtest.h"
-#include "model/dedit_drafter.h"
-#include "model/qwen3_model.h"
-#include "model/tiny_model.h"
 
 namespace dedit::testing {
 
@@ -160,7 +160,7 @@ class ForwardSeam {
 };
 
 // Error messages as libtorch 1.13 words them (FromTorchError adds the
-// "libtorch: " prefix); model/torch_status.h classifies them.
+// "libtorch: " prefix); common/model/torch_status.h classifies them.
 inline constexpr char kCudaIllegalAccess[] =
     "libtorch: CUDA error: an illegal memory access was encountered\n"
     "CUDA kernel errors might be asynchronously reported at some other API "

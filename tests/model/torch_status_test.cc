@@ -1,6 +1,6 @@
-// FromTorchError and IsStickyDeviceError (model/torch_status.h) over error
-// messages as libtorch 1.13 words them on CUDA and on the CPU.
-#include "model/torch_status.h"
+// FromTorchError and IsStickyDeviceError (common/model/torch_status.h) over
+// error messages as libtorch 1.13 words them on CUDA and on the CPU.
+#include "common/model/torch_status.h"
 
 #include <ATen/Functions.h>
 

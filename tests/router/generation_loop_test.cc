@@ -25,15 +25,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/model/context_sink.h"
+#include "common/model/local_backends.h"
+#include "common/tokenizer/streaming_detokenizer.h"
+#include "common/tokenizer/tokenizer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "model/context_sink.h"
-#include "model/local_backends.h"
 #include "router/request_builder.h"
 #include "router/router_backends.h"
 #include "tests/model/test_util.h"
-#include "tokenizer/streaming_detokenizer.h"
-#include "tokenizer/tokenizer.h"
 
 namespace dedit {
 namespace {
@@ -446,10 +446,10 @@ class GenerationLoopTest : public ::testing::Test {
     if (max_prefill_tokens_per_round_ > 0) {
       options.max_prefill_tokens_per_round = max_prefill_tokens_per_round_;
     }
-    options.min_draft_confidence = min_draft_confidence_;
-    options.verify_chunk = verify_chunk_;
-    options.max_speculative_batch = max_speculative_batch_;
-    options.adaptive_speculation = adaptive_speculation_;
+    options.speculation.min_draft_confidence = min_draft_confidence_;
+    options.speculation.verify_chunk = verify_chunk_;
+    options.speculation.max_speculative_batch = max_speculative_batch_;
+    options.speculation.adaptive_speculation = adaptive_speculation_;
     loop_ = std::make_unique<GenerationLoop>(backends, shared_->tokenizer.get(),
                                              registry_, options);
     loop_->Start();
@@ -889,7 +889,7 @@ TEST_F(GenerationLoopTest, UnhealthyDrafterAtAdmissionDecodesTargetOnly) {
             static_cast<int64_t>(prompt(0).size()) + kMaxTokens + 1);
 }
 
-// Issue 15, defect 1: a sequence never holds more than the max context, so
+// A sequence never holds more than the max context, so
 // a large max_tokens reserves no more KV than that (it used to reserve
 // prompt + max_tokens + W and refuse requests at a fraction of real use).
 TEST(KvReservationTokensTest, CappedAtTheMaxContext) {
@@ -919,7 +919,7 @@ TEST_F(GenerationLoopTest, ReservationIsCappedAtTheMaxContext) {
   EXPECT_EQ(limits[0].reserve_tokens, info.max_context);
 }
 
-// Issue 15: a round admits prompts up to --max_prefill_tokens_per_round
+// A round admits prompts up to --max_prefill_tokens_per_round
 // (all of them travel in its one Step message, which the target bounds);
 // the rest wait for later rounds, in order, and every output is still the
 // target's greedy output.
@@ -1189,7 +1189,7 @@ TEST(RequestBuilderTest, SpeculativeMethodPicksTheDrafterAndItsLimits) {
   proto.set_window(8);
   proto.set_passes(2);
   EXPECT_THAT(BuildRouterRequest(proto, limits, nullptr).status().message(),
-              HasSubstr("must be 1 with the n-gram method"));
+              HasSubstr("with the n-gram method"));
   proto.set_passes(0);
 
   // Hybrid: the model's K, within both the drafter's and the lookup's W.
@@ -1214,7 +1214,7 @@ TEST(RequestBuilderTest, SpeculativeMethodPicksTheDrafterAndItsLimits) {
   EXPECT_THAT(unknown.status().message(), HasSubstr("speculative_method"));
 }
 
-// Issue 15, defect 6: stop strings run on the shared engine thread, so
+// Stop strings run on the shared engine thread, so
 // their number and length are bounded, each refusal naming the field.
 TEST(RequestBuilderTest, StopStringsAreBoundedInCountAndLength) {
   RequestLimits limits;
@@ -1246,7 +1246,7 @@ TEST(RequestBuilderTest, StopStringsAreBoundedInCountAndLength) {
               HasSubstr("--max_stop_string_bytes"));
 }
 
-// Issue 15, defect 3: text longer than the context could ever hold (at the
+// Text longer than the context could ever hold (at the
 // longest token's bytes per token) is refused before it is tokenized.
 TEST(RequestBuilderTest, TextThatCannotFitTheContextIsRefusedUntokenized) {
   RequestLimits limits;
@@ -1289,7 +1289,7 @@ TEST(RequestBuilderTest, TextThatCannotFitTheContextIsRefusedUntokenized) {
   }
 }
 
-// Issue 15, defect 6: chat content cannot forge a turn through the router
+// Chat content cannot forge a turn through the router
 // unless --chat_special_tokens_in_content says so.
 TEST(RequestBuilderTest, ChatContentIsNeverASpecialTokenByDefault) {
   auto tokenizer = Tokenizer::FromFile(std::string(DEDIT_SOURCE_DIR) +
@@ -1520,7 +1520,7 @@ TEST_F(GenerationLoopTest, UnreachableTargetRefusesRequestsUntilItAnswers) {
   EXPECT_THAT(served->tokens(), ElementsAreArray(Reference(0, 8)));
 }
 
-// Failure containment (issue 14): when the target dies, the request that
+// Failure containment: when the target dies, the request that
 // has streamed tokens ends UNAVAILABLE, the one that has not is offered to
 // `reroute` (another stack), and the loop offers new requests there too
 // until an Info probe answers; then it serves again.

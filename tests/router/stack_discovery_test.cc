@@ -1,4 +1,4 @@
-// Stack discovery (issue 14): the stacks file format, --stacks_dns names,
+// Stack discovery: the stacks file format, --stacks_dns names,
 // DNS resolution, and a discovery that re-reads a changed file.
 #include "router/stack_discovery.h"
 

@@ -1,4 +1,4 @@
-// Issue 15 defect 5: the internal ports authenticate their callers. Real
+// The internal ports authenticate their callers. Real
 // dedit-drafter, dedit-target and dedit-router processes on loopback, once
 // with a shared token (--internal_token_file) and once with mTLS
 // certificates made at test time by scripts/make_internal_certs.sh (the
@@ -6,7 +6,7 @@
 // token or without a certificate are refused, the cluster still generates
 // the target's greedy tokens with the drafter's help, and health stays
 // reachable for probes.
-#include "serving/internal_auth.h"
+#include "common/serving/internal_auth.h"
 
 #include <grpcpp/grpcpp.h>
 
@@ -18,12 +18,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/model/in_process.h"
+#include "common/serving/server_bootstrap.h"
 #include "dedit/v1/services.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
-#include "model/in_process.h"
-#include "serving/server_bootstrap.h"
 #include "tests/model/test_util.h"
 #include "tests/services/service_cluster.h"
 #include "tests/services/stream_client.h"

@@ -17,8 +17,8 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "base/status.h"
-#include "serving/server_bootstrap.h"
+#include "common/base/status.h"
+#include "common/serving/server_bootstrap.h"
 #include "tests/model/test_util.h"
 
 namespace dedit::testing {

@@ -1,7 +1,7 @@
 // Real dedit-target / dedit-drafter / dedit-router processes on loopback
 // with ephemeral ports, over tiny random models written to a temp dir, for
 // the service tests: one stack (ServiceCluster), or several stacks behind
-// routers that read a stacks file (StackCluster, issue 14).
+// routers that read a stacks file (StackCluster).
 //
 //   ServiceCluster cluster;                 // models + three processes
 //   ASSERT_TRUE(cluster.Start().ok());
@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "model/tiny_model.h"
+#include "common/model/tiny_model.h"
 
 namespace dedit::testing {
 

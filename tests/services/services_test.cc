@@ -1,5 +1,5 @@
 // The disaggregated system end to end: real dedit-target, dedit-drafter and
-// dedit-router processes on loopback (issue 4, "Tests that must exist").
+// dedit-router processes on loopback.
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
@@ -14,13 +14,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "cli/generate_command.h"
+#include "common/model/in_process.h"
+#include "common/model/tiny_model.h"
+#include "common/serving/round_stream.h"
 #include "dedit/v1/services.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
-#include "model/in_process.h"
-#include "model/tiny_model.h"
-#include "serving/round_stream.h"
 #include "tests/model/test_util.h"
 #include "tests/services/service_cluster.h"
 #include "tests/services/stream_client.h"
@@ -135,7 +135,7 @@ class ServicesTest : public ::testing::Test {
 TEST_F(ServicesTest, MatchesInProcessEngineAndGreedyDecoding) {
   ExpectMatchesInProcessEngine();
   // The router's rounds went on one stream to each model service
-  // (serving/round_stream.h).
+  // (common/serving/round_stream.h).
   EXPECT_EQ(TargetInfo().round_streams(), 1);
   EXPECT_EQ(DrafterInfo().round_streams(), 1);
   const std::string metrics = RouterMetrics();
@@ -514,7 +514,7 @@ TEST_F(ServicesTest, TargetKilledClientsGetUnavailable) {
       WaitFor([&] { return DrafterInfo().num_sequences() == 0; }, 5000));
 }
 
-// Issue 15: when the router died too (nobody releases anything), the
+// When the router died too (nobody releases anything), the
 // drafter drops the contexts the dead target's stream fed: no release
 // marker will ever come for them.
 TEST_F(ServicesTest, TargetKilledAfterItsRouterDrafterDropsTheContexts) {
@@ -602,7 +602,7 @@ TEST_F(ServicesTest, ClientCancelReleasesBothServices) {
       5000));
 }
 
-// Issue 15, defect 2: a router killed mid-stream never releases its
+// A router killed mid-stream never releases its
 // sequences; their leases run out on the target, which frees the KV and
 // tells the drafter, and a new router serves as before.
 TEST(ServicesLeaseTest, RouterKilledMidStreamSequencesExpireOnBothServices) {
@@ -714,7 +714,7 @@ std::unique_ptr<ServiceCluster> StartLimitsCluster(
   return ready ? std::move(cluster) : nullptr;
 }
 
-// Issue 15, defect 1: a large max_tokens reserves at most the max context,
+// A large max_tokens reserves at most the max context,
 // so a KV capacity of 4 contexts runs 4 such requests at once (it used to
 // reserve prompt + max_tokens + W, ~2 contexts each, and refuse two).
 TEST(ServicesLimitsTest, LargeMaxTokensReservesAtMostTheContext) {
@@ -768,7 +768,7 @@ int64_t ProcStatusKb(pid_t pid, const std::string& field) {
   return 0;
 }
 
-// Issue 15, defect 3: the target's port takes messages up to
+// The target's port takes messages up to
 // --max_receive_bytes (a router keeps its rounds under it with
 // --max_prefill_tokens_per_round), not 1 GiB; a larger one is refused
 // unread, as a unary Step or on a round stream, and the target serves on.
@@ -815,7 +815,7 @@ TEST(ServicesLimitsTest, TargetRefusesMessagesOverItsReceiveLimit) {
   EXPECT_EQ(g.tokens.size(), 8u);
 }
 
-// Issue 15, defect 3: the public port takes messages up to
+// The public port takes messages up to
 // --max_request_bytes, and text that cannot fit the context is refused
 // before it is tokenized; both fast.
 TEST(ServicesLimitsTest, OversizedPromptsAreRefusedFast) {
@@ -872,7 +872,7 @@ TEST(ServicesLimitsTest, OversizedPromptsAreRefusedFast) {
   EXPECT_TRUE(g.status.ok()) << g.status.error_message();
 }
 
-// Issue 15, defect 6: the drafter refuses a context chunk that would pass
+// The drafter refuses a context chunk that would pass
 // the model's positions, before copying its rows; the real stream is kept.
 TEST_F(ServicesTest, DrafterRefusesContextPastTheMaxPositions) {
   ASSERT_TRUE(WaitFor([&] { return RouterSeesDrafter(); }, 10000));

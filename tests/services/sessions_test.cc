@@ -1,4 +1,4 @@
-// Generation.Session end to end (issue 17): real dedit-target,
+// Generation.Session end to end: real dedit-target,
 // dedit-drafter and dedit-router processes on loopback. Every turn of a
 // session equals a fresh Generate over the session's history (and the
 // target's greedy decoding), while the target prefills only the new tokens.
@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/model/in_process.h"
 #include "dedit/v1/services.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "model/in_process.h"
 #include "tests/model/test_util.h"
 #include "tests/services/service_cluster.h"
 #include "tests/services/stream_client.h"
@@ -347,7 +347,7 @@ TEST_F(SessionsTest, EvictedSessionsNextTurnIsStillExact) {
   EXPECT_TRUE(WaitFor([&] { return ServicesEmpty(); }, 5000));
 }
 
-// Sequence leases (issue 15): an idle session's sequence would expire on the
+// Sequence leases: an idle session's sequence would expire on the
 // target after --sequence_lease_seconds, but the router that holds it
 // renews it (Target.KeepAlive every lease / 3), so a turn after a long
 // pause still reuses the cache; a router that is gone renews nothing and

@@ -1,4 +1,4 @@
-// Scale-out (issue 14): three stacks (a dedit-target streaming context to
+// Scale-out: three stacks (a dedit-target streaming context to
 // its dedit-drafter each) behind routers that find them in a stacks file,
 // all real processes on loopback. Load spreads over every stack with
 // target-only greedy output; a stack that dies fails only its own running
@@ -19,10 +19,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/model/in_process.h"
 #include "dedit/v1/services.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "model/in_process.h"
 #include "tests/model/test_util.h"
 #include "tests/services/service_cluster.h"
 #include "tests/services/stream_client.h"

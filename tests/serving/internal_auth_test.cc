@@ -1,9 +1,9 @@
-// serving/internal_auth.h in one process: the checks on the token and PEM
-// files (each bad input names its flag), the constant-time comparison, and
+// common/serving/internal_auth.h in one process: the checks on the token and
+// PEM files (each bad input names its flag), the constant-time comparison, and
 // a real gRPC server with the token processor or mTLS against clients with
 // and without credentials. Certificates come from
 // scripts/make_internal_certs.sh, run into a temp dir (openssl).
-#include "serving/internal_auth.h"
+#include "common/serving/internal_auth.h"
 
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
@@ -17,9 +17,9 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/serving/server_bootstrap.h"
 #include "dedit/v1/services.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
-#include "serving/server_bootstrap.h"
 
 namespace dedit {
 namespace {

@@ -1,8 +1,8 @@
-// serving/round_stream.h: rounds on one long-lived stream, with a fake
+// common/serving/round_stream.h: rounds on one long-lived stream, with a fake
 // Target.Rounds whose "model thread" answers each round after a delay.
 // A round's verify item says what to do: start = delay in ms, block[0] =
 // the status code to answer with; the answer echoes start as `accepted`.
-#include "serving/round_stream.h"
+#include "common/serving/round_stream.h"
 
 #include <grpcpp/grpcpp.h>
 
@@ -15,9 +15,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/serving/server_bootstrap.h"
 #include "dedit/v1/services.grpc.pb.h"
 #include "gtest/gtest.h"
-#include "serving/server_bootstrap.h"
 
 namespace dedit {
 namespace {

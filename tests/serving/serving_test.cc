@@ -1,9 +1,10 @@
 // dedit::serving in one process: ServeUntilSignal's sequence (warm-up,
 // ready file, health, /metrics, signal → NOT_SERVING → before_drain →
 // drain of an in-flight RPC → after_drain), its startup errors (a failed
-// warm-up among them), ServiceReadiness (warm-up, readiness, poison) and
-// the /metrics endpoint. The signals are sent to this process, so main()
-// blocks them before gtest or gRPC start a thread.
+// warm-up among them), ServiceReadiness (warm-up, readiness, poison), the
+// /metrics endpoint, fire-and-forget calls and the shared service flags.
+// The signals are sent to this process, so main() blocks them before gtest
+// or gRPC start a thread.
 #include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
@@ -32,19 +33,22 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/cleanup/cleanup.h"
+#include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "common/serving/fire_and_forget.h"
+#include "common/serving/internal_auth.h"
+#include "common/serving/metrics_endpoint.h"
+#include "common/serving/serve_until_signal.h"
+#include "common/serving/server_bootstrap.h"
+#include "common/serving/service_flags.h"
+#include "common/serving/service_readiness.h"
+#include "common/serving/shutdown_signals.h"
 #include "dedit/v1/services.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
-#include "serving/internal_auth.h"
-#include "serving/metrics_endpoint.h"
-#include "serving/serve_until_signal.h"
-#include "serving/server_bootstrap.h"
-#include "serving/service_readiness.h"
-#include "serving/shutdown_signals.h"
 
 namespace dedit {
 namespace {
@@ -806,6 +810,68 @@ TEST(MetricsEndpointTest, RefusesATakenPortAndOversizedRequests) {
   EXPECT_EQ(
       StartMetricsEndpoint("127.0.0.1:0", registry, no_threads).status().code(),
       absl::StatusCode::kInvalidArgument);
+}
+
+// The router's Release, KeepIdle and KeepAlive (fire_and_forget.h): the
+// call reaches the server after FireAndForget returned, and `done` runs
+// once it has ended.
+TEST(FireAndForgetTest, CallArrivesAndDoneRunsOnceItEnds) {
+  SlowInfoService service(std::chrono::milliseconds(100));
+  absl::StatusOr<StartedServer> server =
+      StartGrpcServer("127.0.0.1:0", {&service});
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = v1::Target::NewStub(
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", server->port),
+                          grpc::InsecureChannelCredentials()));
+  absl::Notification ended;
+  FireAndForget(stub->async(), &v1::Target::Stub::async::Info,
+                v1::TargetInfoRequest(), [&ended] { ended.Notify(); });
+  EXPECT_TRUE(
+      service.arrived.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_TRUE(ended.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  server->server->Shutdown();
+}
+
+TEST(FireAndForgetTest, DoneRunsWhenNoServerAnswers) {
+  // A port that was just closed: the call fails at once (UNAVAILABLE),
+  // long before its deadline.
+  SlowInfoService service(std::chrono::milliseconds(0));
+  absl::StatusOr<StartedServer> server =
+      StartGrpcServer("127.0.0.1:0", {&service});
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = server->port;
+  server->server->Shutdown();
+  server->server.reset();
+  auto stub = v1::Target::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+  absl::Notification ended;
+  v1::ReleaseRequest request;
+  request.add_sequences(1);
+  FireAndForget(stub->async(), &v1::Target::Stub::async::Release,
+                std::move(request), [&ended] { ended.Notify(); });
+  EXPECT_TRUE(ended.WaitForNotificationWithTimeout(
+      absl::FromChrono(kFireAndForgetDeadline)));
+}
+
+TEST(ServiceFlagsTest, ReadsTheSharedFlagsWithTheBinarysOwn) {
+  // Nothing else in this binary reads these flags.
+  absl::SetFlag(&FLAGS_host, "127.0.0.1");
+  absl::SetFlag(&FLAGS_ready_file, "/tmp/ready.json");
+  absl::SetFlag(&FLAGS_internal_token_file, "token.txt");
+  absl::SetFlag(&FLAGS_tls_cert, "cert.pem");
+  absl::SetFlag(&FLAGS_tls_key, "key.pem");
+  absl::SetFlag(&FLAGS_tls_ca, "ca.pem");
+  const ServiceFlags flags = ReadServiceFlags(50051, 9101, 10000);
+  EXPECT_EQ(flags.serve.listen_address, "127.0.0.1:50051");
+  EXPECT_EQ(flags.serve.metrics_address, "127.0.0.1:9101");
+  EXPECT_EQ(flags.serve.ready_file, "/tmp/ready.json");
+  EXPECT_EQ(flags.serve.drain_timeout_ms, 10000);
+  EXPECT_EQ(flags.serve.health_listen_address, "");
+  EXPECT_EQ(flags.auth.token_file, "token.txt");
+  EXPECT_EQ(flags.auth.tls_cert, "cert.pem");
+  EXPECT_EQ(flags.auth.tls_key, "key.pem");
+  EXPECT_EQ(flags.auth.tls_ca, "ca.pem");
+  EXPECT_EQ(flags.auth.tls_server_name, "");
 }
 
 }  // namespace

@@ -19,8 +19,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/match.h"
 #include "absl/synchronization/mutex.h"
+#include "common/model/local_backends.h"
 #include "gtest/gtest.h"
-#include "model/local_backends.h"
 #include "tests/model/test_util.h"
 
 namespace dedit {
@@ -792,7 +792,7 @@ class TargetWorkerTest : public TargetBatcherTest {
   std::vector<absl::Status> poison_events_ ABSL_GUARDED_BY(stats_mu_);
 };
 
-// Also with an idle spin longer than the test (base/spin_wait.h): then
+// Also with an idle spin longer than the test (common/base/spin_wait.h): then
 // every call is picked up by polling instead of a wake-up, and stopping
 // still ends the poll (the worker is destroyed at the end).
 class TargetWorkerSpinTest : public TargetWorkerTest,

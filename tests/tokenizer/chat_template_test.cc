@@ -1,7 +1,7 @@
 // Chat template tests that need no tokenizer: the rendered text, checked
 // against strings written by hand from the Qwen3 template. The exact ids,
 // and the comparison with HF's Jinja rendering, are in qwen3_golden_test.cc.
-#include "tokenizer/chat_template.h"
+#include "common/tokenizer/chat_template.h"
 
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "tokenizer/tokenizer.h"
+#include "common/tokenizer/tokenizer.h"
 
 namespace dedit {
 namespace {
@@ -126,7 +126,7 @@ TEST(ChatTemplateTest, TokenizerWithoutThinkTokensGetsNoThinkBlock) {
   }
 }
 
-// Issue 15, defect 6: special-token text inside a message is plain text by
+// Special-token text inside a message is plain text by
 // default, so a user cannot forge a system turn; the explicit option keeps
 // HF's matching. Content without such text encodes as before.
 TEST(ChatTemplateTest, SpecialTokenTextInContentIsNotASpecialToken) {

@@ -1,4 +1,4 @@
-#include "tokenizer/eos_token_ids.h"
+#include "common/tokenizer/eos_token_ids.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// Regression tests for hostile tokenizer.json files (issue 18): each input
+// Regression tests for hostile tokenizer.json files: each input
 // here once over-read inside PCRE2, overflowed the stack, took gigabytes or
 // hung. Each must now load with a clean INVALID_ARGUMENT naming the field, or
 // (for the added-token bound) encode in bounded time. Deep documents are
@@ -17,10 +17,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "common/tokenizer/eos_token_ids.h"
+#include "common/tokenizer/regex.h"
+#include "common/tokenizer/tokenizer.h"
 #include "tests/tokenizer/test_util.h"
-#include "tokenizer/eos_token_ids.h"
-#include "tokenizer/regex.h"
-#include "tokenizer/tokenizer.h"
 
 namespace dedit {
 namespace {

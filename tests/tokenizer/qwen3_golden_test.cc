@@ -14,13 +14,13 @@
 #include <thread>
 #include <vector>
 
+#include "common/tokenizer/chat_template.h"
+#include "common/tokenizer/eos_token_ids.h"
+#include "common/tokenizer/normalizer.h"
+#include "common/tokenizer/streaming_detokenizer.h"
+#include "common/tokenizer/tokenizer.h"
+#include "common/tokenizer/utf8.h"
 #include "tests/tokenizer/test_util.h"
-#include "tokenizer/chat_template.h"
-#include "tokenizer/eos_token_ids.h"
-#include "tokenizer/normalizer.h"
-#include "tokenizer/streaming_detokenizer.h"
-#include "tokenizer/tokenizer.h"
-#include "tokenizer/utf8.h"
 
 namespace dedit {
 namespace {

@@ -1,11 +1,11 @@
-#include "tokenizer/regex.h"
+#include "common/tokenizer/regex.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
-#include "tokenizer/pre_tokenizer.h"
+#include "common/tokenizer/pre_tokenizer.h"
 
 namespace dedit {
 namespace {

@@ -1,12 +1,12 @@
-#include "tokenizer/streaming_detokenizer.h"
+#include "common/tokenizer/streaming_detokenizer.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
+#include "common/tokenizer/utf8.h"
 #include "tests/tokenizer/test_util.h"
-#include "tokenizer/utf8.h"
 
 namespace dedit {
 namespace {

@@ -11,8 +11,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "tokenizer/json_util.h"
-#include "tokenizer/tokenizer.h"
+#include "common/tokenizer/json_util.h"
+#include "common/tokenizer/tokenizer.h"
 
 namespace dedit {
 namespace testing_util {

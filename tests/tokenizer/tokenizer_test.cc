@@ -1,7 +1,7 @@
 // Tokenizer tests on the hand-written fixtures in testdata/ (no network):
 // golden ids from HF tokenizers (golden_tiny.json), both merge formats,
 // invalid input, malformed tokenizer.json files.
-#include "tokenizer/tokenizer.h"
+#include "common/tokenizer/tokenizer.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/tokenizer/normalizer.h"
 #include "tests/tokenizer/test_util.h"
-#include "tokenizer/normalizer.h"
 
 namespace dedit {
 namespace {

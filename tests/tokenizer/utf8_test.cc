@@ -1,10 +1,10 @@
-#include "tokenizer/utf8.h"
+#include "common/tokenizer/utf8.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
 
-#include "tokenizer/byte_level.h"
+#include "common/tokenizer/byte_level.h"
 
 namespace dedit {
 namespace {

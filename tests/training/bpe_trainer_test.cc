@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include "tokenizer/tokenizer.h"
+#include "common/tokenizer/tokenizer.h"
 
 namespace dedit::training {
 namespace {

@@ -7,8 +7,8 @@
 #include <cstdio>
 #include <string>
 
-#include "base/file_util.h"
-#include "tokenizer/tokenizer.h"
+#include "common/base/file_util.h"
+#include "common/tokenizer/tokenizer.h"
 #include "training/corpus.h"
 
 namespace dedit::training {

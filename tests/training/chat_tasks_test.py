@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""training/chat_tasks.py: instances follow the user formats of issue 11,
+"""training/chat_tasks.py: instances follow the task suite's user formats,
 their reference answers score 100%, wrong answers score 0, and the
 held-out functions never come from training files."""
 import json

@@ -63,8 +63,8 @@ def main():
         check(sorted(tau) == [0.0, 8.0], f"one tau per candidate: {tau}")
         check(r["chosen"] == max(tau, key=lambda b: (round(tau[b], 4), -b)),
               f"chooses the best tau: {r['chosen']} of {tau}")
-        # The network alone under-trusts right seeds (RESULTS.md, "Trusting
-        # the seed"): on the copy families the bonus wins by far.
+        # The network alone under-trusts right seeds (docs/RESULTS.md,
+        # "Trusting the seed"): on the copy families the bonus wins by far.
         check(tau[8.0] > tau[0.0], f"the trust raises tau: {tau}")
         with open(config_path) as f:
             written = json.load(f)["dedit_config"].get("seed_logit_bonus", 0)

@@ -14,7 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "base/file_util.h"
+#include "common/base/file_util.h"
 #include "training/distill.h"
 #include "training/drafter_trainer.h"
 #include "training/progress.h"

@@ -1,7 +1,8 @@
 // The trainer's forward must be the engine's math: a checkpoint exported by
-// the trainer, loaded by model/qwen3_model.h and model/dedit_drafter.h,
-// gives the same logits, features, draft tokens and confidences; and the
-// trainer reproduces the independent Python reference (tests/golden).
+// the trainer, loaded by common/model/qwen3_model.h and
+// common/model/dedit_drafter.h, gives the same logits, features, draft tokens
+// and confidences; and the trainer reproduces the independent Python reference
+// (tests/golden).
 #include "training/trainable_models.h"
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -19,14 +20,14 @@
 #include <tuple>
 #include <vector>
 
-#include "base/checkpoint_layout.h"
-#include "base/file_util.h"
-#include "base/safetensors.h"
-#include "engine/ngram_drafter.h"
-#include "model/cpu_panels.h"
-#include "model/dedit_drafter.h"
-#include "model/qwen3_model.h"
-#include "model/tensor_io.h"
+#include "common/base/checkpoint_layout.h"
+#include "common/base/file_util.h"
+#include "common/base/safetensors.h"
+#include "common/engine/ngram_drafter.h"
+#include "common/model/cpu/cpu_panels.h"
+#include "common/model/dedit_drafter.h"
+#include "common/model/qwen3_model.h"
+#include "common/model/tensor_io.h"
 #include "training/drafter_trainer.h"
 
 namespace dedit::training {
@@ -404,9 +405,9 @@ TEST(TrainableTargetTest, FreezeStopsGradients) {
   }
 }
 
-// The trainer's parameters are the checkpoint layout (base/checkpoint_layout.h)
-// name for name, shape for shape, in order: the same table the engine's
-// loader checks.
+// The trainer's parameters are the checkpoint layout
+// (common/base/checkpoint_layout.h) name for name, shape for shape, in order:
+// the same table the engine's loader checks.
 void ExpectFollowsLayout(const ParameterList& params,
                          const std::vector<CheckpointTensor>& layout) {
   ASSERT_EQ(params.size(), layout.size());
