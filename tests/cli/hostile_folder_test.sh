@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A hostile model folder stops every entry point with an error message and a
 # plain failure status: never a signal, a hang or a huge allocation (CTest
-# cli.hostile_folder, label "cli"; issue 18). Each case copies the bundled
+# cli.hostile_folder, label "cli"). Each case copies the bundled
 # tiny checkpoint and breaks one file. Every command runs under a time limit
 # and a 4 GiB address-space limit; exit status 124 (timeout) or >= 128 (a
 # signal) fails the case.

@@ -272,7 +272,7 @@ TEST_F(DrafterWorkerTest, ContextGapFailsDraftsWithDataLossUntilRestarted) {
   EXPECT_TRUE((*results)[0].ok()) << (*results)[0].status();
 }
 
-// Issue 15, defect 6: a sequence's context never exceeds the model's
+// A sequence's context never exceeds the model's
 // positions; more is refused by name and drops only that sequence.
 TEST_F(DrafterWorkerTest, ContextPastTheMaxPositionsIsRefused) {
   DrafterWorkerOptions options;
@@ -354,7 +354,7 @@ TEST_F(DrafterWorkerTest, ContextTakenTogetherKeepsEveryEventsMeaning) {
   EXPECT_EQ(worker->snapshot().orphaned_contexts, 1);
 }
 
-// Issue 15, defect 6: the snapshot listener (which feeds the context
+// The snapshot listener (which feeds the context
 // gauge) hears of context and of releases, not only of drafts.
 TEST_F(DrafterWorkerTest, SnapshotListenerHearsOfReleases) {
   auto worker = MakeWorker(DrafterWorkerOptions(), /*start=*/false);
@@ -470,7 +470,7 @@ TEST_F(DrafterWorkerTest, WarmUpDraftRunsBeforeTheWorkerIsWarm) {
   ExpectSameDraft(*(*results)[0], Reference({{1, a}}, {{1, 9, 3, 4, 2}})[0]);
 }
 
-// Issue 15: one caller flooding the drafter with items gets a share of
+// One caller flooding the drafter with items gets a share of
 // each forward, not all of it; another caller's draft goes out in the next
 // forward instead of waiting behind the flood (or riding one huge
 // forward), and every draft still equals the in-process drafter's.

@@ -368,7 +368,7 @@ TEST_F(OpenAiGatewayTest, SdkAbortFreesTheSequenceOnTheTarget) {
 
 // A client that aborts a non-streamed request (whose body comes only at the
 // end) also cancels its router call: the gateway notices the closed
-// connection while it waits (issue 16).
+// connection while it waits.
 TEST_F(OpenAiGatewayTest, SdkAbortOfANonStreamedRequestFreesTheSequence) {
   ExpectAbortFreesTheSequence({{"model", ""},
                                {"abort_max_tokens", 1500},

@@ -387,7 +387,7 @@ TEST_F(ServeUntilSignalTest, FailedWarmUpIsReturnedAndNeverServes) {
   EXPECT_EQ(hooks_run, 0);
 }
 
-// Issue 15 defect 5: a port that needs credentials (here the internal
+// A port that needs credentials (here the internal
 // token) keeps its statuses on a plaintext health port too, which serves
 // nothing else, reports NOT_SERVING through the drain, and closes after it.
 TEST_F(ServeUntilSignalTest,
@@ -678,7 +678,7 @@ absl::StatusOr<std::string> ScrapeWithTimeout(int port,
   return response.substr(response.find("\r\n\r\n") + 4);
 }
 
-// Issue 15 defect 4: five clients that each send a byte every 1.5 s and
+// Five clients that each send a byte every 1.5 s and
 // never finish their request no longer hold /metrics. Scrapes running
 // meanwhile all succeed (the old endpoint served one connection at a time
 // and timed every one of them out), and the slow connections are closed

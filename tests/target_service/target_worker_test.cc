@@ -230,7 +230,7 @@ TEST_F(TargetBatcherTest, AdmissionRejectsBadPromptsAlone) {
   EXPECT_EQ(batcher->snapshot().reserved_tokens, 4);  // prompt + 1
 }
 
-// Issue 15, defect 5: a reservation no sequence can use (or a negative
+// A reservation no sequence can use (or a negative
 // one) is refused by name, and the reserved total never overflows or goes
 // negative.
 TEST_F(TargetBatcherTest, AdmissionRefusesReservationsBeyondTheContext) {
@@ -611,7 +611,7 @@ TEST_F(TargetBatcherTest, CancelPrefillsAnswersAndDropsEveryPrompt) {
   EXPECT_EQ(batcher->snapshot().reserved_tokens, 0);
 }
 
-// Issue 15, defect 2: a sequence no call names for its lease is released
+// A sequence no call names for its lease is released
 // (KV, reservation, the drafter told); verify calls and keep-alives renew
 // the lease, and a prompt being prefilled never expires.
 TEST_F(TargetBatcherTest, IdleSequencesExpireUnlessACallRenewsTheirLease) {
@@ -963,7 +963,7 @@ TEST_F(TargetWorkerTest, SequencesWithoutContextAreNotPublished) {
   EXPECT_TRUE(publisher_.Released(2));
 }
 
-// Issue 15, defect 6: the snapshot listener (which feeds the KV usage
+// The snapshot listener (which feeds the KV usage
 // gauge) hears of a release-only step, not only of forwards.
 TEST_F(TargetWorkerTest, SnapshotListenerHearsOfReleases) {
   auto worker = MakeWorker(TargetWorkerOptions());
