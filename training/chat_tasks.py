@@ -218,17 +218,80 @@ def rename(text, old, new):
 
 # --- instances ----------------------------------------------------------------
 
-WORDS = ("apple river stone cloud table green quick light window paper "
-         "garden silver orange music ocean forest yellow pencil candle "
-         "bridge winter summer rabbit castle little bottle market planet "
-         "number letter simple circle square dragon butter travel sister "
-         "mirror rocket jacket flower guitar animal circle doctor camera "
-         "island spring autumn school friend family button engine basket").split()
-KEYS = ("name id count size port host user mode level limit color width "
-        "height depth speed score price title owner path city year").split()
+# The vocabulary of reverse, json and rename. "fixed" is the original suite:
+# about sixty words and twenty keys that every split draws from, so a
+# held-out instance is a fresh combination of memorised words. "pool"
+# (the default) draws from thousands of words: the lower-case words and
+# identifiers of the corpus files, and generated pseudo-words; a word's
+# hash puts it in the training or the held-out pool, so held-out instances
+# use only words the training instances never show, and copying them
+# from the prompt is the only way to answer.
+FIXED_WORDS = ("apple river stone cloud table green quick light window paper "
+               "garden silver orange music ocean forest yellow pencil candle "
+               "bridge winter summer rabbit castle little bottle market planet "
+               "number letter simple circle square dragon butter travel sister "
+               "mirror rocket jacket flower guitar animal circle doctor camera "
+               "island spring autumn school friend family button engine "
+               "basket").split()
+FIXED_KEYS = ("name id count size port host user mode level limit color width "
+              "height depth speed score price title owner path city year").split()
+VOCABS = ("pool", "fixed")
+HELDOUT_WORD_EVERY = 5  # one word in five is held out
+PSEUDO_WORDS = 6000
+_ONSETS = ("b c d f g h j k l m n p r s t v w z br cl dr fl gr pl pr sk sl sn "
+           "st tr ch sh th").split()
+_VOWELS = "a e i o u ai ea ou oo".split()
+_CODAS = ["", "", "", "n", "r", "l", "s", "t", "x", "m", "nd", "rk", "st"]
 
 
-def make_instance(family, rng, funcs):
+def pseudo_words(count, seed=11):
+    """`count` distinct pronounceable non-words of 1-3 syllables (1-4 BPE
+    pieces under a small tokenizer), the same on every machine."""
+    rng = random.Random(seed)
+    out = set()
+    while len(out) < count:
+        syllables = rng.randint(1, 3)
+        out.add("".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) +
+                        rng.choice(_CODAS) for _ in range(syllables)))
+    return sorted(out)
+
+
+def corpus_words():
+    """The lower-case words (3-10 letters, not Python keywords) of every
+    corpus file, both splits: what text and code are made of."""
+    words = set()
+    for split in ("train", "heldout"):
+        for path in corpus_files(split, 20):
+            try:
+                with open(path, encoding="utf-8") as f:
+                    words.update(re.findall(r"\b[a-z]{3,10}\b", f.read()))
+            except (UnicodeDecodeError, OSError):
+                continue
+    return sorted(words - KEYWORDS)
+
+
+def word_split(word):
+    """'heldout' for one word in HELDOUT_WORD_EVERY, else 'train'."""
+    return ("heldout" if fnv1a("word:" + word) % HELDOUT_WORD_EVERY == 0
+            else "train")
+
+
+_POOLS = {}
+
+
+def vocabulary(vocab, split):
+    """(words, keys) that `split` draws from under `vocab`."""
+    if vocab == "fixed":
+        return FIXED_WORDS, FIXED_KEYS
+    if split not in _POOLS:
+        words = sorted(set(corpus_words()) | set(pseudo_words(PSEUDO_WORDS)))
+        for s in ("train", "heldout"):
+            _POOLS[s] = [w for w in words if word_split(w) == s]
+    pool = _POOLS[split]
+    return pool, pool
+
+
+def make_instance(family, rng, funcs, words=FIXED_WORDS, keys=FIXED_KEYS):
     if family == "add":
         a, b = rng.randint(0, 99999), rng.randint(0, 99999)
         return f"Add {a} and {b}.", answer_add(a, b)
@@ -240,20 +303,20 @@ def make_instance(family, rng, funcs):
         return ("Sort: " + ", ".join(map(str, xs)),
                 ", ".join(map(str, sorted(xs))))
     if family == "reverse":
-        ws = [rng.choice(WORDS) for _ in range(rng.randint(3, 8))]
+        ws = [rng.choice(words) for _ in range(rng.randint(3, 8))]
         return "Reverse: " + " ".join(ws), " ".join(reversed(ws))
     if family == "json":
-        keys = rng.sample(KEYS, rng.randint(2, 5))
+        picked = rng.sample(keys, rng.randint(2, 5))
         pairs = {}
-        for k in keys:
+        for k in picked:
             pairs[k] = (rng.randint(0, 9999) if rng.random() < 0.5
-                        else rng.choice(WORDS))
+                        else rng.choice(words))
         user = "To JSON: " + "; ".join(f"{k}={v}" for k, v in pairs.items())
         return user, json.dumps(pairs)
     text, names = rng.choice(funcs)
     if family == "rename":
         old = rng.choice(names)
-        new = rng.choice(WORDS) + "_" + rng.choice(WORDS)
+        new = rng.choice(words) + "_" + rng.choice(words)
         return f"Rename {old} to {new}:\n{text}", rename(text, old, new)
     if family == "continue":
         lines = text.split("\n")
@@ -308,6 +371,7 @@ def generate(args):
         if not funcs:
             sys.exit(f"chat_tasks.py: no {split} functions under {CORPUS_ROOTS}")
         rng = random.Random(seed)
+        words, keys = vocabulary(args.vocab, split)
         path = os.path.join(args.out, f"{split}.jsonl")
         # Held-out sets stay balanced (the same number per family) and
         # identical whatever the training weights are.
@@ -316,7 +380,7 @@ def generate(args):
                        for i in range(count * len(FAMILIES))])
         with open(path + ".tmp", "w") as f:
             for family in order:
-                user, answer = make_instance(family, rng, funcs)
+                user, answer = make_instance(family, rng, funcs, words, keys)
                 f.write(json.dumps({"family": family, "user": user,
                                     "answer": answer,
                                     "text": render_chat(user, answer)}) + "\n")
@@ -336,24 +400,50 @@ def numbers(text):
     return [int(x) for x in re.findall(r"-?\d+", text)]
 
 
-def correct(instance, answer):
+def _count(text, phrase):
+    """How often `phrase` occurs in `text` as a whole word or number."""
+    return len(re.findall(r"(?<![\w])" + re.escape(phrase) + r"(?![\w])",
+                          text))
+
+
+def _contains(text, phrase):
+    return _count(text, phrase) > 0
+
+
+def first_json_object(text):
+    """The first {...} in `text` that parses as JSON, or None."""
+    decoder = json.JSONDecoder()
+    for start in (m.start() for m in re.finditer(r"\{", text)):
+        try:
+            value, _ = decoder.raw_decode(text, start)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            return value
+    return None
+
+
+def correct(instance, answer, user=None):
+    """Whether `answer` is right, judged as a user would read it:
+    add, multiply: the answer's last number is the result (leading zeros
+    allowed: the suite's answers are zero-padded);
+    sort, reverse: the reference string appears in it; json: the first
+    {...} in it parses to the reference object; rename: the new name
+    appears and the old one does not, as whole words, except where the
+    reference keeps it (strings and comments are not renamed; `user`, the
+    request, names both; instance["user"] when not given)."""
     family, ref = instance["family"], instance["answer"]
-    answer = answer.strip()
     if family in ("add", "multiply"):
         return last_number(answer) == last_number(ref)
-    if family == "sort":
-        return numbers(answer) == numbers(ref)
-    if family == "reverse":
-        return answer.split() == ref.split()
+    if family in ("sort", "reverse"):
+        return _contains(answer, ref.strip())
     if family == "json":
-        try:
-            return json.loads(answer) == json.loads(ref)
-        except ValueError:
-            return False
+        return first_json_object(answer) == json.loads(ref)
     if family == "rename":
-        # Whole-text comparison; the surrounding blank lines (some corpus
-        # functions start with one) are not part of the function.
-        return answer.strip() == ref.strip()
+        head = (user or instance["user"]).split("\n", 1)[0]
+        old, new = re.fullmatch(r"Rename (\w+) to (\w+):", head).groups()
+        return (_contains(answer, new) and
+                _count(answer, old) <= _count(ref, old))
     return None  # continue: loss only
 
 
@@ -389,7 +479,7 @@ def check(args):
     """Exit 0 when the answer on stdin is correct for the user message."""
     answer = sys.stdin.read()
     ref = reference(args.family, args.user)
-    ok = correct({"family": args.family, "answer": ref}, answer)
+    ok = correct({"family": args.family, "answer": ref}, answer, args.user)
     print("correct" if ok else f"wrong; expected:\n{ref}")
     sys.exit(0 if ok else 1)
 
@@ -431,6 +521,9 @@ def main():
                         "e.g. sort=3,rename=3,add=0.25 (held-out stays "
                         "balanced)")
     g.add_argument("--seed", type=int, default=1)
+    g.add_argument("--vocab", choices=VOCABS, default="pool",
+                   help="pool: held-out instances use only words training "
+                        "never shows; fixed: the original ~60 words")
     s = sub.add_parser("score")
     s.add_argument("heldout")
     s.add_argument("answers")

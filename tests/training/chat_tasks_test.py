@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """training/chat_tasks.py: instances follow the task suite's user formats,
-their reference answers score 100%, wrong answers score 0, and the
-held-out functions never come from training files."""
+their reference answers score 100%, wrong answers score 0, answers are
+scored as a user would read them, the held-out functions never come from
+training files, and held-out instances use no word training shows."""
 import json
 import random
 import os
@@ -18,6 +19,77 @@ import chat_tasks  # noqa: E402
 def run(*args):
     return subprocess.run([sys.executable, SCRIPT, *args], check=True,
                           capture_output=True, text=True).stdout
+
+
+def wrong(inst):
+    """A wrong answer to `inst`: a digit of the result changed, two items
+    swapped, a value changed, or the function left unrenamed."""
+    family, answer, user = inst["family"], inst["answer"], inst["user"]
+    if family in ("add", "multiply"):
+        value = str(chat_tasks.last_number(answer))
+        bad = str(int(value) + 1)
+        return answer[:answer.rindex(value)] + bad
+    if family == "sort":
+        xs = answer.split(", ")
+        return ", ".join([xs[-1]] + xs[1:-1] + [xs[0]]) if xs[0] != xs[-1] \
+            else answer + ", 1000"
+    if family == "reverse":
+        ws = answer.split()
+        return " ".join(ws[1:] + ws[:1]) if len(set(ws)) > 1 else "nothing"
+    if family == "json":
+        obj = json.loads(answer)
+        key = next(iter(obj))
+        obj[key] = [obj[key]]
+        return json.dumps(obj)
+    if family == "rename":
+        return user.split("\n", 1)[1]
+    return answer
+
+
+def vocab_words(inst):
+    """The words an instance drew from the vocabulary."""
+    user = inst["user"]
+    if inst["family"] == "reverse":
+        return set(user[len("Reverse: "):].split())
+    if inst["family"] == "json":
+        words = set()
+        for item in user[len("To JSON: "):].split("; "):
+            k, v = item.split("=", 1)
+            words.add(k)
+            if not v.isdigit():
+                words.add(v)
+        return words
+    if inst["family"] == "rename":
+        new = user.split("\n", 1)[0].split(" to ")[1].rstrip(":")
+        return set(new.split("_"))
+    return set()
+
+
+def check_user_scoring(check):
+    """A user's reading: the result in a sentence is right; extra words
+    around a JSON object or a renamed function do not matter."""
+    c = chat_tasks.correct
+    add = {"family": "add", "answer": chat_tasks.answer_add(12, 30),
+           "user": "Add 12 and 30."}
+    check(c(add, "The sum is 42."), "add: the result in a sentence")
+    check(not c(add, "The sum is 420."), "add: a longer number is not it")
+    check(not c(add, "42? No: 43"), "add: the last number is the answer")
+    srt = {"family": "sort", "answer": "3, 9, 12", "user": "Sort: 12, 3, 9"}
+    check(c(srt, "Sorted: 3, 9, 12"), "sort: the list in a sentence")
+    check(not c(srt, "13, 9, 12"), "sort: a different list")
+    js = {"family": "json", "answer": json.dumps({"mode": "teal", "n": 88}),
+          "user": "To JSON: mode=teal; n=88"}
+    check(c(js, 'Here: {"n": 88, "mode": "teal"} done'),
+          "json: the first object, keys in any order")
+    check(not c(js, '{"mode": "teal", "n": "88"}'), "json: a number as text")
+    ren = {"family": "rename", "user": "Rename f to go:\ndef f(x):\n"
+           "    return f(x)  # f",
+           "answer": "def go(x):\n    return go(x)  # f"}
+    check(c(ren, "Sure:\ndef go(x):\n    return go(x)  # f"),
+          "rename: new name, the old one only where kept (a comment)")
+    check(not c(ren, "def go(x):\n    return f(x)  # f"),
+          "rename: the old name left in code")
+    check(not c(ren, "def fo(x):\n    return fo(x)"), "rename: no new name")
 
 
 def main():
@@ -60,7 +132,7 @@ def main():
             if inst["family"] == "continue":
                 continue
             for answer, want in ((inst["answer"], 0),
-                                 (inst["answer"] + " 1", 1)):
+                                 (wrong(inst), 1)):
                 p = subprocess.run([sys.executable, SCRIPT, "check",
                                     inst["family"], inst["user"]],
                                    input=answer, capture_output=True,
@@ -71,11 +143,29 @@ def main():
         bad = os.path.join(d, "bad.jsonl")
         with open(bad, "w") as f:
             for inst in held:
-                f.write(json.dumps({"answer": inst["answer"] + " 1"}) + "\n")
+                f.write(json.dumps({"answer": wrong(inst)}) + "\n")
         report = json.loads(run("score", os.path.join(d, "heldout.jsonl"), bad))
         for fam in ("add", "multiply", "sort", "reverse", "json", "rename"):
             check(report[fam]["accuracy"] == 0.0, f"{fam}: a wrong answer scores 0")
 
+    check_user_scoring(check)
+    # The vocabulary pools: held-out instances use only words that no
+    # training instance shows (and the pools are disjoint).
+    train_pool = set(chat_tasks.vocabulary("pool", "train")[0])
+    held_pool = set(chat_tasks.vocabulary("pool", "heldout")[0])
+    check(len(held_pool) > 1000 and len(train_pool) > 1000, "pool sizes")
+    check(not (train_pool & held_pool), "disjoint word pools")
+    with tempfile.TemporaryDirectory() as d:
+        run("generate", "--out", d, "--train", "200", "--heldout", "40")
+        train = [json.loads(l) for l in open(os.path.join(d, "train.jsonl"))]
+        held = [json.loads(l) for l in open(os.path.join(d, "heldout.jsonl"))]
+        train_words = set().union(*map(vocab_words, train))
+        held_words = set().union(*map(vocab_words, held))
+        check(held_words and held_words <= held_pool, "held-out words pooled")
+        check(train_words <= train_pool, "training words pooled")
+        check(not (train_words & held_words),
+              f"held-out shares words with training: "
+              f"{sorted(train_words & held_words)[:5]}")
     # Arithmetic steps compute the right result; renames touch names only.
     check(chat_tasks.answer_add(99999, 1).endswith("A+B=100000"), "add carry")
     check(chat_tasks.answer_multiply(9999, 99).endswith("A*B=989901"),
