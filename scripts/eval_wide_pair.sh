@@ -16,8 +16,11 @@
 # Environment: LIMIT (instances per family, default 0 = all 35),
 # MAX_TOKENS (448), THREADS (--threads of every model process, default the
 # machine's cores), WIDE (the pair, default BUILD_DIR/wide-pair-x8), TASKS
-# (folder with heldout.jsonl, default: generated into BUILD_DIR/chat-tasks
-# by training/chat_tasks.py). Nothing else should run meanwhile.
+# (folder with heldout.jsonl, default: generated into
+# BUILD_DIR/chat-tasks-VOCAB by training/chat_tasks.py), VOCAB (its
+# vocabulary: fixed, the split docs/RESULTS.md's figures were measured on,
+# or pool, held-out words never seen in training; default fixed).
+# Nothing else should run meanwhile.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=$(cd "${1:-$ROOT/build}" && pwd)
@@ -26,12 +29,14 @@ LIMIT=${LIMIT:-0}
 MAX_TOKENS=${MAX_TOKENS:-448}
 THREADS=${THREADS:-$(nproc)}
 WIDE=${WIDE:-$BUILD/wide-pair-x8}
-TASKS=${TASKS:-$BUILD/chat-tasks}
+VOCAB=${VOCAB:-fixed}
+TASKS=${TASKS:-$BUILD/chat-tasks-$VOCAB}
 
 BUILD=$BUILD bash "$ROOT/scripts/make_wide_pair.sh" "$WIDE" 8
 if [ ! -f "$TASKS/heldout.jsonl" ]; then
   mkdir -p "$TASKS"
-  python3 "$ROOT/training/chat_tasks.py" generate --out "$TASKS"
+  python3 "$ROOT/training/chat_tasks.py" generate --out "$TASKS" \
+    --vocab "$VOCAB"
 fi
 
 RUN=$(mktemp -d "${TMPDIR:-/tmp}/dedit-wide-eval.XXXXXX")
