@@ -30,6 +30,15 @@
 # pays), --no-drafter, --detach (start,
 # wait for health, exit leaving the services running; stop them with
 # `kill $(cat RUN_DIR/*.pid)`).
+#
+# Internal calls (router -> target, router -> drafter, target -> drafter)
+# carry a shared token by default: serve.sh writes a fresh one to
+# RUN_DIR/internal.token (mode 0600) and passes it to all three, so that
+# nothing else on the host can call Target.Prefill or read the drafter's
+# context. --internal-token-file F uses F instead (several serve.sh runs,
+# or a second router, sharing one target); --insecure-internal runs them
+# in plaintext with no token. Clients of the router's public port need no
+# token.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -58,6 +67,8 @@ MIN_DRAFT_CONFIDENCE=0
 VERIFY_CHUNK=0
 MAX_SPECULATIVE_BATCH=0
 ADAPTIVE_SPECULATION=false
+INTERNAL_TOKEN_FILE=""
+INSECURE_INTERNAL=0
 
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -84,9 +95,11 @@ while [ $# -gt 0 ]; do
     --verify-chunk) VERIFY_CHUNK=$2; shift 2 ;;
     --max-speculative-batch) MAX_SPECULATIVE_BATCH=$2; shift 2 ;;
     --adaptive-speculation) ADAPTIVE_SPECULATION=true; shift ;;
+    --internal-token-file) INTERNAL_TOKEN_FILE=$2; shift 2 ;;
+    --insecure-internal) INSECURE_INTERNAL=1; shift ;;
     --no-drafter) WITH_DRAFTER=0; shift ;;
     --detach) DETACH=1; shift ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,41p' "$0"; exit 0 ;;
     *) echo "serve.sh: unknown flag $1" >&2; exit 2 ;;
   esac
 done
@@ -117,6 +130,22 @@ if [ "$WITH_DRAFTER" = 1 ] && [ -z "$DRAFTER_DIR" ]; then
   exit 2
 fi
 
+AUTH_ARGS=()
+if [ "$INSECURE_INTERNAL" = 0 ]; then
+  if [ -z "$INTERNAL_TOKEN_FILE" ]; then
+    INTERNAL_TOKEN_FILE="$RUN_DIR/internal.token"
+    (umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' \
+       > "$INTERNAL_TOKEN_FILE")
+  elif [ ! -r "$INTERNAL_TOKEN_FILE" ]; then
+    echo "serve.sh: --internal-token-file $INTERNAL_TOKEN_FILE is not readable" >&2
+    exit 2
+  fi
+  AUTH_ARGS=(--internal_token_file "$INTERNAL_TOKEN_FILE")
+  echo "serve.sh: internal calls carry the token in $INTERNAL_TOKEN_FILE"
+else
+  echo "serve.sh: --insecure-internal: internal calls in plaintext, no token"
+fi
+
 PIDS=()
 stop_all() {
   # Router first (it drains client streams), then the services it uses.
@@ -127,7 +156,8 @@ stop_all() {
 start() {  # name, args...
   local name=$1; shift
   rm -f "$RUN_DIR/$name.ready"
-  "$(bin "dedit-$name")" "$@" --ready_file="$RUN_DIR/$name.ready" \
+  "$(bin "dedit-$name")" "$@" "${AUTH_ARGS[@]}" \
+      --ready_file="$RUN_DIR/$name.ready" \
       >"$RUN_DIR/$name.log" 2>&1 &
   local pid=$!
   echo "$pid" > "$RUN_DIR/$name.pid"
