@@ -34,6 +34,18 @@ std::string ParamFromRouterMessage(const std::string& message,
   return "";
 }
 
+// Whether an UNAVAILABLE message is gRPC's about the connection (rather
+// than the router's own, such as no stack serving).
+bool IsTransportError(absl::string_view message) {
+  for (absl::string_view mark :
+       {"ipv4:", "ipv6:", "unix:", "failed to connect", "Socket closed",
+        "Connection refused", "connections to all backends failing",
+        "DNS resolution failed"}) {
+    if (absl::StrContains(message, mark)) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 ApiError ApiError::Invalid(std::string message, std::string param) {
@@ -72,6 +84,11 @@ ApiError ApiErrorFromGrpc(const grpc::Status& status, Endpoint endpoint) {
       e.http_status = 503;
       e.type = "service_unavailable_error";
       e.code = "unavailable";
+      // gRPC's own transport errors name the router's address and socket
+      // state, which are the operator's business, not a client's.
+      if (IsTransportError(e.message)) {
+        e.message = "the model server is unavailable";
+      }
       break;
     case grpc::StatusCode::DEADLINE_EXCEEDED:
       e.http_status = 504;

@@ -102,10 +102,18 @@ class Fields {
     if (std::optional<ApiError> e_ = (expr)) return e_; \
   } while (0)
 
-int32_t ClampToInt32(int64_t v) {
-  return static_cast<int32_t>(
-      std::clamp<int64_t>(v, std::numeric_limits<int32_t>::min(),
-                          std::numeric_limits<int32_t>::max()));
+// `v` for an int32 field of the wire. Out of its range, an error naming
+// `param` and the value as the client sent it: clamped, the router would
+// see, and report, another value than the one sent.
+std::optional<ApiError> ToInt32(const std::string& param, int64_t v,
+                                int32_t* out) {
+  if (v < std::numeric_limits<int32_t>::min() ||
+      v > std::numeric_limits<int32_t>::max()) {
+    return ApiError::Invalid(absl::StrCat(param, " = ", v, " is out of range"),
+                             param);
+  }
+  *out = static_cast<int32_t>(v);
+  return std::nullopt;
 }
 
 // Fields OpenAI defines whose only supported value is the neutral one.
@@ -242,7 +250,9 @@ std::optional<ApiError> ParsePrompt(Fields& f, v1::GenerateRequest* out) {
             "token ids",
             "prompt");
       }
-      ids->Add(ClampToInt32(id.get<int64_t>()));
+      int32_t t = 0;
+      RETURN_IF_API_ERROR(ToInt32("prompt", id.get<int64_t>(), &t));
+      ids->Add(t);
     }
     return std::nullopt;
   }
@@ -347,7 +357,9 @@ std::optional<ApiError> ParseSampling(Fields& f, v1::GenerateRequest* out) {
   s->set_temperature(static_cast<float>(temperature.value_or(1.0)));
   s->set_top_p(static_cast<float>(top_p.value_or(1.0)));
   // vLLM spells "off" -1; the router 0.
-  s->set_top_k(top_k && *top_k != -1 ? ClampToInt32(*top_k) : 0);
+  int32_t k = 0;
+  if (top_k && *top_k != -1) RETURN_IF_API_ERROR(ToInt32("top_k", *top_k, &k));
+  s->set_top_k(k);
   if (seed) {
     s->set_has_seed(true);
     s->set_seed(static_cast<uint64_t>(*seed));
@@ -374,7 +386,9 @@ std::optional<ApiError> ParseStops(Fields& f, v1::GenerateRequest* out) {
       if (!id.is_number_integer()) {
         return WrongType("stop_token_ids", "a list of integers", id);
       }
-      out->add_stop_token_ids(ClampToInt32(id.get<int64_t>()));
+      int32_t t = 0;
+      RETURN_IF_API_ERROR(ToInt32("stop_token_ids", id.get<int64_t>(), &t));
+      out->add_stop_token_ids(t);
     }
   }
   std::optional<bool> ignore_eos;
@@ -400,14 +414,18 @@ std::optional<ApiError> ParseSpeculation(Fields& f, v1::GenerateRequest* out) {
       return ApiError::Invalid(
           absl::StrCat("window must be >= 1, got ", *window), "window");
     }
-    out->set_window(ClampToInt32(*window));
+    int32_t w = 0;
+    RETURN_IF_API_ERROR(ToInt32("window", *window, &w));
+    out->set_window(w);
   }
   if (passes) {
     if (*passes < 1) {
       return ApiError::Invalid(
           absl::StrCat("passes must be >= 1, got ", *passes), "passes");
     }
-    out->set_passes(ClampToInt32(*passes));
+    int32_t k = 0;
+    RETURN_IF_API_ERROR(ToInt32("passes", *passes, &k));
+    out->set_passes(k);
   }
   out->set_disable_speculation(disable.value_or(false));
   if (method) {
@@ -503,14 +521,17 @@ std::optional<ApiError> ParseOpenAiRequest(Endpoint endpoint,
     max_tokens = max_completion_tokens;
   }
   if (max_tokens) {
-    // The router checks the upper bound (its --max_tokens_limit).
-    if (*max_tokens < 1) {
+    // Both bounds here, so that the message shows the value as sent (the
+    // wire's field is int32; the router checks its limit again).
+    if (*max_tokens < 1 || *max_tokens > served.max_tokens_limit) {
       const char* param =
           max_completion_tokens ? "max_completion_tokens" : "max_tokens";
       return ApiError::Invalid(
-          absl::StrCat(param, " must be >= 1, got ", *max_tokens), param);
+          absl::StrCat(param, " must be in [1, ", served.max_tokens_limit,
+                       "], got ", *max_tokens),
+          param);
     }
-    g.set_max_tokens(ClampToInt32(*max_tokens));
+    g.set_max_tokens(static_cast<int32_t>(*max_tokens));
   } else if (endpoint == Endpoint::kCompletions) {
     g.set_max_tokens(std::min(16, served.max_tokens_limit));
   } else {

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -164,8 +165,11 @@ absl::StatusOr<v1::ModelCard> OpenAiFront::Model(bool refresh) {
   v1::ListModelsResponse models;
   const grpc::Status status = stub_->ListModels(&context, {}, &models);
   if (!status.ok()) {
-    return absl::UnavailableError(
-        absl::StrCat("router unreachable: ", status.error_message()));
+    // The detail (the router's address, the socket error) is the
+    // operator's, in the log; a client learns only that it is down.
+    std::cerr << "dedit-openai: router unreachable: " << status.error_message()
+              << "\n";
+    return absl::UnavailableError("the model server is unavailable");
   }
   if (models.models_size() == 0) {
     return absl::UnavailableError("the router serves no model yet");
@@ -331,16 +335,21 @@ void OpenAiFront::Stream(std::unique_ptr<Generation> generation,
 }
 
 void OpenAiFront::HandleModels(httplib::Response& res) {
+  // While the router is down or serves nothing, 503: an empty list would
+  // tell a client that no model exists.
   absl::StatusOr<v1::ModelCard> card = Model(/*refresh=*/true);
-  json data = json::array();
-  if (card.ok()) {
-    data.push_back({{"id", card->name()},
-                    {"object", "model"},
-                    {"created", created_},
-                    {"owned_by", "dedit"},
-                    {"root", card->name()},
-                    {"max_model_len", card->max_context()}});
+  if (!card.ok()) {
+    return ReplyError(res,
+                      ServerError(503, std::string(card.status().message()),
+                                  "service_unavailable_error", "unavailable"));
   }
+  json data = json::array();
+  data.push_back({{"id", card->name()},
+                  {"object", "model"},
+                  {"created", created_},
+                  {"owned_by", "dedit"},
+                  {"root", card->name()},
+                  {"max_model_len", card->max_context()}});
   res.set_content(json({{"object", "list"}, {"data", data}}).dump(),
                   "application/json");
 }

@@ -3,7 +3,10 @@
 // gateway in front, and the official OpenAI Node SDK as the client
 // (openai_sdk_test.cjs). The expected texts come from the router's gRPC
 // stream, checked here against the target's greedy decoding in process.
+#include <arpa/inet.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -61,6 +64,19 @@ double CpuSeconds(pid_t pid) {
     if (i >= 14) ticks += std::stod(field);
   }
   return ticks / sysconf(_SC_CLK_TCK);
+}
+
+// A loopback port nothing listens on (bound to port 0, then closed).
+int FreePortForTest() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
 }
 
 template <typename Pred>
@@ -473,6 +489,36 @@ TEST_F(OpenAiGatewayTest, ReadmeExamplesRun) {
 
 // More generations than --max_concurrent_generations: the extra ones get
 // 429 at once while the others stream.
+// A gateway whose router is down: /v1/models and /health answer 503 with
+// the usual error body, and no answer names the router's address (the
+// operator finds it in the gateway's log).
+TEST_F(OpenAiGatewayTest, RouterDownIs503WithoutInternalAddresses) {
+  const std::string dead = absl::StrCat("127.0.0.1:", FreePortForTest());
+  auto gateway = ServiceProcess::Start(DEDIT_OPENAI_BINARY,
+                                       {"--router=" + dead, "--host=127.0.0.1",
+                                        "--port=0", "--drain_timeout_ms=1000"},
+                                       *dir_, "gateway-no-router");
+  ASSERT_TRUE(gateway.ok()) << gateway.status();
+  httplib::Client client("127.0.0.1", (*gateway)->metrics_port());
+  client.set_read_timeout(30, 0);
+  for (const char* path : {"/v1/models", "/health"}) {
+    auto res = client.Get(path);
+    ASSERT_TRUE(res) << path;
+    EXPECT_EQ(res->status, 503) << path << ": " << res->body;
+    const json body = json::parse(res->body, nullptr, false);
+    ASSERT_TRUE(body.contains("error")) << path << ": " << res->body;
+    EXPECT_EQ(body["error"]["type"], "service_unavailable_error") << path;
+    EXPECT_EQ(res->body.find("127.0.0.1"), std::string::npos) << res->body;
+    EXPECT_EQ(res->body.find(dead), std::string::npos) << res->body;
+  }
+  auto res = client.Post("/v1/completions",
+                         json({{"prompt", "x"}, {"max_tokens", 4}}).dump(),
+                         "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 503) << res->body;
+  EXPECT_EQ(res->body.find("127.0.0.1"), std::string::npos) << res->body;
+}
+
 TEST_F(OpenAiGatewayTest, ConcurrencyLimitAnswers429) {
   std::vector<std::unique_ptr<httplib::Client>> clients;
   std::vector<std::thread> streams;

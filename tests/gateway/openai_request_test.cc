@@ -239,6 +239,52 @@ TEST(OpenAiRequestTest, MalformedBodiesAre400) {
   }
 }
 
+// A value out of the wire's range is refused with the value as sent, not
+// a clamped one the router would report.
+TEST(OpenAiRequestTest, OutOfRangeValuesAreReportedAsSent) {
+  OpenAiRequest r;
+  auto e = Parse(Endpoint::kCompletions,
+                 {{"prompt", "x"}, {"max_tokens", int64_t{1} << 31}}, &r);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->param, "max_tokens");
+  EXPECT_NE(e->message.find("got 2147483648"), std::string::npos) << e->message;
+  e = Parse(Endpoint::kCompletions, {{"prompt", "x"}, {"max_tokens", 1001}},
+            &r);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_NE(e->message.find("[1, 1000], got 1001"), std::string::npos)
+      << e->message;
+  const int64_t huge = int64_t{1} << 32;
+  for (const auto& [body, param] : std::vector<std::pair<json, std::string>>{
+           {{{"prompt", {1, huge}}}, "prompt"},
+           {{{"prompt", "x"}, {"window", huge}}, "window"},
+           {{{"prompt", "x"}, {"passes", huge}}, "passes"},
+           {{{"prompt", "x"}, {"top_k", -huge}}, "top_k"},
+           {{{"prompt", "x"}, {"stop_token_ids", {huge}}}, "stop_token_ids"}}) {
+    e = Parse(Endpoint::kCompletions, body, &r);
+    ASSERT_TRUE(e.has_value()) << body;
+    EXPECT_EQ(e->param, param);
+    EXPECT_NE(e->message.find(std::to_string(param == "top_k" ? -huge : huge)),
+              std::string::npos)
+        << e->message;
+  }
+}
+
+TEST(ApiErrorTest, TransportErrorsNameNoAddress) {
+  const ApiError e = ApiErrorFromGrpc(
+      grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                   "failed to connect to all addresses; last error: UNKNOWN: "
+                   "ipv4:10.0.3.7:50050: Failed to connect to remote host"),
+      Endpoint::kCompletions);
+  EXPECT_EQ(e.http_status, 503);
+  EXPECT_EQ(e.message.find("10.0.3.7"), std::string::npos) << e.message;
+  // The router's own reasons stay.
+  EXPECT_EQ(ApiErrorFromGrpc(grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                          "no stack is serving"),
+                             Endpoint::kCompletions)
+                .message,
+            "no stack is serving");
+}
+
 TEST(ApiErrorTest, RouterStatusesMapToHttp) {
   auto map = [](grpc::StatusCode code, const std::string& message) {
     return ApiErrorFromGrpc(grpc::Status(code, message),
