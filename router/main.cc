@@ -28,6 +28,13 @@ ABSL_FLAG(std::string, stacks_dns, "",
           "host:target_port[:drafter_port] of a headless Service: every "
           "address it resolves to is one stack pod; re-resolved every "
           "--stacks_refresh_ms; replaces --target/--drafter");
+ABSL_FLAG(int, max_stacks, 64,
+          "most stacks --stacks_file / --stacks_dns may list; a longer list "
+          "is refused whole (logged) and the last good one kept (each stack "
+          "costs a loop thread and channels)");
+ABSL_FLAG(int64_t, max_stacks_file_bytes, int64_t{1} << 20,
+          "a larger --stacks_file is refused unread (logged), keeping the "
+          "last good list");
 ABSL_FLAG(int64_t, stacks_refresh_ms, 2000,
           "how often --stacks_file / --stacks_dns are read again");
 ABSL_FLAG(int64_t, stack_drain_ms, 30000,
@@ -101,6 +108,14 @@ int main(int argc, char** argv) {
   o.drafter_address = absl::GetFlag(FLAGS_drafter);
   o.stacks.stacks_file = absl::GetFlag(FLAGS_stacks_file);
   o.stacks.stacks_dns = absl::GetFlag(FLAGS_stacks_dns);
+  o.stacks.max_stacks = absl::GetFlag(FLAGS_max_stacks);
+  o.stacks.max_file_bytes = absl::GetFlag(FLAGS_max_stacks_file_bytes);
+  if (o.stacks.max_stacks < 1 || o.stacks.max_file_bytes < 1) {
+    std::fprintf(stderr,
+                 "dedit-router: --max_stacks and --max_stacks_file_bytes must "
+                 "be >= 1\n");
+    return 2;
+  }
   o.stacks_refresh_ms = absl::GetFlag(FLAGS_stacks_refresh_ms);
   o.stack_drain_ms = absl::GetFlag(FLAGS_stack_drain_ms);
   if (!o.stacks.stacks_file.empty() || !o.stacks.stacks_dns.empty()) {

@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
-#include <sstream>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -30,7 +29,7 @@ bool LooksLikeAddress(absl::string_view address) {
 }  // namespace
 
 absl::StatusOr<std::vector<StackAddress>> ParseStacksFile(
-    absl::string_view text) {
+    absl::string_view text, int max_stacks) {
   std::vector<StackAddress> stacks;
   int line_number = 0;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
@@ -44,6 +43,11 @@ absl::StatusOr<std::vector<StackAddress>> ParseStacksFile(
       return absl::InvalidArgumentError(absl::StrCat(
           "stacks file line ", line_number,
           ": expected `name target_host:port [drafter_host:port]`"));
+    }
+    if (max_stacks > 0 && static_cast<int>(stacks.size()) == max_stacks) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "stacks file line ", line_number, ": more than ", max_stacks,
+          " stacks (--max_stacks); the whole list is refused"));
     }
     StackAddress a;
     a.name = std::string(fields[0]);
@@ -181,16 +185,39 @@ absl::StatusOr<std::vector<StackAddress>> StackDiscovery::Read() {
     absl::StatusOr<std::vector<StackAddress>> stacks = ResolveStacks(*name);
     // No address: no ready stack pod. Anything else may be transient.
     if (absl::IsNotFound(stacks.status())) return std::vector<StackAddress>();
+    if (stacks.ok() && source_.max_stacks > 0 &&
+        static_cast<int>(stacks->size()) > source_.max_stacks) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          source_.stacks_dns, " resolves to ", stacks->size(),
+          " addresses, more than --max_stacks ", source_.max_stacks));
+    }
     return stacks;
   }
-  std::ifstream in(source_.stacks_file);
+  // Refused unread when it is over the limit, and refused when it grew
+  // past it while being read (at most one buffer more is read).
+  const int64_t limit = source_.max_file_bytes;
+  auto too_large = [&](int64_t bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source_.stacks_file, " is over --max_stacks_file_bytes ",
+                     limit, " (", bytes, " bytes)"));
+  };
+  struct stat st {};
+  if (stat(source_.stacks_file.c_str(), &st) == 0 && st.st_size > limit) {
+    return too_large(st.st_size);
+  }
+  std::ifstream in(source_.stacks_file, std::ios::binary);
   if (!in) {
     return absl::NotFoundError(
         absl::StrCat("cannot read ", source_.stacks_file));
   }
-  std::stringstream text;
-  text << in.rdbuf();
-  return ParseStacksFile(text.str());
+  std::string text;
+  char buffer[1 << 16];
+  while (in && static_cast<int64_t>(text.size()) <= limit) {
+    in.read(buffer, sizeof(buffer));
+    text.append(buffer, static_cast<size_t>(in.gcount()));
+  }
+  if (static_cast<int64_t>(text.size()) > limit) return too_large(text.size());
+  return ParseStacksFile(text, source_.max_stacks);
 }
 
 void StackDiscovery::Poll() {

@@ -9,9 +9,11 @@
 //    every address the name resolves to is one stack pod (the Service lists
 //    ready pods only), named by its IP.
 //
-// A source that cannot be read (file missing or malformed, DNS failure other
-// than "no such name") keeps the last good list; a name that resolves to no
-// address means no stacks.
+// A source that cannot be read (file missing, malformed or over its limits,
+// DNS failure other than "no such name") keeps the last good list; a name
+// that resolves to no address means no stacks. Every stack costs the router
+// a loop thread and channels, so a list is bounded (Source::max_stacks) and
+// a file larger than Source::max_file_bytes is refused whole, unread.
 //
 //   StackDiscovery discovery(source, 1000, [&](auto stacks) {
 //     stack_set.Update(stacks);
@@ -38,9 +40,10 @@
 namespace dedit {
 
 // The stacks file's text → stacks. INVALID_ARGUMENT naming the line when a
-// line is malformed or a name repeats.
+// line is malformed or a name repeats, or when it lists more than
+// `max_stacks` stacks (0 = no limit).
 absl::StatusOr<std::vector<StackAddress>> ParseStacksFile(
-    absl::string_view text);
+    absl::string_view text, int max_stacks = 0);
 
 // `host:target_port[:drafter_port]`.
 struct StacksDnsName {
@@ -61,6 +64,10 @@ class StackDiscovery {
   struct Source {
     std::string stacks_file;  // one of the two
     std::string stacks_dns;
+    // More stacks than this (file lines, DNS addresses) refuse the whole
+    // list; a stacks file over max_file_bytes is refused unread.
+    int max_stacks = 64;
+    int64_t max_file_bytes = int64_t{1} << 20;
   };
   using OnChange = std::function<void(const std::vector<StackAddress>&)>;
 

@@ -127,5 +127,71 @@ TEST(StackDiscoveryTest, RereadsTheFileWhenItChanges) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(StacksFileTest, MoreStacksThanTheLimitRefuseTheWholeList) {
+  const std::string three =
+      "a 127.0.0.1:1\nb 127.0.0.1:2\n# c is next\nc 127.0.0.1:3\n";
+  EXPECT_EQ(ParseStacksFile(three, 3)->size(), 3u);
+  auto refused = ParseStacksFile(three, 2);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.status().message()),
+              ::testing::HasSubstr("line 4: more than 2 stacks"));
+}
+
+// A hostile or mistaken stacks file (a 100,000-line one, or more stacks
+// than --max_stacks) is refused whole; the last good list stays, and a good
+// rewrite after it is applied at the next poll.
+TEST(StackDiscoveryTest, OversizedFilesAreRefusedAndTheLastGoodListKept) {
+  const std::string dir = std::filesystem::temp_directory_path() /
+                          ("stacks_big_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/stacks.txt";
+  auto write = [&](const std::string& text) {
+    std::ofstream(path + ".tmp") << text;
+    std::filesystem::rename(path + ".tmp", path);
+  };
+  auto lines = [](int n) {
+    std::string text;
+    for (int i = 0; i < n; ++i) {
+      text += "s" + std::to_string(i) +
+              " 127.0.0.1:" + std::to_string(1 + i % 60000) + "\n";
+    }
+    return text;
+  };
+  write(lines(2));
+  absl::Mutex mu;
+  std::vector<std::vector<StackAddress>> seen;
+  StackDiscovery::Source source{path, ""};
+  source.max_stacks = 64;
+  source.max_file_bytes = 1 << 20;
+  StackDiscovery discovery(source, 20,
+                           [&](const std::vector<StackAddress>& stacks) {
+                             absl::MutexLock lock(&mu);
+                             seen.push_back(stacks);
+                           });
+  discovery.Start();
+  write(lines(100000));  // ~2.5 MB: refused unread
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  write(lines(65));  // small, but one stack too many
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  {
+    absl::MutexLock lock(&mu);
+    ASSERT_EQ(seen.size(), 1u) << "a refused list was applied";
+    EXPECT_EQ(seen[0].size(), 2u);
+  }
+  write(lines(3));
+  auto applied = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return seen.size() >= 2;
+  };
+  {
+    absl::MutexLock lock(&mu);
+    ASSERT_TRUE(
+        mu.AwaitWithTimeout(absl::Condition(&applied), absl::Seconds(10)));
+    EXPECT_EQ(seen[1].size(), 3u);
+  }
+  discovery.Stop();
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace dedit
