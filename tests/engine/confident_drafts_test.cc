@@ -1,4 +1,4 @@
-// SpeculativeEngine::Options::min_draft_confidence and verify_chunk over a
+// SpeculationOptions::min_draft_confidence and verify_chunk over a
 // scripted target (torch-free): drafts are cut before their first
 // unconfident slot, a draft cut to nothing makes a decode step and backs
 // the drafter off, a chunked draft is verified a few rows per round, and

@@ -287,8 +287,8 @@ TEST_F(EngineTest, LosslessWithOracleAndCorruptedOracleDrafters) {
   }
 }
 
-// Options::verify_chunk: drafts verified a few rows at a time, the rest of
-// a draft in the next round when all its verified tokens were accepted.
+// SpeculationOptions::verify_chunk: drafts verified a few rows at a time, the
+// rest of a draft in the next round when all its verified tokens were accepted.
 // The output is the target's, the drafter is asked exactly as often as
 // when whole drafts are verified, and no verified block exceeds the chunk.
 TEST_F(EngineTest, ChunkedVerificationIsLosslessAndDraftsAsOften) {
@@ -761,8 +761,8 @@ TEST_F(EngineTest, OnlySequencesTheModelDraftsFeedTheDrafter) {
   EXPECT_EQ(pair_->target->num_sequences(), 0u);
 }
 
-// Options::max_speculative_batch: rounds of more running sequences than
-// the limit draft nothing (model and n-gram alike) and are counted as
+// SpeculationOptions::max_speculative_batch: rounds of more running sequences
+// than the limit draft nothing (model and n-gram alike) and are counted as
 // paused; once requests finish and the batch fits, the rest speculate
 // again. Output is the target's greedy output throughout.
 TEST_F(EngineTest, SpeculationPausesWhileTheBatchIsOverTheLimit) {
@@ -837,9 +837,9 @@ TEST_F(EngineTest, SpeculationPausesWhileTheBatchIsOverTheLimit) {
   }
 }
 
-// Options::adaptive_speculation: a drafter whose drafts are all wrong and
-// slow (each Draft call sleeps 3 ms, many plain decode steps of the tiny
-// target) is asked less and less often, its request decoding plain rounds
+// SpeculationOptions::adaptive_speculation: a drafter whose drafts are all
+// wrong and slow (each Draft call sleeps 3 ms, many plain decode steps of the
+// tiny target) is asked less and less often, its request decoding plain rounds
 // in between; an oracle keeps drafting nearly every round after the first
 // plain one. Both outputs are the target's.
 TEST_F(EngineTest, AdaptiveSpeculationBacksOffADrafterThatDoesNotPay) {

@@ -488,13 +488,13 @@ class GenerationLoopTest : public ::testing::Test {
   std::function<bool(RouterRequest&, const absl::Status&)> reroute_;
   // GenerationLoop::Options::max_prefill_tokens_per_round when > 0.
   int64_t max_prefill_tokens_per_round_ = 0;
-  // GenerationLoop::Options::min_draft_confidence.
+  // SpeculationOptions::min_draft_confidence.
   double min_draft_confidence_ = 0;
-  // GenerationLoop::Options::verify_chunk.
+  // SpeculationOptions::verify_chunk.
   int verify_chunk_ = 0;
-  // GenerationLoop::Options::max_speculative_batch.
+  // SpeculationOptions::max_speculative_batch.
   int max_speculative_batch_ = 0;
-  // GenerationLoop::Options::adaptive_speculation.
+  // SpeculationOptions::adaptive_speculation.
   bool adaptive_speculation_ = false;
   std::unique_ptr<GenerationLoop> loop_;  // destroyed first
 };
