@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -519,17 +520,32 @@ TEST_F(OpenAiGatewayTest, RouterDownIs503WithoutInternalAddresses) {
   EXPECT_EQ(res->body.find("127.0.0.1"), std::string::npos) << res->body;
 }
 
+// The metric gauge `name` as the gateway reports it (-1 if absent).
+double GatewayGauge(int port, const std::string& name) {
+  httplib::Client client("127.0.0.1", port);
+  auto res = client.Get("/metrics");
+  if (!res) return -1;
+  std::istringstream lines(res->body);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.rfind(name + " ", 0) == 0 || line.rfind(name + "{", 0) == 0) {
+      return std::stod(line.substr(line.rfind(' ') + 1));
+    }
+  }
+  return -1;
+}
+
 TEST_F(OpenAiGatewayTest, ConcurrencyLimitAnswers429) {
-  std::vector<std::unique_ptr<httplib::Client>> clients;
+  // The target is stopped (SIGSTOP) while the slots fill, so that no
+  // generation can progress, finish and free its slot before the ninth
+  // request is refused: the tiny model ends a stream in about a second, and
+  // a stream's bytes fit in loopback's socket buffers whether or not its
+  // client reads them. Continued however the test ends.
+  ASSERT_EQ(kill(target_->pid(), SIGSTOP), 0);
+  absl::Cleanup resume = [&] { kill(target_->pid(), SIGCONT); };
   std::vector<std::thread> streams;
-  std::atomic<int> started{0};
-  // Each stream stops reading after its first bytes until the refusal has
-  // been checked, so that none can finish and free its slot first (on a
-  // loaded machine a stream of 600 tokens can end before the eighth one
-  // starts). Released and joined however the test ends.
-  std::atomic<bool> hold{true};
   absl::Cleanup join = [&] {
-    hold = false;
+    kill(target_->pid(), SIGCONT);
     for (std::thread& t : streams) {
       if (t.joinable()) t.join();
     }
@@ -544,24 +560,15 @@ TEST_F(OpenAiGatewayTest, ConcurrencyLimitAnswers429) {
     streams.emplace_back([&] {
       httplib::Client client("127.0.0.1", gateway_->metrics_port());
       client.set_read_timeout(60, 0);
-      httplib::Request req;
-      req.method = "POST";
-      req.path = "/v1/completions";
-      req.body = body;
-      req.set_header("Content-Type", "application/json");
-      bool counted = false;
-      req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
-        if (!counted) ++started;
-        counted = true;
-        while (hold) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-        return true;
-      };
-      httplib::Response res;
-      httplib::Error error;
-      client.send(req, res, error);
+      client.Post("/v1/completions", body, "application/json");
     });
   }
-  ASSERT_TRUE(WaitFor([&] { return started.load() == 8; }, 30000));
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return GatewayGauge(gateway_->metrics_port(),
+                            "dedit_http_generations_running") == 8;
+      },
+      30000));
   httplib::Client client("127.0.0.1", gateway_->metrics_port());
   auto refused = client.Post("/v1/completions", body, "application/json");
   ASSERT_TRUE(refused);
