@@ -520,21 +520,6 @@ TEST_F(OpenAiGatewayTest, RouterDownIs503WithoutInternalAddresses) {
   EXPECT_EQ(res->body.find("127.0.0.1"), std::string::npos) << res->body;
 }
 
-// The metric gauge `name` as the gateway reports it (-1 if absent).
-double GatewayGauge(int port, const std::string& name) {
-  httplib::Client client("127.0.0.1", port);
-  auto res = client.Get("/metrics");
-  if (!res) return -1;
-  std::istringstream lines(res->body);
-  std::string line;
-  while (std::getline(lines, line)) {
-    if (line.rfind(name + " ", 0) == 0 || line.rfind(name + "{", 0) == 0) {
-      return std::stod(line.substr(line.rfind(' ') + 1));
-    }
-  }
-  return -1;
-}
-
 TEST_F(OpenAiGatewayTest, ConcurrencyLimitAnswers429) {
   // The target is stopped (SIGSTOP) while the slots fill, so that no
   // generation can progress, finish and free its slot before the ninth
@@ -565,8 +550,10 @@ TEST_F(OpenAiGatewayTest, ConcurrencyLimitAnswers429) {
   }
   ASSERT_TRUE(WaitFor(
       [&] {
-        return GatewayGauge(gateway_->metrics_port(),
-                            "dedit_http_generations_running") == 8;
+        return ServiceCluster::MetricValue(
+                   ServiceCluster::Scrape(gateway_->metrics_port())
+                       .value_or(""),
+                   "dedit_http_generations_running") == 8;
       },
       30000));
   httplib::Client client("127.0.0.1", gateway_->metrics_port());
