@@ -44,6 +44,9 @@
 #                sort=4,add=0.25), for the target stage only ($WORK/
 #                tasks-weighted); distillation keeps the balanced prompts
 #                of $WORK/tasks, and held-out instances are the same
+#   TASK_ARGS    further chat_tasks.py generate options for the target
+#                stage's training instances ($WORK/tasks-weighted, with
+#                TASK_WEIGHTS), e.g. "--fixed_share 0.25 --rename_min_uses 3"
 #   TARGET_STEPS steps of the chat profile's target stage (default 3000)
 #   TARGET_RESCHEDULE_FROM  the TARGET_STEPS a paused target stage was
 #                started with: resume it on a schedule of TARGET_STEPS
@@ -240,7 +243,8 @@ fi
 if [ "$profile" = chat ] && [ -n "${TASK_WEIGHTS:-}" ] &&
    [ ! -f "$WORK/tasks-weighted/heldout.jsonl" ]; then
   stage tasks-weighted python3 "$repo/training/chat_tasks.py" generate \
-    --out="$WORK/tasks-weighted" "${chat_tasks[@]}" --weights="$TASK_WEIGHTS"
+    --out="$WORK/tasks-weighted" "${chat_tasks[@]}" --weights="$TASK_WEIGHTS" \
+    ${TASK_ARGS:-}
 fi
 if [ ! -f "$WORK/target/model.safetensors" ]; then
   init=()

@@ -30,7 +30,8 @@ out): training instances only from training files, held-out instances only
 from held-out files and with fresh values (another seed).
 
   chat_tasks.py generate --out DIR [--train 20000] [--heldout 35]
-                        [--weights sort=3,rename=3,add=0.25] ...
+                        [--weights sort=3,rename=3,add=0.25]
+                        [--fixed_share 0.2] [--rename_min_uses 3] ...
       -> DIR/train.jsonl, DIR/heldout.jsonl: one instance per line,
          {"family", "user", "answer", "text"} where text is the rendered
          conversation (prompt + answer + <|im_end|>), what the target
@@ -291,7 +292,17 @@ def vocabulary(vocab, split):
     return pool, pool
 
 
-def make_instance(family, rng, funcs, words=FIXED_WORDS, keys=FIXED_KEYS):
+def name_uses(text):
+    """{name: occurrences as a NAME token} in `text`."""
+    uses = {}
+    for t in _tokens(text):
+        if t.type == tokenize.NAME:
+            uses[t.string] = uses.get(t.string, 0) + 1
+    return uses
+
+
+def make_instance(family, rng, funcs, words=FIXED_WORDS, keys=FIXED_KEYS,
+                  rename_min_uses=1):
     if family == "add":
         a, b = rng.randint(0, 99999), rng.randint(0, 99999)
         return f"Add {a} and {b}.", answer_add(a, b)
@@ -315,6 +326,13 @@ def make_instance(family, rng, funcs, words=FIXED_WORDS, keys=FIXED_KEYS):
         return user, json.dumps(pairs)
     text, names = rng.choice(funcs)
     if family == "rename":
+        if rename_min_uses > 1:
+            # Training only: a name used several times, so that more of
+            # the answer's tokens are substitutions rather than copies
+            # (a one-use name leaves one decision point in ~100 tokens).
+            uses = name_uses(text)
+            many = [n for n in names if uses.get(n, 0) >= rename_min_uses]
+            names = many or [max(names, key=lambda n: (uses.get(n, 0), n))]
         old = rng.choice(names)
         new = rng.choice(words) + "_" + rng.choice(words)
         return f"Rename {old} to {new}:\n{text}", rename(text, old, new)
@@ -372,6 +390,14 @@ def generate(args):
             sys.exit(f"chat_tasks.py: no {split} functions under {CORPUS_ROOTS}")
         rng = random.Random(seed)
         words, keys = vocabulary(args.vocab, split)
+        train = split == "train"
+        # --fixed_share: that share of the training instances draws from
+        # the original word and key lists (the words of them that are in
+        # the training pool, so held-out words stay unseen), so that the
+        # original split does not regress while the pool is learned.
+        fixed = ([w for w in FIXED_WORDS if w in set(words)],
+                 [k for k in FIXED_KEYS if k in set(keys)])
+        mix = random.Random(seed + 7)
         path = os.path.join(args.out, f"{split}.jsonl")
         # Held-out sets stay balanced (the same number per family) and
         # identical whatever the training weights are.
@@ -380,7 +406,13 @@ def generate(args):
                        for i in range(count * len(FAMILIES))])
         with open(path + ".tmp", "w") as f:
             for family in order:
-                user, answer = make_instance(family, rng, funcs, words, keys)
+                w, k = words, keys
+                if (train and args.fixed_share > 0 and args.vocab == "pool"
+                        and mix.random() < args.fixed_share):
+                    w, k = fixed
+                user, answer = make_instance(
+                    family, rng, funcs, w, k,
+                    args.rename_min_uses if train else 1)
                 f.write(json.dumps({"family": family, "user": user,
                                     "answer": answer,
                                     "text": render_chat(user, answer)}) + "\n")
@@ -524,6 +556,13 @@ def main():
     g.add_argument("--vocab", choices=VOCABS, default="pool",
                    help="pool: held-out instances use only words training "
                         "never shows; fixed: the original ~60 words")
+    g.add_argument("--fixed_share", type=float, default=0.0,
+                   help="pool vocabulary: this share of the training "
+                        "instances uses the original words that are in the "
+                        "training pool (held-out is unchanged)")
+    g.add_argument("--rename_min_uses", type=int, default=1,
+                   help="training rename instances rename a name used at "
+                        "least this often in the function (held-out: any)")
     s = sub.add_parser("score")
     s.add_argument("heldout")
     s.add_argument("answers")

@@ -166,6 +166,34 @@ def main():
         check(not (train_words & held_words),
               f"held-out shares words with training: "
               f"{sorted(train_words & held_words)[:5]}")
+        # The training-only knobs: a share of original words (only those
+        # in the training pool) and renames of names used several times
+        # leave the held-out split byte-identical and still unseen.
+        e = os.path.join(d, "knobs")
+        run("generate", "--out", e, "--train", "200", "--heldout", "40",
+            "--fixed_share", "0.5", "--rename_min_uses", "3")
+        check(open(os.path.join(e, "heldout.jsonl")).read() ==
+              open(os.path.join(d, "heldout.jsonl")).read(),
+              "training knobs change the held-out split")
+        knob = [json.loads(l) for l in open(os.path.join(e, "train.jsonl"))]
+        knob_words = set().union(*map(vocab_words, knob))
+        check(knob_words <= train_pool and not (knob_words & held_words),
+              "--fixed_share draws a held-out word")
+        fixed_in = set(chat_tasks.FIXED_WORDS) & knob_words
+        check(len(fixed_in) >= 10, f"--fixed_share used {len(fixed_in)} "
+              "original words")
+        for inst in knob:
+            if inst["family"] != "rename":
+                continue
+            head, src = inst["user"].split("\n", 1)
+            old_name = head[len("Rename "):].split(" to ")[0]
+            uses = chat_tasks.name_uses(src)
+            check(uses[old_name] >= 3 or
+                  uses[old_name] == max(uses[n] for n in uses
+                                        if n not in chat_tasks.KEYWORDS
+                                        and len(n) > 1),
+                  f"--rename_min_uses 3 renamed {old_name!r} "
+                  f"({uses[old_name]} uses)")
     # Arithmetic steps compute the right result; renames touch names only.
     check(chat_tasks.answer_add(99999, 1).endswith("A+B=100000"), "add carry")
     check(chat_tasks.answer_multiply(9999, 99).endswith("A*B=989901"),
