@@ -86,7 +86,10 @@ GenerationLoop::GenerationLoop(RouterBackends backends,
 GenerationLoop::~GenerationLoop() { Stop(); }
 
 void GenerationLoop::Start() {
-  thread_ = std::thread([this] { Run(); });
+  thread_ = std::thread([this] {
+    Run();
+    finished_.store(true);
+  });
 }
 
 void GenerationLoop::Stop() {
@@ -94,15 +97,18 @@ void GenerationLoop::Stop() {
          absl::ZeroDuration());
 }
 
-void GenerationLoop::Retire(const absl::Status& status, absl::Duration drain) {
-  {
-    absl::MutexLock lock(&mu_);
-    if (!stopping_) {
-      stop_status_ = status;
-      drain_until_ = absl::Now() + drain;
-    }
-    stopping_ = true;
+void GenerationLoop::BeginRetire(const absl::Status& status,
+                                 absl::Duration drain) {
+  absl::MutexLock lock(&mu_);
+  if (!stopping_) {
+    stop_status_ = status;
+    drain_until_ = absl::Now() + drain;
   }
+  stopping_ = true;
+}
+
+void GenerationLoop::Retire(const absl::Status& status, absl::Duration drain) {
+  BeginRetire(status, drain);
   if (thread_.joinable()) thread_.join();
   // Requests queued before a Start() that never came.
   FailQueued(status);

@@ -164,6 +164,11 @@ class GenerationLoop {
   // end with `status` (UNAVAILABLE; offered to reroute if they have no
   // token yet). A target that died fails them sooner.
   void Retire(const absl::Status& status, absl::Duration drain);
+  // Retire() without the wait: the loop ends on its own (finished()), and
+  // a later Retire() or Stop() joins it at once.
+  void BeginRetire(const absl::Status& status, absl::Duration drain);
+  // The loop thread has ended (after a Retire/BeginRetire, or a Stop).
+  bool finished() const { return finished_.load(); }
 
   // Queues a request; its sink hears from the loop thread from then on.
   void Submit(RouterRequest request);
@@ -261,6 +266,7 @@ class GenerationLoop {
   std::atomic<int> running_{0};
   std::atomic<int> queued_{0};  // submitted_.size()
   std::atomic<bool> reachable_{false};
+  std::atomic<bool> finished_{false};
   std::thread thread_;
 };
 

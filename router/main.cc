@@ -40,6 +40,9 @@ ABSL_FLAG(int64_t, stacks_refresh_ms, 2000,
 ABSL_FLAG(int64_t, stack_drain_ms, 30000,
           "a stack that leaves discovery may finish its running requests "
           "this long before they end UNAVAILABLE");
+ABSL_FLAG(int, stack_join_threads, 8,
+          "stacks joined at once (a join waits for the drafter's first "
+          "health probe); a newer list drops the joins still queued");
 ABSL_FLAG(std::string, tokenizer, "",
           "tokenizer.json for text/chat prompts and text deltas");
 ABSL_FLAG(std::string, model_name, "",
@@ -118,6 +121,12 @@ int main(int argc, char** argv) {
   }
   o.stacks_refresh_ms = absl::GetFlag(FLAGS_stacks_refresh_ms);
   o.stack_drain_ms = absl::GetFlag(FLAGS_stack_drain_ms);
+  o.stack_join_threads = absl::GetFlag(FLAGS_stack_join_threads);
+  if (o.stack_join_threads < 1 || o.stack_join_threads > 64) {
+    std::fprintf(stderr,
+                 "dedit-router: --stack_join_threads must be in [1, 64]\n");
+    return 2;
+  }
   if (!o.stacks.stacks_file.empty() || !o.stacks.stacks_dns.empty()) {
     if (absl::Status s = dedit::StackDiscovery::Validate(o.stacks); !s.ok()) {
       std::fprintf(stderr, "dedit-router: %s\n",

@@ -27,6 +27,7 @@ absl::Status RunRouterServer(const RouterServerOptions& options) {
   stack_options.verifier = options.verifier;
   stack_options.drafter = options.drafter;
   stack_options.stack_drain_ms = options.stack_drain_ms;
+  stack_options.join_threads = options.stack_join_threads;
   stack_options.auth = auth;
   StackSet stacks(tokenizer.get(), registry, stack_options);
   std::unique_ptr<StackDiscovery> discovery;

@@ -34,6 +34,7 @@ struct RouterServerOptions {
   StackDiscovery::Source stacks;
   int64_t stacks_refresh_ms = 2000;
   int64_t stack_drain_ms = 30000;  // StackSet::Options
+  int stack_join_threads = 8;      // StackSet::Options::join_threads
   // How often readiness (dedit.v1.Generation: some stack reachable) is
   // refreshed.
   int64_t readiness_poll_ms = 200;

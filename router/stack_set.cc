@@ -68,119 +68,181 @@ std::unique_ptr<StackSet::Stack> StackSet::MakeStack(
 }
 
 void StackSet::Update(const std::vector<StackAddress>& stacks) {
-  std::vector<std::unique_ptr<Stack>> gone;
-  std::vector<StackAddress> added;
+  std::vector<const Stack*> gone;
   {
     absl::MutexLock lock(&mu_);
     if (stopping_) return;
+    desired_ = stacks;
     for (auto it = stacks_.begin(); it != stacks_.end();) {
       if (std::find(stacks.begin(), stacks.end(), (*it)->address) ==
           stacks.end()) {
-        gone.push_back(std::move(*it));
+        // New admissions stop here; the loop ends its requests (rerouting
+        // those without a token) on its own thread, since a round in flight
+        // may take up to the target timeout, and the reaper frees it.
+        Stack* s = it->get();
+        s->loop->BeginRetire(absl::UnavailableError(absl::StrCat(
+                                 "stack ", s->address.name, " went away")),
+                             absl::Milliseconds(options_.stack_drain_ms));
+        gone.push_back(s);
+        retired_.push_back(std::move(*it));
         it = stacks_.erase(it);
       } else {
         ++it;
       }
     }
+    // This list supersedes the joins still queued from the last one.
+    pending_.clear();
     for (const StackAddress& a : stacks) {
-      const bool known =
-          std::any_of(stacks_.begin(), stacks_.end(),
-                      [&](const auto& s) { return s->address.name == a.name; });
-      if (!known) added.push_back(a);
-    }
-  }
-  // New admissions stopped above; the loop ends its requests (rerouting
-  // those without a token) on a thread of its own, since a round in flight
-  // may take up to the target timeout.
-  for (std::unique_ptr<Stack>& stack : gone) {
-    Stack* s = stack.get();
-    std::fprintf(stderr, "dedit-router: stack %s (%s) left\n",
-                 s->address.name.c_str(), s->address.target_address.c_str());
-    const absl::Duration drain = absl::Milliseconds(options_.stack_drain_ms);
-    s->retirement = std::thread([s, drain] {
-      s->loop->Retire(absl::UnavailableError(absl::StrCat(
-                          "stack ", s->address.name, " went away")),
-                      drain);
-      // Its metric series go with the loop; the stack is unreachable
-      // from here on (only Stop and JoinRetired see it, after the join).
-      s->loop.reset();
-      s->drafter.reset();
-      s->verifier.reset();
-      s->retired.store(true);
-    });
-    bool stopped = false;
-    {
-      absl::MutexLock lock(&mu_);
-      stopped = stopping_;  // Stop() has taken retired_ already
-      if (!stopped) retired_.push_back(std::move(stack));
-    }
-    if (stopped) stack->retirement.join();
-  }
-  for (const StackAddress& a : added) {
-    // Its series and name must be free before a new incarnation uses them.
-    JoinRetired(a.name);
-    std::fprintf(
-        stderr, "dedit-router: stack %s joined: target %s, drafter %s\n",
-        a.name.c_str(), a.target_address.c_str(),
-        a.drafter_address.empty() ? "(none)" : a.drafter_address.c_str());
-    std::unique_ptr<Stack> stack = MakeStack(a);
-    {
-      absl::MutexLock lock(&mu_);
-      if (!stopping_) stacks_.push_back(std::move(stack));
-    }
-    if (stack != nullptr) {  // Stop() ran meanwhile: it never serves
-      stack->loop->Stop();
-      if (stack->drafter) stack->drafter->Stop();
-    }
-  }
-  // Reap the retirements that have finished.
-  std::vector<std::unique_ptr<Stack>> finished;
-  {
-    absl::MutexLock lock(&mu_);
-    for (auto it = retired_.begin(); it != retired_.end();) {
-      if ((*it)->retired.load()) {
-        finished.push_back(std::move(*it));
-        it = retired_.erase(it);
-      } else {
-        ++it;
+      if (!HasStackNamed(a.name) && joining_.count(a.name) == 0) {
+        pending_.push_back(a);
       }
     }
+    const size_t want =
+        std::min(pending_.size(), static_cast<size_t>(options_.join_threads));
+    while (joiners_.size() < want) {
+      joiners_.emplace_back([this] { JoinLoop(); });
+    }
+    if (!reaper_.joinable() && !gone.empty()) {
+      reaper_ = std::thread([this] { ReapLoop(); });
+    }
+    changed_.SignalAll();
+    // Logged under the lock: the reaper frees a retired stack only under
+    // it, after this returns.
+    for (const Stack* s : gone) {
+      std::fprintf(stderr, "dedit-router: stack %s (%s) left\n",
+                   s->address.name.c_str(), s->address.target_address.c_str());
+    }
   }
-  for (auto& f : finished) f->retirement.join();
 }
 
-void StackSet::JoinRetired(const std::string& name) {
-  std::vector<std::unique_ptr<Stack>> joined;
+bool StackSet::HasStackNamed(const std::string& name) const {
+  return std::any_of(stacks_.begin(), stacks_.end(),
+                     [&](const auto& s) { return s->address.name == name; });
+}
+
+bool StackSet::RetiredNamed(const std::string& name) const {
+  return std::any_of(retired_.begin(), retired_.end(),
+                     [&](const auto& s) { return s->address.name == name; });
+}
+
+void StackSet::JoinLoop() {
+  while (true) {
+    StackAddress address;
+    {
+      absl::MutexLock lock(&mu_);
+      while (!stopping_ && pending_.empty()) changed_.Wait(&mu_);
+      if (stopping_) return;
+      address = std::move(pending_.front());
+      pending_.pop_front();
+      joining_.insert(address.name);
+      ++joins_started_;
+      // A stack of the same name still draining: its series and name must
+      // be free before a new incarnation uses them.
+      while (!stopping_ && RetiredNamed(address.name)) changed_.Wait(&mu_);
+      if (stopping_) {
+        joining_.erase(address.name);
+        return;
+      }
+    }
+    std::fprintf(
+        stderr, "dedit-router: stack %s joining: target %s, drafter %s\n",
+        address.name.c_str(), address.target_address.c_str(),
+        address.drafter_address.empty() ? "(none)"
+                                        : address.drafter_address.c_str());
+    FinishJoin(address, MakeStack(address));
+  }
+}
+
+void StackSet::FinishJoin(const StackAddress& address,
+                          std::unique_ptr<Stack> stack) {
   {
     absl::MutexLock lock(&mu_);
-    for (auto it = retired_.begin(); it != retired_.end();) {
-      if ((*it)->address.name == name) {
-        joined.push_back(std::move(*it));
-        it = retired_.erase(it);
-      } else {
-        ++it;
+    joining_.erase(address.name);
+    const bool wanted = std::find(desired_.begin(), desired_.end(), address) !=
+                        desired_.end();
+    if (!stopping_ && wanted && !HasStackNamed(address.name)) {
+      stacks_.push_back(std::move(stack));
+      return;
+    }
+    // The list changed while it joined: queue what it wants under that
+    // name now (Update skipped the name while it was joining).
+    if (!stopping_ && !wanted) {
+      for (const StackAddress& a : desired_) {
+        if (a.name == address.name && !HasStackNamed(a.name)) {
+          pending_.push_back(a);
+          changed_.SignalAll();
+        }
       }
     }
   }
-  for (auto& s : joined) {
-    if (s->retirement.joinable()) s->retirement.join();
+  std::fprintf(stderr, "dedit-router: stack %s left before it joined\n",
+               address.name.c_str());
+  stack->loop->Stop();
+  if (stack->drafter) stack->drafter->Stop();
+}
+
+void StackSet::ReapLoop() {
+  // Destroyed in reverse order: the loop before the backends it uses.
+  struct Ended {
+    std::unique_ptr<RemoteVerifier> verifier;
+    std::unique_ptr<RemoteDrafter> drafter;
+    std::unique_ptr<GenerationLoop> loop;
+  };
+  while (true) {
+    std::vector<Ended> ended;
+    {
+      absl::MutexLock lock(&mu_);
+      changed_.WaitWithTimeout(&mu_, absl::Milliseconds(50));
+      if (stopping_) return;  // Stop() takes what is left
+      for (auto& s : retired_) {
+        if (s->loop != nullptr && s->loop->finished()) {
+          ended.push_back(Ended{std::move(s->verifier), std::move(s->drafter),
+                                std::move(s->loop)});
+        }
+      }
+    }
+    if (ended.empty()) continue;
+    // Freed outside the lock (joining a loop that ended is immediate, but
+    // its requests' sinks may call back into the set). The entries stay in
+    // retired_ meanwhile, so their names are not joined again before the
+    // loops' metric series are gone.
+    ended.clear();
+    absl::MutexLock lock(&mu_);
+    retired_.erase(std::remove_if(retired_.begin(), retired_.end(),
+                                  [](const auto& s) { return !s->loop; }),
+                   retired_.end());
+    changed_.SignalAll();
   }
 }
 
 void StackSet::Stop() {
-  std::vector<std::unique_ptr<Stack>> stacks;
+  std::vector<std::thread> joiners;
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
+    pending_.clear();
+    joiners.swap(joiners_);
+    changed_.SignalAll();
+  }
+  // A join in progress finishes its probes, then stops its stack.
+  for (std::thread& t : joiners) t.join();
+  if (reaper_.joinable()) reaper_.join();
+  std::vector<std::unique_ptr<Stack>> stacks;
+  {
+    absl::MutexLock lock(&mu_);
     stacks.swap(stacks_);
     for (auto& s : retired_) stacks.push_back(std::move(s));
     retired_.clear();
   }
   for (auto& s : stacks) {
-    if (s->retirement.joinable()) s->retirement.join();
     if (s->loop) s->loop->Stop();
     if (s->drafter) s->drafter->Stop();
   }
+}
+
+int64_t StackSet::joins_started() const {
+  absl::MutexLock lock(&mu_);
+  return joins_started_;
 }
 
 bool StackSet::SubmitLocked(RouterRequest& request) {
@@ -254,7 +316,9 @@ void StackSet::ReleaseKept(uint64_t loop, SequenceId id) {
   }
   // A retiring loop still runs until its drain ends.
   for (auto& s : retired_) {
-    if (s->loop->serial() == loop) s->loop->ReleaseKept(id);
+    if (s->loop != nullptr && s->loop->serial() == loop) {
+      s->loop->ReleaseKept(id);
+    }
   }
 }
 

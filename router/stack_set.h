@@ -20,8 +20,17 @@
 //   stacks.Submit(std::move(request));   // from a reactor; never blocks
 //   stacks.Stop();                       // router shutdown
 //
-// Thread-safe. Update may block while a removed stack's loop stops (only
-// when the same stack name comes back before its old loop has stopped).
+// Joining a stack takes time (its drafter's first health probe may wait out
+// its deadline), so Update never joins: it queues the new stacks for a pool
+// of Options::join_threads threads and returns. A later Update supersedes
+// the joins still queued, and a join that finishes after its stack left the
+// list is stopped at once. A stack that left is retired in place (its loop
+// drains on its own thread) and reaped by one reaper thread, so the threads
+// are bounded whatever the list holds: join_threads + 1, plus each stack's
+// own (its loop, its drafter's prober), and stacks are bounded by discovery
+// (--max_stacks).
+//
+// Thread-safe; no method blocks on a join or a drain except Stop().
 #ifndef DEDIT_ROUTER_STACK_SET_H_
 #define DEDIT_ROUTER_STACK_SET_H_
 
@@ -30,7 +39,9 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -75,6 +86,8 @@ class StackSet : public DrafterHealth {
     // How long a stack that left discovery may finish its running requests
     // (a pod being replaced drains; a dead one fails them at once).
     int64_t stack_drain_ms = 30000;
+    // Stacks joined at once (--stack_join_threads).
+    int join_threads = 8;
     // How the channels to every target and drafter authenticate
     // (common/serving/internal_auth.h); default: plaintext.
     InternalAuth auth;
@@ -86,12 +99,19 @@ class StackSet : public DrafterHealth {
   ~StackSet() override;  // Stop()s
 
   // Makes the stacks exactly `stacks`: new names get backends and a loop,
-  // names that are gone (or whose addresses changed) are retired. Ignored
-  // after Stop().
+  // names that are gone (or whose addresses changed) are retired. Returns
+  // at once: new stacks join on the pool (and take requests once joined);
+  // joins still queued from an earlier Update are dropped. Ignored after
+  // Stop().
   void Update(const std::vector<StackAddress>& stacks);
-  // Router shutdown: every loop stops (requests end UNAVAILABLE, none is
-  // rerouted), probes stop. Idempotent.
+  // Router shutdown: queued joins are dropped, every loop stops (requests
+  // end UNAVAILABLE, none is rerouted), probes stop. Waits for the joins in
+  // progress (each at most its probes' deadlines) and for retiring stacks'
+  // drains (at most Options::stack_drain_ms). Idempotent.
   void Stop();
+  // Joins begun since construction (for tests: superseded joins never
+  // begin).
+  int64_t joins_started() const;
 
   // Admits a request on the least loaded reachable stack; UNAVAILABLE when
   // there is none.
@@ -126,18 +146,26 @@ class StackSet : public DrafterHealth {
     StackAddress address;
     std::unique_ptr<RemoteVerifier> verifier;
     std::unique_ptr<RemoteDrafter> drafter;  // null → target-only
-    std::unique_ptr<GenerationLoop> loop;
-    std::thread retirement;            // Retire()s the loop once the stack left
-    std::atomic<bool> retired{false};  // the retirement has finished
+    std::unique_ptr<GenerationLoop> loop;    // null once reaped
   };
 
   std::unique_ptr<Stack> MakeStack(const StackAddress& address);
+  // A join-pool thread: joins queued stacks until Stop().
+  void JoinLoop() ABSL_LOCKS_EXCLUDED(mu_);
+  // Keeps a joined stack when the list still wants it; else stops it.
+  void FinishJoin(const StackAddress& address, std::unique_ptr<Stack> stack)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // The reaper thread: frees retired stacks whose loops have ended.
+  void ReapLoop() ABSL_LOCKS_EXCLUDED(mu_);
+  bool HasStackNamed(const std::string& name) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  bool RetiredNamed(const std::string& name) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Picks and submits under mu_ (a stack is never retired mid-Submit).
   // False when no reachable stack outside `request.tried_stacks` exists.
   bool SubmitLocked(RouterRequest& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // GenerationLoop::Options::reroute of the stack `from`.
   bool Reroute(const std::string& from, RouterRequest& request);
-  void JoinRetired(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
   const DrafterHealth* SizingDrafter() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   const Tokenizer* tokenizer_;
@@ -151,8 +179,20 @@ class StackSet : public DrafterHealth {
   mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::unique_ptr<Stack>> stacks_ ABSL_GUARDED_BY(mu_);
+  // Stacks that left discovery, draining until their loops end; a name
+  // here is not joined again until the reaper has freed its series.
   std::vector<std::unique_ptr<Stack>> retired_ ABSL_GUARDED_BY(mu_);
   uint64_t round_robin_ ABSL_GUARDED_BY(mu_) = 0;
+  // The last Update's list; the joins it queued (pending_) and the names
+  // being joined now (joining_).
+  std::vector<StackAddress> desired_ ABSL_GUARDED_BY(mu_);
+  std::deque<StackAddress> pending_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> joining_ ABSL_GUARDED_BY(mu_);
+  int64_t joins_started_ ABSL_GUARDED_BY(mu_) = 0;
+  // Signalled when pending_ grows, retired_ shrinks or stopping_ is set.
+  absl::CondVar changed_;
+  std::vector<std::thread> joiners_ ABSL_GUARDED_BY(mu_);
+  std::thread reaper_;
 };
 
 }  // namespace dedit
