@@ -1,9 +1,9 @@
 // One dedit.v1.Generation/Generate call to the router, read on gRPC's
-// callback threads into a queue that an HTTP thread drains with a timeout.
-// The timeout is what lets a streaming handler write SSE heartbeats while
-// the router is quiet (a write is the only way cpp-httplib notices that the
-// client went away), and Cancel() is how a disconnect reaches the router,
-// which then releases the sequence on the target and the drafter.
+// callback threads into a queue that a generation thread drains with a
+// timeout. The timeout is what lets a streaming handler write SSE
+// heartbeats while the router is quiet (and check that its client is still
+// there), and Cancel() is how a disconnect reaches the router, which then
+// releases the sequence on the target and the drafter.
 //
 //   GenerateCall call(stub, request, deadline);
 //   v1::GenerateResponse message;

@@ -25,7 +25,8 @@ class HttpMetrics {
 
   // A response was written completely (for a stream: after its last
   // event). `route` is one of the served paths or "other"; `seconds` is
-  // unknown for requests cpp-httplib refused before routing.
+  // unknown for requests the HTTP server refused before routing (limits,
+  // framing, connection counts).
   void OnResponse(const std::string& route, int status,
                   std::optional<double> seconds);
   void OnGenerationStarted(bool stream);

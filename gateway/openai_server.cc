@@ -1,11 +1,12 @@
 #include "gateway/openai_server.h"
 
 #include <grpcpp/grpcpp.h>
-#include <httplib.h>
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
 #include <atomic>
+#include <boost/asio/post.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -21,9 +22,9 @@
 #include "common/serving/server_bootstrap.h"
 #include "common/serving/shutdown_signals.h"
 #include "dedit/v1/services.grpc.pb.h"
-#include "gateway/connection_probe.h"
 #include "gateway/generate_call.h"
 #include "gateway/http_metrics.h"
+#include "gateway/http_server.h"
 #include "gateway/openai_request.h"
 #include "gateway/openai_response.h"
 
@@ -32,16 +33,26 @@ namespace {
 
 // How often a non-streamed request checks that its client is still there.
 constexpr int kDisconnectCheckMs = 100;
+// Deadline of a ListModels call (/health, /v1/models, the model card).
+constexpr auto kListModelsTimeout = std::chrono::seconds(5);
 
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-void ReplyError(httplib::Response& res, const ApiError& error) {
-  res.status = error.http_status;
+HttpResponse ErrorResponse(const ApiError& error) {
+  HttpResponse response;
+  response.status = error.http_status;
   if (error.http_status == 429 || error.http_status == 503) {
-    res.set_header("Retry-After", "1");
+    response.headers.emplace_back("Retry-After", "1");
   }
-  res.set_content(error.Body(), "application/json");
+  response.body = error.Body();
+  return response;
+}
+
+HttpResponse JsonResponse(const json& body) {
+  HttpResponse response;
+  response.body = body.dump();
+  return response;
 }
 
 ApiError ServerError(int status, std::string message, std::string type,
@@ -54,9 +65,28 @@ ApiError ServerError(int status, std::string message, std::string type,
   return e;
 }
 
-// When the request reached the handlers (cpp-httplib serves a connection on
-// one thread, so the logger that ends the request runs on the same one).
-thread_local std::optional<Clock::time_point> request_start;
+// The HTTP server's own refusals (limits, framing, connection counts) in
+// OpenAI's error shape.
+HttpResponse Refusal(int status, const std::string& message) {
+  switch (status) {
+    case 429:
+      return ErrorResponse(ServerError(status, message, "rate_limit_error",
+                                       "too_many_connections"));
+    case 503:
+      return ErrorResponse(ServerError(status, message,
+                                       "service_unavailable_error",
+                                       "too_many_connections"));
+    case 408:
+      return ErrorResponse(
+          ServerError(status, message, "timeout_error", "request_timeout"));
+    case 500:
+      return ErrorResponse(
+          ServerError(status, message, "server_error", "internal"));
+    default:
+      return ErrorResponse(
+          ServerError(status, message, "invalid_request_error", ""));
+  }
+}
 
 class OpenAiFront {
  public:
@@ -68,13 +98,15 @@ class OpenAiFront {
         metrics_(*registry_),
         created_(std::chrono::duration_cast<std::chrono::seconds>(
                      std::chrono::system_clock::now().time_since_epoch())
-                     .count()) {}
+                     .count()),
+        server_(options.http, Callbacks()),
+        generations_(options.max_concurrent_generations) {}
 
   absl::Status Serve();
 
  private:
-  // A completion request in flight: its concurrency slot and router call.
-  // Registered so that the drain can cancel it.
+  // A completion request in flight: its router call, registered so that
+  // the drain can cancel it.
   class Generation {
    public:
     Generation(OpenAiFront* front, bool stream, const v1::GenerateRequest& r)
@@ -95,17 +127,26 @@ class OpenAiFront {
     GenerateCall call_;
   };
 
-  void Routes();
-  void HandleGenerate(Endpoint endpoint, const httplib::Request& req,
-                      httplib::Response& res);
-  void Stream(std::unique_ptr<Generation> generation, OpenAiResponse response,
-              v1::GenerateResponse first, httplib::Response& res);
-  void HandleModels(httplib::Response& res);
-  void HandleHealth(httplib::Response& res);
+  HttpServer::Callbacks Callbacks();
+  // On an io thread: routes a request. Never blocks.
+  void Handle(std::shared_ptr<HttpExchange> exchange);
+  // On an io thread: the drain and slot checks, then the generation pool.
+  void AdmitGeneration(Endpoint endpoint,
+                       std::shared_ptr<HttpExchange> exchange);
+  // On a generation pool thread, holding a slot.
+  void RunGeneration(Endpoint endpoint, HttpExchange& exchange);
+  void Stream(GenerateCall& call, OpenAiResponse& response,
+              const v1::GenerateResponse& first, HttpExchange& exchange);
+  void HandleModels(std::shared_ptr<HttpExchange> exchange);
+  void HandleHealth(std::shared_ptr<HttpExchange> exchange);
 
   // The router's model (cached after the first answer; asked again while
-  // unknown). UNAVAILABLE while the router has none.
+  // unknown). UNAVAILABLE while the router has none. Blocks up to 5 s.
   absl::StatusOr<v1::ModelCard> Model(bool refresh);
+  // The same question without blocking: `done` runs on a gRPC thread.
+  void AskModel(std::function<void(absl::StatusOr<v1::ModelCard>)> done);
+  absl::StatusOr<v1::ModelCard> CardFrom(const grpc::Status& status,
+                                         const v1::ListModelsResponse& models);
 
   // Takes a slot; false when --max_concurrent_generations are running.
   bool TryAcquireSlot();
@@ -120,14 +161,32 @@ class OpenAiFront {
   std::shared_ptr<prometheus::Registry> registry_;
   HttpMetrics metrics_;
   const int64_t created_;
-  httplib::Server server_;
   std::atomic<int> running_{0};
   std::atomic<bool> draining_{false};
 
   absl::Mutex mu_;
   std::optional<v1::ModelCard> model_ ABSL_GUARDED_BY(mu_);
   std::set<GenerateCall*> calls_ ABSL_GUARDED_BY(mu_);
+  int model_calls_ ABSL_GUARDED_BY(mu_) = 0;  // AskModel calls in flight
+
+  // Destroyed in reverse: the pool's threads are joined before the server
+  // (whose connections they write to) stops.
+  HttpServer server_;
+  boost::asio::thread_pool generations_;
 };
+
+HttpServer::Callbacks OpenAiFront::Callbacks() {
+  HttpServer::Callbacks callbacks;
+  callbacks.handle = [this](std::shared_ptr<HttpExchange> exchange) {
+    Handle(std::move(exchange));
+  };
+  callbacks.refusal = Refusal;
+  callbacks.on_response = [this](const std::string& path, int status,
+                                 std::optional<double> seconds) {
+    metrics_.OnResponse(HttpMetrics::RouteLabel(path), status, seconds);
+  };
+  return callbacks;
+}
 
 bool OpenAiFront::TryAcquireSlot() {
   if (running_.fetch_add(1) >= options_.max_concurrent_generations) {
@@ -154,16 +213,8 @@ void OpenAiFront::CancelAll() {
   for (GenerateCall* call : calls_) call->Cancel();
 }
 
-absl::StatusOr<v1::ModelCard> OpenAiFront::Model(bool refresh) {
-  if (!refresh) {
-    absl::MutexLock lock(&mu_);
-    if (model_) return *model_;
-  }
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::seconds(5));
-  v1::ListModelsResponse models;
-  const grpc::Status status = stub_->ListModels(&context, {}, &models);
+absl::StatusOr<v1::ModelCard> OpenAiFront::CardFrom(
+    const grpc::Status& status, const v1::ListModelsResponse& models) {
   if (!status.ok()) {
     // The detail (the router's address, the socket error) is the
     // operator's, in the log; a client learns only that it is down.
@@ -179,268 +230,241 @@ absl::StatusOr<v1::ModelCard> OpenAiFront::Model(bool refresh) {
   return *model_;
 }
 
-void OpenAiFront::HandleGenerate(Endpoint endpoint, const httplib::Request& req,
-                                 httplib::Response& res) {
+absl::StatusOr<v1::ModelCard> OpenAiFront::Model(bool refresh) {
+  if (!refresh) {
+    absl::MutexLock lock(&mu_);
+    if (model_) return *model_;
+  }
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + kListModelsTimeout);
+  v1::ListModelsResponse models;
+  const grpc::Status status = stub_->ListModels(&context, {}, &models);
+  return CardFrom(status, models);
+}
+
+void OpenAiFront::AskModel(
+    std::function<void(absl::StatusOr<v1::ModelCard>)> done) {
+  struct Call {
+    grpc::ClientContext context;
+    v1::ListModelsRequest request;
+    v1::ListModelsResponse response;
+    std::function<void(absl::StatusOr<v1::ModelCard>)> done;
+  };
+  auto call = std::make_shared<Call>();
+  call->done = std::move(done);
+  call->context.set_deadline(std::chrono::system_clock::now() +
+                             kListModelsTimeout);
+  {
+    absl::MutexLock lock(&mu_);
+    ++model_calls_;
+  }
+  stub_->async()->ListModels(&call->context, &call->request, &call->response,
+                             [this, call](grpc::Status status) {
+                               call->done(CardFrom(status, call->response));
+                               absl::MutexLock lock(&mu_);
+                               --model_calls_;
+                             });
+}
+
+void OpenAiFront::Handle(std::shared_ptr<HttpExchange> exchange) {
+  const HttpRequest& request = exchange->request();
+  const std::string& path = request.path;
+  auto wrong_method = [&](const char* allowed) {
+    ApiError e = ServerError(
+        405, absl::StrCat(request.method, " is not allowed on ", path),
+        "invalid_request_error", "");
+    HttpResponse response = ErrorResponse(e);
+    response.headers.emplace_back("Allow", allowed);
+    exchange->Respond(std::move(response));
+  };
+  if (path == "/v1/completions" || path == "/v1/chat/completions") {
+    if (request.method != "POST") return wrong_method("POST");
+    return AdmitGeneration(path == "/v1/completions"
+                               ? Endpoint::kCompletions
+                               : Endpoint::kChatCompletions,
+                           std::move(exchange));
+  }
+  if (path == "/v1/models" || path == "/health" || path == "/metrics") {
+    if (request.method != "GET") return wrong_method("GET");
+    if (path == "/v1/models") return HandleModels(std::move(exchange));
+    if (path == "/health") return HandleHealth(std::move(exchange));
+    // Serialized here, on the io thread: it takes microseconds and needs
+    // no pool, so nothing can queue ahead of it.
+    HttpResponse metrics;
+    metrics.content_type = "text/plain; version=0.0.4";
+    metrics.body = prometheus::TextSerializer().Serialize(registry_->Collect());
+    return exchange->Respond(std::move(metrics));
+  }
+  ApiError e =
+      ServerError(404, absl::StrCat("no route for ", request.method, " ", path),
+                  "not_found_error", "");
+  exchange->Respond(ErrorResponse(e));
+}
+
+void OpenAiFront::AdmitGeneration(Endpoint endpoint,
+                                  std::shared_ptr<HttpExchange> exchange) {
   if (draining_) {
-    return ReplyError(res,
-                      ServerError(503, "the server is shutting down",
-                                  "service_unavailable_error", "draining"));
+    return exchange->Respond(
+        ErrorResponse(ServerError(503, "the server is shutting down",
+                                  "service_unavailable_error", "draining")));
   }
   if (!TryAcquireSlot()) {
-    return ReplyError(
-        res, ServerError(429,
-                         absl::StrCat("too many concurrent requests (at most ",
-                                      options_.max_concurrent_generations,
-                                      "); retry later"),
-                         "rate_limit_error", "too_many_concurrent_requests"));
+    return exchange->Respond(ErrorResponse(ServerError(
+        429,
+        absl::StrCat("too many concurrent requests (at most ",
+                     options_.max_concurrent_generations, "); retry later"),
+        "rate_limit_error", "too_many_concurrent_requests")));
   }
-  // Released by the Generation's end below or, for a stream, by the
-  // content provider's releaser.
-  bool slot_handed_over = false;
-  struct SlotGuard {
-    OpenAiFront* front;
-    bool* handed_over;
-    ~SlotGuard() {
-      if (!*handed_over) front->ReleaseSlot();
-    }
-  } guard{this, &slot_handed_over};
+  // The pool has a thread per slot, so the task starts at once.
+  boost::asio::post(generations_,
+                    [this, endpoint, exchange = std::move(exchange)] {
+                      RunGeneration(endpoint, *exchange);
+                      ReleaseSlot();
+                    });
+}
 
+void OpenAiFront::RunGeneration(Endpoint endpoint, HttpExchange& exchange) {
   absl::StatusOr<v1::ModelCard> card = Model(/*refresh=*/false);
   if (!card.ok()) {
-    return ReplyError(res,
-                      ServerError(503, std::string(card.status().message()),
-                                  "service_unavailable_error", "unavailable"));
+    return exchange.Respond(
+        ErrorResponse(ServerError(503, std::string(card.status().message()),
+                                  "service_unavailable_error", "unavailable")));
   }
   ServedModel served;
   served.name = card->name();
   served.max_tokens_limit = card->max_tokens_limit();
   served.default_chat_max_tokens = options_.default_chat_max_tokens;
   OpenAiRequest request;
+  const std::string& body = exchange.request().body;
   std::optional<ApiError> error =
-      ParseOpenAiRequest(endpoint, req.body, served, &request);
+      ParseOpenAiRequest(endpoint, body, served, &request);
   if (error && error->code == "model_not_found") {
     // The router may have been restarted with another model.
     card = Model(/*refresh=*/true);
     if (card.ok() && card->name() != served.name) {
       served.name = card->name();
       request = OpenAiRequest();
-      error = ParseOpenAiRequest(endpoint, req.body, served, &request);
+      error = ParseOpenAiRequest(endpoint, body, served, &request);
     }
   }
-  if (error) return ReplyError(res, *error);
+  if (error) return exchange.Respond(ErrorResponse(*error));
 
-  auto generation =
-      std::make_unique<Generation>(this, request.stream, request.generate);
+  Generation generation(this, request.stream, request.generate);
+  GenerateCall& call = generation.call();
   OpenAiResponse response(endpoint, request.model, request.include_usage);
   // Nothing is sent before the router's first answer: a request it refuses
   // gets the right HTTP status, not a 200 stream carrying an error.
   v1::GenerateResponse message;
-  if (generation->call().Next(absl::InfiniteDuration(), &message) ==
+  if (call.Next(absl::InfiniteDuration(), &message) ==
       GenerateCall::Event::kFinished) {
-    const grpc::Status status = generation->call().status();
-    return ReplyError(res, status.ok()
-                               ? ServerError(500, "the router sent no response",
-                                             "server_error", "internal")
-                               : ApiErrorFromGrpc(status, endpoint));
+    const grpc::Status status = call.status();
+    return exchange.Respond(ErrorResponse(
+        status.ok() ? ServerError(500, "the router sent no response",
+                                  "server_error", "internal")
+                    : ApiErrorFromGrpc(status, endpoint)));
   }
-  if (request.stream) {
-    slot_handed_over = true;
-    return Stream(std::move(generation), std::move(response),
-                  std::move(message), res);
-  }
+  if (request.stream) return Stream(call, response, message, exchange);
   // One body at the end: the client's connection is checked while waiting,
   // and a client that went away cancels the router call (freeing the
   // sequence), as a failed write does for a stream.
-  const ConnectionProbe connection(req);
   response.Append(message);
   while (true) {
-    const GenerateCall::Event event = generation->call().Next(
-        absl::Milliseconds(kDisconnectCheckMs), &message);
+    const GenerateCall::Event event =
+        call.Next(absl::Milliseconds(kDisconnectCheckMs), &message);
     if (event == GenerateCall::Event::kFinished) break;
     if (event == GenerateCall::Event::kMessage) response.Append(message);
-    if (connection.ClientGone()) {
-      generation->call().Cancel();
+    if (exchange.ClientGone()) {
+      call.Cancel();
       metrics_.OnClientDisconnect();
-      res.status = 499;  // nginx's "client closed request", for the logs
-      return;  // nobody to answer; the Generation waits for the call's end
+      HttpResponse gone;
+      gone.status = 499;  // nginx's "client closed request", for metrics
+      return exchange.Respond(std::move(gone));  // nobody reads it
     }
   }
-  const grpc::Status status = generation->call().status();
-  if (!status.ok()) return ReplyError(res, ApiErrorFromGrpc(status, endpoint));
-  res.set_content(response.Body(), "application/json");
+  const grpc::Status status = call.status();
+  if (!status.ok()) {
+    return exchange.Respond(ErrorResponse(ApiErrorFromGrpc(status, endpoint)));
+  }
+  HttpResponse done;
+  done.body = response.Body();
+  exchange.Respond(std::move(done));
 }
 
-void OpenAiFront::Stream(std::unique_ptr<Generation> generation,
-                         OpenAiResponse response, v1::GenerateResponse first,
-                         httplib::Response& res) {
-  // Owned by the provider: cpp-httplib calls it on this connection's thread
-  // until sink.done(), a failed write, or the server stopping, then runs the
-  // releaser.
-  struct StreamState {
-    std::unique_ptr<Generation> generation;
-    OpenAiResponse response;
-    std::optional<v1::GenerateResponse> pending;
-    bool complete = false;
-  };
-  auto state = std::make_shared<StreamState>(StreamState{
-      std::move(generation), std::move(response), std::move(first), false});
+void OpenAiFront::Stream(GenerateCall& call, OpenAiResponse& response,
+                         const v1::GenerateResponse& first,
+                         HttpExchange& exchange) {
+  HttpResponse head;
+  head.content_type = "text/event-stream";
+  head.headers = {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}};
   const absl::Duration heartbeat =
       absl::Milliseconds(options_.sse_heartbeat_ms);
-  res.set_header("Cache-Control", "no-cache");
-  res.set_header("X-Accel-Buffering", "no");
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [state, heartbeat](size_t, httplib::DataSink& sink) {
-        auto write = [&](const std::string& data) {
-          // A failed write means the client is gone: returning false ends
-          // the response, and the releaser cancels the router call. An
-          // empty write would end the chunked body (cpp-httplib reads it as
-          // the last chunk): a message whose text is still held back (a
-          // possible stop string, an incomplete UTF-8 sequence) writes
-          // nothing.
-          return data.empty() || sink.write(data.data(), data.size());
-        };
-        if (state->pending) {
-          const std::string events = state->response.StreamEvents(
-              *std::exchange(state->pending, std::nullopt));
-          return write(events);
-        }
-        GenerateCall& call = state->generation->call();
-        v1::GenerateResponse message;
-        switch (call.Next(heartbeat, &message)) {
-          case GenerateCall::Event::kMessage:
-            return write(state->response.StreamEvents(message));
-          case GenerateCall::Event::kTimeout:
-            return write(": keep-alive\n\n");
-          case GenerateCall::Event::kFinished:
-            break;
-        }
-        const grpc::Status status = call.status();
-        state->complete = true;
-        const bool ok =
-            write(status.ok() ? state->response.StreamEnd()
-                              : OpenAiResponse::StreamError(ApiErrorFromGrpc(
-                                    status, Endpoint::kCompletions)));
-        if (ok) sink.done();
-        return ok;
-      },
-      [this, state](bool) {
-        if (!state->complete) {
-          state->generation->call().Cancel();
-          metrics_.OnClientDisconnect();
-        }
-        state->generation.reset();  // waits for the cancelled call's end
-        ReleaseSlot();
-      });
+  // A write fails once the client is gone or stopped reading for
+  // --write_timeout_s; the heartbeat makes one happen while the router is
+  // quiet. A message whose text is held back (a possible stop string, an
+  // incomplete UTF-8 sequence) writes nothing.
+  bool ok = exchange.StartStream(head) &&
+            exchange.Write(response.StreamEvents(first));
+  bool finished = false;
+  while (ok && !finished) {
+    v1::GenerateResponse message;
+    switch (call.Next(heartbeat, &message)) {
+      case GenerateCall::Event::kMessage:
+        ok = exchange.Write(response.StreamEvents(message));
+        break;
+      case GenerateCall::Event::kTimeout:
+        ok = exchange.Write(": keep-alive\n\n");
+        break;
+      case GenerateCall::Event::kFinished:
+        finished = true;
+        break;
+    }
+    ok = ok && !exchange.ClientGone();
+  }
+  if (finished) {
+    const grpc::Status status = call.status();
+    exchange.Write(status.ok() ? response.StreamEnd()
+                               : OpenAiResponse::StreamError(ApiErrorFromGrpc(
+                                     status, Endpoint::kCompletions)));
+  } else {
+    call.Cancel();  // the Generation's end waits for the call's
+    metrics_.OnClientDisconnect();
+  }
+  exchange.EndStream();
 }
 
-void OpenAiFront::HandleModels(httplib::Response& res) {
+void OpenAiFront::HandleModels(std::shared_ptr<HttpExchange> exchange) {
   // While the router is down or serves nothing, 503: an empty list would
   // tell a client that no model exists.
-  absl::StatusOr<v1::ModelCard> card = Model(/*refresh=*/true);
-  if (!card.ok()) {
-    return ReplyError(res,
-                      ServerError(503, std::string(card.status().message()),
-                                  "service_unavailable_error", "unavailable"));
-  }
-  json data = json::array();
-  data.push_back({{"id", card->name()},
-                  {"object", "model"},
-                  {"created", created_},
-                  {"owned_by", "dedit"},
-                  {"root", card->name()},
-                  {"max_model_len", card->max_context()}});
-  res.set_content(json({{"object", "list"}, {"data", data}}).dump(),
-                  "application/json");
-}
-
-void OpenAiFront::HandleHealth(httplib::Response& res) {
-  if (draining_) {
-    return ReplyError(
-        res, ServerError(503, "shutting down", "service_unavailable_error",
-                         "draining"));
-  }
-  absl::StatusOr<v1::ModelCard> card = Model(/*refresh=*/true);
-  if (!card.ok()) {
-    return ReplyError(res,
-                      ServerError(503, std::string(card.status().message()),
-                                  "service_unavailable_error", "unavailable"));
-  }
-  res.set_content(json({{"status", "ok"}, {"model", card->name()}}).dump(),
-                  "application/json");
-}
-
-void OpenAiFront::Routes() {
-  server_.Post("/v1/completions",
-               [this](const httplib::Request& req, httplib::Response& res) {
-                 HandleGenerate(Endpoint::kCompletions, req, res);
-               });
-  server_.Post("/v1/chat/completions",
-               [this](const httplib::Request& req, httplib::Response& res) {
-                 HandleGenerate(Endpoint::kChatCompletions, req, res);
-               });
-  server_.Get("/v1/models",
-              [this](const httplib::Request&, httplib::Response& res) {
-                HandleModels(res);
-              });
-  server_.Get("/health", [this](const httplib::Request&,
-                                httplib::Response& res) { HandleHealth(res); });
-  server_.Get(
-      "/metrics", [this](const httplib::Request&, httplib::Response& res) {
-        res.set_content(
-            prometheus::TextSerializer().Serialize(registry_->Collect()),
-            "text/plain; version=0.0.4");
-      });
-  server_.set_pre_routing_handler(
-      [](const httplib::Request&, httplib::Response&) {
-        request_start = Clock::now();
-        return httplib::Server::HandlerResponse::Unhandled;
-      });
-  // cpp-httplib's own refusals (no route, oversized or malformed request)
-  // get OpenAI's error JSON too; an oversized body is a 400 as OpenAI's.
-  server_.set_error_handler(httplib::Server::HandlerWithResponse(
-      [this](const httplib::Request& req, httplib::Response& res) {
-        if (!res.body.empty())
-          return httplib::Server::HandlerResponse::Unhandled;
-        ApiError e;
-        e.http_status = res.status;
-        if (res.status == 413) {
-          e.http_status = 400;
-          e.message = absl::StrCat("the request body exceeds ",
-                                   options_.max_body_bytes, " bytes");
-        } else if (res.status == 404) {
-          e.type = "not_found_error";
-          e.message = absl::StrCat("no route for ", req.method, " ", req.path);
-        } else if (res.status == 405) {
-          e.message = absl::StrCat(req.method, " is not allowed on ", req.path);
-        } else {
-          e.message = "malformed HTTP request";
-        }
-        ReplyError(res, e);
-        return httplib::Server::HandlerResponse::Handled;
-      }));
-  server_.set_exception_handler([](const httplib::Request&,
-                                   httplib::Response& res,
-                                   std::exception_ptr ep) {
-    std::string what = "internal error";
-    try {
-      std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      what = e.what();
+  AskModel([this, exchange](absl::StatusOr<v1::ModelCard> card) {
+    if (!card.ok()) {
+      return exchange->Respond(ErrorResponse(
+          ServerError(503, std::string(card.status().message()),
+                      "service_unavailable_error", "unavailable")));
     }
-    ReplyError(res, ServerError(500, what, "server_error", "internal"));
+    json data = json::array();
+    data.push_back({{"id", card->name()},
+                    {"object", "model"},
+                    {"created", created_},
+                    {"owned_by", "dedit"},
+                    {"root", card->name()},
+                    {"max_model_len", card->max_context()}});
+    exchange->Respond(JsonResponse({{"object", "list"}, {"data", data}}));
   });
-  server_.set_logger([this](const httplib::Request& req,
-                            const httplib::Response& res) {
-    // cpp-httplib's own refusals (malformed request, oversized body) skip
-    // the pre-routing handler: counted, without a duration.
-    std::optional<double> seconds;
-    if (request_start) {
-      seconds =
-          std::chrono::duration<double>(Clock::now() - *request_start).count();
+}
+
+void OpenAiFront::HandleHealth(std::shared_ptr<HttpExchange> exchange) {
+  if (draining_) {
+    return exchange->Respond(ErrorResponse(ServerError(
+        503, "shutting down", "service_unavailable_error", "draining")));
+  }
+  AskModel([exchange](absl::StatusOr<v1::ModelCard> card) {
+    if (!card.ok()) {
+      return exchange->Respond(ErrorResponse(
+          ServerError(503, std::string(card.status().message()),
+                      "service_unavailable_error", "unavailable")));
     }
-    request_start.reset();
-    metrics_.OnResponse(HttpMetrics::RouteLabel(req.path), res.status, seconds);
+    exchange->Respond(
+        JsonResponse({{"status", "ok"}, {"model", card->name()}}));
   });
 }
 
@@ -460,45 +484,35 @@ void OpenAiFront::Drain() {
 }
 
 absl::Status OpenAiFront::Serve() {
-  Routes();
-  const int threads = options_.http_threads;
-  server_.new_task_queue = [threads] {
-    return new httplib::ThreadPool(threads);
-  };
-  server_.set_payload_max_length(options_.max_body_bytes);
-  server_.set_keep_alive_timeout(options_.keep_alive_timeout_s);
-  server_.set_read_timeout(options_.read_timeout_s, 0);
-  server_.set_write_timeout(options_.write_timeout_s, 0);
-  server_.set_tcp_nodelay(true);
-  int port = options_.port;
-  if (port == 0) {
-    port = server_.bind_to_any_port(options_.host);
-  } else if (!server_.bind_to_port(options_.host, port)) {
-    port = -1;
-  }
-  if (port <= 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen on ", options_.host, ":", options_.port));
-  }
-  std::thread listener([this] { server_.listen_after_bind(); });
+  absl::StatusOr<int> port = server_.Start();
+  if (!port.ok()) return port.status();
   // The API and /metrics share the port; there is no gRPC port.
-  absl::Status ready = WriteReadyFile(options_.ready_file, 0, port);
-  if (!ready.ok()) {
-    server_.stop();
-    listener.join();
-    return ready;
+  absl::Status ready = WriteReadyFile(options_.ready_file, 0, *port);
+  if (ready.ok()) {
+    std::fprintf(stderr,
+                 "dedit-openai: router %s, HTTP port %d (%d io threads, at "
+                 "most %d concurrent generations)\n",
+                 options_.router_address.c_str(), *port,
+                 options_.http.io_threads, options_.max_concurrent_generations);
+    const int signal = WaitForShutdownSignal();
+    std::fprintf(stderr, "dedit-openai: signal %d, draining\n", signal);
+    Drain();
   }
-  std::fprintf(stderr,
-               "dedit-openai: router %s, HTTP port %d (%d threads, at most %d "
-               "concurrent generations)\n",
-               options_.router_address.c_str(), port, options_.http_threads,
-               options_.max_concurrent_generations);
-  const int signal = WaitForShutdownSignal();
-  std::fprintf(stderr, "dedit-openai: signal %d, draining\n", signal);
-  Drain();
-  server_.stop();
-  listener.join();
-  return absl::OkStatus();
+  // Closing the connections fails the writes of any generation still
+  // running, so the pool's threads end; the model calls end by their
+  // deadline at the latest.
+  server_.CloseConnections();
+  CancelAll();
+  generations_.join();
+  {
+    absl::MutexLock lock(&mu_);
+    auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return model_calls_ == 0;
+    };
+    mu_.Await(absl::Condition(&idle));
+  }
+  server_.Stop();
+  return ready;
 }
 
 }  // namespace
@@ -506,20 +520,14 @@ absl::Status OpenAiFront::Serve() {
 absl::Status ValidateOpenAiServerOptions(const OpenAiServerOptions& o) {
   if (o.max_concurrent_generations < 1) {
     return absl::InvalidArgumentError(
-        "--max_concurrent_generations must be "
-        ">= 1");
+        "--max_concurrent_generations must be >= 1");
   }
-  if (o.http_threads < o.max_concurrent_generations + 4) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--http_threads (", o.http_threads,
-        ") must be at least --max_concurrent_generations + 4 (",
-        o.max_concurrent_generations + 4,
-        "): every stream holds a pool thread, and /health, /metrics and "
-        "refusals need free ones"));
+  if (o.max_concurrent_generations > 4096) {
+    // One pool thread each.
+    return absl::InvalidArgumentError(
+        "--max_concurrent_generations must be <= 4096");
   }
-  if (o.max_body_bytes < 1024) {
-    return absl::InvalidArgumentError("--max_body_bytes must be >= 1024");
-  }
+  if (absl::Status s = ValidateHttpServerOptions(o.http); !s.ok()) return s;
   if (o.sse_heartbeat_ms < 10 || o.request_timeout_ms < 1 ||
       o.default_chat_max_tokens < 1) {
     return absl::InvalidArgumentError(

@@ -7,45 +7,40 @@
 //
 //   OpenAiServerOptions options;
 //   options.router_address = "127.0.0.1:50050";
-//   options.port = 8000;
+//   options.http.port = 8000;
 //   return RunOpenAiServer(options);   // until SIGTERM, then drains
 //
-// Threads: cpp-httplib serves each connection on one thread of a fixed pool
-// (--http_threads) for the connection's whole life: an SSE stream holds its
-// thread until the last event, and an idle keep-alive connection holds one
-// for up to --keep_alive_timeout_s. So at most --max_concurrent_generations
-// completion requests run at once (the rest get 429 at once, not a queue),
-// and the pool must be larger by a margin for /health, /metrics, /v1/models,
-// refusals and idle keep-alive connections: startup refuses
-// http_threads < max_concurrent_generations + 4.
+// Threads: the HTTP side (gateway/http_server.h) is event-driven on
+// --io_threads, which never block: a slow, idle or streaming connection
+// holds no thread, and /metrics is answered there. A completion request
+// runs on a pool of --max_concurrent_generations threads, taking its slot
+// before it leaves the io thread (one more gets 429 at once, not a queue);
+// /health and /v1/models ask the router asynchronously. So no number of
+// connections, streams or refusals can starve /health or /metrics.
 #ifndef DEDIT_GATEWAY_OPENAI_SERVER_H_
 #define DEDIT_GATEWAY_OPENAI_SERVER_H_
 
-#include <cstddef>
 #include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
+#include "gateway/http_server.h"
 
 namespace dedit {
 
 struct OpenAiServerOptions {
   std::string router_address = "127.0.0.1:50050";
-  std::string host = "0.0.0.0";
-  int port = 8000;         // 0 = ephemeral
+  // Address, io threads and the limits every connection is held to (an
+  // oversized body gets 413).
+  HttpServerOptions http;
   std::string ready_file;  // {"grpc_port": 0, "metrics_port": <port>}
-  int http_threads = 64;
   int max_concurrent_generations = 48;
-  size_t max_body_bytes = 1 << 20;  // larger bodies get 400
   // Deadline of every Generate call (and so of every completion request).
   int64_t request_timeout_ms = 600000;
   // A stream with nothing to send for this long gets an SSE comment, so a
-  // client that left is noticed (and its router call cancelled) even while
-  // the router is quiet.
+  // client that stopped reading is found (and its router call cancelled)
+  // even while the router is quiet.
   int sse_heartbeat_ms = 1000;
-  int keep_alive_timeout_s = 5;
-  int read_timeout_s = 30;
-  int write_timeout_s = 30;
   int default_chat_max_tokens = 512;  // chat requests without max_tokens
   // After SIGTERM: running requests may finish for this long, then their
   // router calls are cancelled.

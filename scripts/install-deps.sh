@@ -19,9 +19,12 @@ PACKAGES=(
   libssl-dev openssl
   # gRPC / protobuf / abseil / Prometheus client
   libgrpc++-dev libgrpc-dev protobuf-compiler protobuf-compiler-grpc libprotobuf-dev
-  # HTTP server of the OpenAI-compatible front (dedit-openai) and of every
-  # binary's /metrics (common/serving/metrics_endpoint.cc)
+  # HTTP server of every binary's /metrics (common/serving/metrics_endpoint.cc)
+  # and the HTTP client of the gateway's end-to-end tests
   libcpp-httplib-dev
+  # Boost.Beast + Boost.Asio (header-only): the OpenAI-compatible front's
+  # HTTP server (gateway/http_server.h)
+  libboost-dev
   libabsl-dev prometheus-cpp-dev
   # tests and benchmarks; valgrind checks the PCRE2 path (fuzz.regex_valgrind),
   # which ASan cannot see into

@@ -131,8 +131,7 @@ class OpenAiGatewayTest : public ::testing::Test {
     auto gateway = ServiceProcess::Start(
         DEDIT_OPENAI_BINARY,
         {absl::StrCat("--router=127.0.0.1:", router_->grpc_port()),
-         "--host=127.0.0.1", "--port=0", "--http_threads=16",
-         "--max_concurrent_generations=8",
+         "--host=127.0.0.1", "--port=0", "--max_concurrent_generations=8",
          absl::StrCat("--max_body_bytes=", kMaxBodyBytes),
          "--sse_heartbeat_ms=200", "--drain_timeout_ms=1000"},
         *dir_, "gateway");

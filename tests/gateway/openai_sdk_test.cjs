@@ -164,14 +164,14 @@ async function errors() {
   assert.equal(missing.code, 'model_not_found');
   assert.ok(missing instanceof OpenAI.NotFoundError);
 
-  // Raw HTTP: malformed JSON, oversized body, unknown route, health, metrics.
+  // Raw HTTP: malformed JSON, oversized body (413), unknown route, health, metrics.
   const root = baseURL.replace(/\/v1$/, '');
   const post = (body) => fetch(`${baseURL}/completions`, {method: 'POST', headers: {'Content-Type': 'application/json'}, body});
   let res = await post('{"prompt": "x", ');
   assert.equal(res.status, 400);
   assert.match((await res.json()).error.message, /not valid JSON/);
   res = await post(JSON.stringify({prompt: 'x'.repeat(expected.max_body_bytes + 10), max_tokens: 1}));
-  assert.equal(res.status, 400);
+  assert.equal(res.status, 413);
   assert.match((await res.json()).error.message, /exceeds/);
   res = await post('[1, 2]');
   assert.equal(res.status, 400);
