@@ -24,6 +24,8 @@ constexpr size_t kReadBytes = 16384;
 // sends a reset, which can destroy the answer before the client reads it.
 constexpr auto kLinger = std::chrono::seconds(2);
 constexpr size_t kLingerBytes = 8 << 20;
+// A streaming writer waits while more than this is queued for its client.
+constexpr size_t kOutboxBytes = 64 << 10;
 
 // "METHOD SP target SP HTTP/1.1", without its CRLF.
 size_t RequestLineBytes(const http::request<http::string_body>& message) {
@@ -65,41 +67,7 @@ std::string FormatResponse(const HttpResponse& response, bool close) {
          response.body;
 }
 
-// A blocking writer's wait for its bytes, finished by the write's handler;
-// false if the io side drops the handler unrun (its threads stopped), so
-// the writer never waits for ever.
-class WriteWaiter {
- public:
-  void Finish(bool ok) ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
-    if (done_) return;
-    done_ = true;
-    ok_ = ok;
-  }
-  bool Wait() ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(&done_));
-    return ok_;
-  }
-
- private:
-  absl::Mutex mu_;
-  bool done_ ABSL_GUARDED_BY(mu_) = false;
-  bool ok_ ABSL_GUARDED_BY(mu_) = false;
-};
-
 }  // namespace
-
-class WriteCompletion {
- public:
-  explicit WriteCompletion(std::shared_ptr<WriteWaiter> waiter)
-      : waiter_(std::move(waiter)) {}
-  ~WriteCompletion() { waiter_->Finish(false); }
-  void Done(bool ok) { waiter_->Finish(ok); }
-
- private:
-  std::shared_ptr<WriteWaiter> waiter_;
-};
 
 HttpConnection::HttpConnection(tcp::socket socket, ServerCore* core,
                                std::string client, bool counted)
@@ -108,7 +76,8 @@ HttpConnection::HttpConnection(tcp::socket socket, ServerCore* core,
       core_(core),
       client_(std::move(client)),
       counted_(counted),
-      buffer_(core->limits.max_header_bytes + 2 * kReadBytes) {}
+      buffer_(core->limits.max_header_bytes + 2 * kReadBytes),
+      fd_(socket_.native_handle()) {}
 
 HttpConnection::~HttpConnection() {
   core_->table.Untrack(this);
@@ -315,30 +284,57 @@ void HttpConnection::WatchPeer() {
   });
 }
 
-bool HttpConnection::WriteAndWait(std::string bytes) {
-  if (peer_gone_) return false;
-  auto waiter = std::make_shared<WriteWaiter>();
-  net::post(executor(),
-            [self = shared_from_this(),
-             bytes = std::make_shared<std::string>(std::move(bytes)),
-             completion = std::make_shared<WriteCompletion>(waiter)] {
-              self->WritePart(bytes, completion);
-            });
-  return waiter->Wait();
+bool HttpConnection::SendPart(absl::string_view bytes) {
+  absl::MutexLock lock(&out_mu_);
+  if (out_closed_ || peer_gone_) return false;
+  if (outbox_.empty() && !flushing_) {
+    const ssize_t n =
+        ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+      peer_gone_ = true;  // reset: the answer's end closes the connection
+      return false;
+    }
+    if (n > 0) bytes.remove_prefix(static_cast<size_t>(n));
+    if (bytes.empty()) return true;
+  }
+  outbox_.append(bytes.data(), bytes.size());
+  if (!flushing_) {
+    flushing_ = true;
+    net::post(executor(), [self = shared_from_this()] { self->Flush(); });
+  }
+  auto room = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(out_mu_) {
+    return out_closed_ || outbox_.size() <= kOutboxBytes;
+  };
+  out_mu_.Await(absl::Condition(&room));
+  return !out_closed_;
 }
 
-void HttpConnection::WritePart(std::shared_ptr<std::string> bytes,
-                               std::shared_ptr<WriteCompletion> completion) {
-  if (phase_ != Phase::kHandling || peer_gone_) return completion->Done(false);
+void HttpConnection::AwaitSent() {
+  absl::MutexLock lock(&out_mu_);
+  auto sent = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(out_mu_) {
+    return out_closed_ || !flushing_;
+  };
+  out_mu_.Await(absl::Condition(&sent));
+}
+
+void HttpConnection::Flush() {
+  {
+    absl::MutexLock lock(&out_mu_);
+    if (out_closed_ || outbox_.empty()) {
+      flushing_ = false;
+      return;
+    }
+    writing_.clear();
+    writing_.swap(outbox_);
+  }
   Arm(std::chrono::seconds(core_->limits.write_timeout_s));
-  net::async_write(socket_, net::buffer(*bytes),
-                   [self = shared_from_this(), bytes, completion](
-                       beast::error_code ec, size_t) {
+  net::async_write(socket_, net::buffer(writing_),
+                   [self = shared_from_this()](beast::error_code ec, size_t) {
                      self->Disarm();
-                     // A slow reader past the deadline, or a reset: the stream
-                     // is over.
-                     if (ec) self->CloseNow();
-                     completion->Done(!ec);
+                     // A slow reader past the deadline, or a reset: the
+                     // stream is over.
+                     if (ec) return self->CloseNow();
+                     self->Flush();
                    });
 }
 
@@ -416,6 +412,11 @@ void HttpConnection::CloseNow() {
   peer_gone_ = true;
   closed_ = true;
   Disarm();
+  {
+    absl::MutexLock lock(&out_mu_);  // no direct write is using the socket
+    out_closed_ = true;
+    outbox_.clear();
+  }
   beast::error_code ignored;
   socket_.close(ignored);
   parser_.reset();
@@ -451,21 +452,22 @@ bool HttpExchange::StartStream(const HttpResponse& head) {
   if (state_ != State::kNew) return false;
   state_ = State::kStreaming;
   stream_status_ = head.status;
-  return connection_->WriteAndWait(
+  return connection_->SendPart(
       FormatHead(head, std::nullopt, chunked_, close_ || !chunked_));
 }
 
 bool HttpExchange::Write(const std::string& data) {
   if (state_ != State::kStreaming) return false;
   if (data.empty()) return !ClientGone();  // an empty chunk would end it
-  return connection_->WriteAndWait(
-      chunked_ ? absl::StrCat(absl::Hex(data.size()), "\r\n", data, "\r\n")
-               : data);
+  if (!chunked_) return connection_->SendPart(data);
+  return connection_->SendPart(
+      absl::StrCat(absl::Hex(data.size()), "\r\n", data, "\r\n"));
 }
 
 void HttpExchange::EndStream() {
   if (state_ != State::kStreaming) return;
   state_ = State::kDone;
+  connection_->AwaitSent();  // the last chunk goes after every part
   connection_->PostFinal(chunked_ ? "0\r\n\r\n" : "", stream_status_,
                          close_ || !chunked_);
 }

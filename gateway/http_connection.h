@@ -16,6 +16,9 @@
 #include <optional>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "gateway/connection_table.h"
 #include "gateway/http_server.h"
 
@@ -37,8 +40,6 @@ struct ServerCore {
   ConnectionTable table;
   std::atomic<bool> closing{false};
 };
-
-class WriteCompletion;  // http_connection.cc
 
 // One client connection. Everything but the marked entry points runs on
 // the connection's strand (its socket's executor), so its state needs no
@@ -64,8 +65,16 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   }
 
   // Any thread (HttpExchange).
+  // An answer's last bytes (all of a single-body answer); then the next
+  // request, or the close.
   void PostFinal(std::string bytes, int status, bool close);
-  bool WriteAndWait(std::string bytes);
+  // A part of a streamed answer. Returns once the bytes are written or
+  // queued; waits while more than 64 KiB are queued for a slow reader (at
+  // most the write deadline, after which the connection closes). False once
+  // the client is gone or the connection closed.
+  bool SendPart(absl::string_view bytes);
+  // Waits until the queued parts are written or the connection closed.
+  void AwaitSent();
   bool peer_gone() const { return peer_gone_.load(); }
   bool closed() const { return closed_.load(); }
   const HttpServer::Callbacks& callbacks() const { return core_->callbacks; }
@@ -88,8 +97,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   void OnReadError(beast::error_code ec);
   void Dispatch();
   void WatchPeer();
-  void WritePart(std::shared_ptr<std::string> bytes,
-                 std::shared_ptr<WriteCompletion> completion);
+  void Flush();
   void SendFinal(std::shared_ptr<std::string> bytes, int status, bool close,
                  bool refusal);
   void Linger();
@@ -117,6 +125,18 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   size_t lingered_ = 0;
   std::atomic<bool> peer_gone_{false};
   std::atomic<bool> closed_{false};
+
+  // A stream's parts go from the handler's thread straight to the socket
+  // while nothing is queued, as a thread-per-connection server writes,
+  // instead of waking an io thread per token; what the socket does not take
+  // is queued and written by the strand (Flush). The lock also keeps the
+  // socket open during such a write.
+  const int fd_;
+  absl::Mutex out_mu_;
+  std::string outbox_ ABSL_GUARDED_BY(out_mu_);
+  bool flushing_ ABSL_GUARDED_BY(out_mu_) = false;  // a Flush is due or writing
+  bool out_closed_ ABSL_GUARDED_BY(out_mu_) = false;
+  std::string writing_;  // on the strand: the queued bytes being written
 };
 
 }  // namespace dedit

@@ -109,10 +109,11 @@ class HttpConnection;  // http_server.cc
 // out in request order.
 //
 // Respond, StartStream, Write and EndStream are for one thread at a time
-// (the handler's); ClientGone is for any. StartStream and Write block until
-// their bytes are written (at most the write timeout), so a slow reader
-// slows its writer instead of filling memory. An exchange dropped without
-// an answer answers 500, or ends its stream.
+// (the handler's); ClientGone is for any. StartStream and Write return once
+// their bytes are written or queued, and wait while more than 64 KiB are
+// queued (at most the write timeout, then the connection closes), so a slow
+// reader slows its writer instead of filling memory. An exchange dropped
+// without an answer answers 500, or ends its stream.
 class HttpExchange {
  public:
   ~HttpExchange();
