@@ -236,6 +236,8 @@ grpc::ServerUnaryReactor* DrafterServiceImpl::Info(
   const DrafterWorker::Snapshot s = worker_->snapshot();
   response->set_num_sequences(s.num_sequences);
   response->set_context_tokens(s.context_tokens);
+  response->set_kv_bytes_in_use(s.kv_bytes_in_use);
+  response->set_kv_bytes_held(s.kv_bytes_held);
   {
     absl::MutexLock lock(&mu_);
     response->set_context_streams(static_cast<int>(readers_.size()));

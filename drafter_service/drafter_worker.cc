@@ -142,6 +142,11 @@ bool DrafterWorker::TakeWork(Inbox& inbox) {
       next_deadline = j.context_deadline;
     }
   }
+  // Idle sequences are parked when they fall due.
+  if (auto park = NextParking();
+      park && (!next_deadline || *park < *next_deadline)) {
+    next_deadline = park;
+  }
   // Ready items left over from a full forward run next, after a look at
   // the queues.
   if (!ready_.empty()) next_deadline = std::chrono::steady_clock::now();
@@ -201,6 +206,7 @@ void DrafterWorker::Run() {
       }
     }
     if (!ready_.empty()) RunFairBatch();
+    ParkIdle(std::chrono::steady_clock::now());
     PublishSnapshot();
   }
   // Shutting down: answer everything still waiting, outside the lock.
@@ -237,9 +243,33 @@ void DrafterWorker::ApplyReleases(std::vector<ReleaseJob>& jobs) {
   }
 }
 
+std::optional<std::chrono::steady_clock::time_point>
+DrafterWorker::NextParking() const {
+  if (options_.park_idle_ms <= 0 || last_used_.empty()) return std::nullopt;
+  auto oldest = last_used_.begin()->second;
+  for (const auto& [id, t] : last_used_) oldest = std::min(oldest, t);
+  return oldest + std::chrono::milliseconds(options_.park_idle_ms);
+}
+
+void DrafterWorker::ParkIdle(std::chrono::steady_clock::time_point now) {
+  if (options_.park_idle_ms <= 0) return;
+  const auto idle = std::chrono::milliseconds(options_.park_idle_ms);
+  for (auto it = last_used_.begin(); it != last_used_.end();) {
+    if (now - it->second < idle) {
+      ++it;
+      continue;
+    }
+    if (drafter_->HasSequence(it->first)) {
+      NoteModelError(drafter_->ParkSequence(it->first));
+    }
+    it = last_used_.erase(it);
+  }
+}
+
 void DrafterWorker::RemoveSequence(SequenceId id) {
   broken_.erase(id);
   owner_.erase(id);
+  last_used_.erase(id);
   if (drafter_->HasSequence(id)) (void)drafter_->RemoveSequence(id);
 }
 
@@ -264,6 +294,7 @@ void DrafterWorker::ApplyContext(ContextEvent& e, ContextQueue& queue) {
     RemoveSequence(e.sequence);
     return;
   }
+  last_used_[e.sequence] = std::chrono::steady_clock::now();
   if (!continues) {
     if (e.start == 0) {
       // A prompt's first chunk (re)creates the sequence.
@@ -434,8 +465,12 @@ void DrafterWorker::RunFairBatch() {
   std::vector<DraftRequest> batch;
   int max_passes = 0;
   DrafterBatchStats stats;
+  const auto now = std::chrono::steady_clock::now();
   for (const Slot& slot : chosen) {
     batch.push_back(slot.job->requests[slot.item]);
+    if (drafter_->HasSequence(batch.back().sequence)) {
+      last_used_[batch.back().sequence] = now;
+    }
     max_passes = std::max(max_passes, batch.back().passes);
     DraftJob& job = *slot.job;
     if (job.waits) {
@@ -483,6 +518,8 @@ void DrafterWorker::PublishSnapshot() {
   Snapshot s;
   s.num_sequences = static_cast<int>(drafter_->num_sequences());
   s.context_tokens = drafter_->context_tokens();
+  s.kv_bytes_in_use = drafter_->context_used_bytes();
+  s.kv_bytes_held = drafter_->context_bytes();
   s.orphaned_contexts = orphaned_contexts_;
   snapshot_.Set(s);
   if (snapshot_listener_) snapshot_listener_(s);

@@ -58,6 +58,10 @@ struct DrafterWorkerOptions {
   // before it sleeps (common/base/spin_wait.h). 0: it sleeps at once.
   int64_t idle_spin_us = 0;
   int max_passes = 8;  // largest K served
+  // A sequence neither fed nor drafted for this long (a session between
+  // turns) is parked: its context leaves the pool's slots for a copy of its
+  // own tokens (common/model/kv_pool.h). 0: never.
+  int64_t park_idle_ms = 2000;
   // Draft items per batched forward (0 = all that are ready). Items beyond
   // it wait for the next forward, chosen round-robin across callers, so a
   // caller flooding the drafter with items gets an equal share of each
@@ -97,6 +101,9 @@ class DrafterWorker : public ModelThread {
   struct Snapshot {
     int num_sequences = 0;
     int64_t context_tokens = 0;
+    // Context KV bytes the tokens take, and what the pool holds for them.
+    int64_t kv_bytes_in_use = 0;
+    int64_t kv_bytes_held = 0;
     // Since start: contexts dropped because the stream that fed them ended.
     int64_t orphaned_contexts = 0;
   };
@@ -218,6 +225,10 @@ class DrafterWorker : public ModelThread {
   // of ready_, taken round-robin across callers; answers every job it
   // completes.
   void RunFairBatch();
+  // Parks the sequences idle for park_idle_ms (last_used_), and gives the
+  // next time one falls due.
+  void ParkIdle(std::chrono::steady_clock::time_point now);
+  std::optional<std::chrono::steady_clock::time_point> NextParking() const;
   void PublishSnapshot() ABSL_LOCKS_EXCLUDED(mu_);
 
   std::unique_ptr<DEditDrafter> drafter_;  // model thread only
@@ -231,6 +242,10 @@ class DrafterWorker : public ModelThread {
   // The stream that last fed each sequence (also broken ones).
   std::unordered_map<SequenceId, uint64_t> owner_;  // model thread only
   int64_t orphaned_contexts_ = 0;                   // model thread only
+  // When each resident sequence was last fed or drafted (parked ones are
+  // not here until used again); model thread only.
+  std::unordered_map<SequenceId, std::chrono::steady_clock::time_point>
+      last_used_;
 
   std::deque<ContextEvent> new_context_ ABSL_GUARDED_BY(mu_);
   std::vector<DraftJob> new_drafts_ ABSL_GUARDED_BY(mu_);

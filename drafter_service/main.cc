@@ -28,6 +28,10 @@ ABSL_FLAG(int64_t, idle_spin_us, 0,
           "after each forward, poll this long for the next call before "
           "sleeping: saves a thread wake-up per round, costs a core while "
           "idle (common/base/spin_wait.h)");
+ABSL_FLAG(int64_t, park_idle_ms, 2000,
+          "a sequence neither fed nor drafted for this long (a session "
+          "between turns) moves out of the KV pool's slots into a copy of "
+          "its own tokens; 0 = never");
 ABSL_FLAG(int64_t, context_wait_ms, 500,
           "how long a draft waits for context that has not arrived");
 ABSL_FLAG(int, max_passes, 8, "largest K served");
@@ -71,6 +75,7 @@ int main(int argc, char** argv) {
   o.worker.context_wait_ms = absl::GetFlag(FLAGS_context_wait_ms);
   o.worker.idle_spin_us = absl::GetFlag(FLAGS_idle_spin_us);
   o.worker.max_passes = absl::GetFlag(FLAGS_max_passes);
+  o.worker.park_idle_ms = absl::GetFlag(FLAGS_park_idle_ms);
   o.worker.max_batch_sequences = absl::GetFlag(FLAGS_max_batch_sequences);
   if (o.worker.max_batch_sequences < 0) {
     std::fprintf(stderr, "dedit-drafter: --max_batch_sequences must be >= 0\n");

@@ -82,7 +82,16 @@ struct TargetMetrics {
                     .Help("Sequences released because no call renewed their "
                           "lease (--sequence_lease_seconds)")
                     .Register(r)
-                    .Add({})) {}
+                    .Add({})),
+        kv_bytes_family(prometheus::BuildGauge()
+                            .Name("dedit_target_kv_bytes")
+                            .Help("KV cache bytes: in_use, what the cached "
+                                  "tokens take; held, what the pool holds "
+                                  "for them (slack and parked sessions "
+                                  "included)")
+                            .Register(r)),
+        kv_bytes_in_use(kv_bytes_family.Add({{"state", "in_use"}})),
+        kv_bytes_held(kv_bytes_family.Add({{"state", "held"}})) {}
   prometheus::Histogram& batch_size;
   prometheus::Histogram& forward_seconds;
   prometheus::Gauge& kv_usage;
@@ -92,6 +101,9 @@ struct TargetMetrics {
   prometheus::Gauge& sequences;
   prometheus::Gauge& reserved_tokens;
   prometheus::Counter& expired;
+  prometheus::Family<prometheus::Gauge>& kv_bytes_family;
+  prometheus::Gauge& kv_bytes_in_use;
+  prometheus::Gauge& kv_bytes_held;
 };
 
 }  // namespace
@@ -171,6 +183,8 @@ absl::Status RunTargetServer(const TargetServerOptions& options) {
                                static_cast<double>(s.kv_capacity_tokens));
         }
         metrics.idle_sequences.Set(s.idle_sequences);
+        metrics.kv_bytes_in_use.Set(static_cast<double>(s.kv_bytes_in_use));
+        metrics.kv_bytes_held.Set(static_cast<double>(s.kv_bytes_held));
         if (s.evicted_sequences > evicted_seen) {
           metrics.evicted.Increment(
               static_cast<double>(s.evicted_sequences - evicted_seen));

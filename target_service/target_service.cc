@@ -228,6 +228,8 @@ grpc::ServerUnaryReactor* TargetServiceImpl::Info(
   response->set_kv_capacity_tokens(s.kv_capacity_tokens);
   response->set_idle_sequences(s.idle_sequences);
   response->set_idle_cached_tokens(s.idle_cached_tokens);
+  response->set_kv_bytes_in_use(s.kv_bytes_in_use);
+  response->set_kv_bytes_held(s.kv_bytes_held);
   response->set_evicted_sequences(s.evicted_sequences);
   response->set_sequence_lease_seconds(
       absl::ToDoubleSeconds(worker_->sequence_lease()));

@@ -284,6 +284,10 @@ void TargetBatcher::ApplyKeepIdle(std::vector<TargetKeepIdleJob> jobs,
       s.reserved_tokens = cached;
       if (!s.idle) s.idle_since = ++idle_tick_;
       s.idle = true;
+      // Between turns its KV leaves the pool's slots for a copy of its own
+      // tokens (common/model/kv_pool.h), so idle sessions cost what they
+      // hold, not a slab each; its next forward brings it back.
+      (void)model_->ParkSequence(id);
     }
     if (job.done) job.done(std::move(missing));
   }
@@ -548,6 +552,8 @@ TargetWorkerSnapshot TargetBatcher::snapshot() const {
   TargetWorkerSnapshot s;
   s.num_sequences = static_cast<int>(sequences_.size());
   s.cached_tokens = model_->cached_tokens();
+  s.kv_bytes_in_use = model_->cache_used_bytes();
+  s.kv_bytes_held = model_->cache_bytes();
   s.reserved_tokens = reserved_tokens_;
   s.kv_capacity_tokens = options_.kv_capacity_tokens;
   for (const auto& [id, state] : sequences_) {

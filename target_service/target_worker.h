@@ -163,6 +163,10 @@ struct TargetWorkerSnapshot {
   // Since the worker started: sequences released because their lease ran
   // out (a counter for metrics).
   int64_t expired_sequences = 0;
+  // KV bytes the cached tokens take, and the bytes the pool holds for them
+  // (slots, slack and parked copies).
+  int64_t kv_bytes_in_use = 0;
+  int64_t kv_bytes_held = 0;
   int idle_sequences = 0;          // sessions kept between turns
   int64_t idle_cached_tokens = 0;  // their KV tokens
   int64_t evicted_sequences = 0;   // idle ones evicted for room, in all

@@ -102,6 +102,27 @@ absl::Status DEditDrafter::AddSequence(SequenceId id) {
   return status;
 }
 
+absl::Status DEditDrafter::ParkSequence(SequenceId id) {
+  absl::Status status;
+  RETURN_IF_ERROR(GuardTorch([&] { status = pool_->Park(id); }));
+  return status;
+}
+
+absl::Status DEditDrafter::MakeResident(const std::vector<SequenceId>& ids) {
+  absl::Status status;
+  RETURN_IF_ERROR(GuardTorch([&] {
+    for (SequenceId id : ids) {
+      status = pool_->MakeResident(id);
+      if (!status.ok()) return;
+    }
+  }));
+  return status;
+}
+
+int64_t DEditDrafter::context_bytes() const { return pool_->nbytes(); }
+
+int64_t DEditDrafter::context_used_bytes() const { return pool_->used_bytes(); }
+
 absl::Status DEditDrafter::RemoveSequence(SequenceId id) {
   absl::Status status;
   RETURN_IF_ERROR(GuardTorch([&] { status = pool_->Remove(id); }));
@@ -178,6 +199,9 @@ absl::Status DEditDrafter::AppendContexts(
     longest = std::max(longest, chunk.start + n);
   }
   if (rows_total == 0) return absl::OkStatus();
+  std::vector<SequenceId> ids;
+  for (const auto& [id, end] : ends) ids.push_back(id);
+  RETURN_IF_ERROR(MakeResident(ids));
   const Qwen3Config& c = config_.layers;
   c10::InferenceMode inference_mode;
   return GuardTorch([&] {
@@ -337,6 +361,9 @@ absl::StatusOr<std::vector<DraftResult>> DEditDrafter::Draft(
   // No autograd bookkeeping on the model thread (docs/ARCHITECTURE.md §7).
   c10::InferenceMode inference_mode;
   RETURN_IF_ERROR(ValidateRequests(requests));
+  std::vector<SequenceId> ids;
+  for (const DraftRequest& r : requests) ids.push_back(r.sequence);
+  RETURN_IF_ERROR(MakeResident(ids));
   return GuardTorch([&] { return RunDraft(requests); });
 }
 

@@ -72,9 +72,16 @@ class DEditDrafter {
 
   absl::Status AddSequence(SequenceId id);
   absl::Status RemoveSequence(SequenceId id);
+  // Moves a sequence's context out of the pool's slots into a copy of its
+  // own tokens (KvPool::Park); its next append or draft brings it back.
+  absl::Status ParkSequence(SequenceId id);
+  // Context KV bytes held (slots and parked copies), and what the cached
+  // tokens take.
+  int64_t context_bytes() const;
+  int64_t context_used_bytes() const;
   bool HasSequence(SequenceId id) const { return pool_->Contains(id); }
   absl::StatusOr<int64_t> ContextLength(SequenceId id) const;
-  size_t num_sequences() const { return pool_->size(); }
+  size_t num_sequences() const { return pool_->sequences(); }
   int64_t context_tokens() const;
   // The longest context a sequence may have.
   int64_t max_context_tokens() const;
@@ -173,6 +180,9 @@ class DEditDrafter {
   Rotary rotary_;
   // Each slab holds the context's K/V, then the block's transient K/V
   // written past the context length by every pass.
+  // Parked sequences among `ids` back into slots, before any slot index
+  // is taken.
+  absl::Status MakeResident(const std::vector<SequenceId>& ids);
   std::unique_ptr<KvPool> pool_;
 };
 

@@ -3,6 +3,10 @@
 #include <ATen/Functions.h>
 #include <c10/core/InferenceMode.h>
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -82,12 +86,13 @@ KvPool::KvPool(const Shape& shape, at::ScalarType dtype, c10::Device device,
     : shape_(shape),
       dtype_(dtype),
       device_(device),
+      initial_slots_(std::clamp(initial_slots, 1, std::max(max_slots, 1))),
+      initial_slab_(SlabFor(std::clamp<int64_t>(
+          initial_slab_tokens, 1, std::max<int64_t>(shape.max_tokens, 1)))),
       max_slots_(std::max(max_slots, 1)),
       k_(shape.num_layers),
       v_(shape.num_layers) {
-  Resize(std::clamp(initial_slots, 1, max_slots_),
-         SlabFor(std::clamp<int64_t>(initial_slab_tokens, 1,
-                                     std::max<int64_t>(shape.max_tokens, 1))));
+  Resize(initial_slots_, initial_slab_);
 }
 
 void KvPool::Reserve(int64_t tokens) {
@@ -146,7 +151,13 @@ void KvPool::Resize(int slots, int64_t slab) {
     k_rows_[l] = k_[l].view({rows, shape_.head_dim});
     v_rows_[l] = v_[l].view({rows, shape_.head_dim});
   }
+  // The new tensors are zeroed past what was copied: only the used slots
+  // have written positions, all within the new slab (MaybeShrink keeps the
+  // longest).
   high_water_.resize(slots, 0);
+  for (int i = 0; i < slots; ++i) {
+    high_water_[i] = i < used ? std::min(high_water_[i], slab_) : 0;
+  }
   capacity_ = slots;
 }
 
@@ -155,6 +166,14 @@ absl::Status KvPool::Add(SequenceId id) {
   if (seqs_.count(id)) {
     return absl::AlreadyExistsError(absl::StrCat("sequence ", id, " exists"));
   }
+  absl::StatusOr<int> slot = TakeSlot();
+  if (!slot.ok()) return slot.status();
+  seqs_[id] = Seq{*slot, 0};
+  slot_owner_.push_back(id);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> KvPool::TakeSlot() {
   const int slot = static_cast<int>(slot_owner_.size());
   if (slot == capacity_) {
     if (capacity_ >= max_slots_) {
@@ -168,9 +187,7 @@ absl::Status KvPool::Add(SequenceId id) {
   // produced NaN: clear what it wrote.
   ClearSlot(slot, 0, high_water_[slot]);
   high_water_[slot] = 0;
-  seqs_[id] = Seq{slot, 0};
-  slot_owner_.push_back(id);
-  return absl::OkStatus();
+  return slot;
 }
 
 void KvPool::ClearSlot(int slot, int64_t from, int64_t to) {
@@ -228,8 +245,22 @@ absl::Status KvPool::Remove(SequenceId id) {
   if (it == seqs_.end()) {
     return absl::NotFoundError(absl::StrCat("unknown sequence ", id));
   }
-  const int freed = it->second.slot;
+  const int slot = it->second.slot;
   seqs_.erase(it);
+  if (slot < 0) {
+    auto parked = parked_.find(id);
+    for (const auto* list : {&parked->second.k, &parked->second.v}) {
+      for (const at::Tensor& t : *list) parked_bytes_ -= t.nbytes();
+    }
+    parked_.erase(parked);
+    return absl::OkStatus();
+  }
+  FreeSlot(slot);
+  MaybeShrink();
+  return absl::OkStatus();
+}
+
+void KvPool::FreeSlot(int freed) {
   const int last = static_cast<int>(slot_owner_.size()) - 1;
   if (freed != last) {
     // Keep slots dense: the last sequence moves into the hole, carrying
@@ -237,19 +268,99 @@ absl::Status KvPool::Remove(SequenceId id) {
     const SequenceId moved = slot_owner_[last];
     const int64_t n = high_water_[last];
     CopySlot(last, freed, n);
-    ClearSlot(freed, n, high_water_[freed]);  // the removed sequence's tail
+    ClearSlot(freed, n, high_water_[freed]);  // the leaving sequence's tail
     high_water_[freed] = n;
     slot_owner_[freed] = moved;
     seqs_[moved].slot = freed;
   }
   slot_owner_.pop_back();
+}
+
+absl::Status KvPool::Park(SequenceId id) {
+  c10::InferenceMode inference_mode;
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) {
+    return absl::NotFoundError(absl::StrCat("unknown sequence ", id));
+  }
+  Seq& seq = it->second;
+  if (seq.slot < 0) return absl::OkStatus();
+  const int64_t n = seq.length, nk = SlabFor(n);
+  ParkedKv kv;
+  for (int l = 0; l < shape_.num_layers; ++l) {
+    kv.k.push_back(k_[l][seq.slot].narrow(1, 0, nk).clone());
+    kv.v.push_back(v_[l][seq.slot].narrow(1, 0, n).clone());
+    parked_bytes_ += kv.k.back().nbytes() + kv.v.back().nbytes();
+  }
+  parked_[id] = std::move(kv);
+  const int slot = seq.slot;
+  seq.slot = -1;
+  FreeSlot(slot);
+  MaybeShrink();
   return absl::OkStatus();
 }
+
+absl::Status KvPool::MakeResident(SequenceId id) {
+  c10::InferenceMode inference_mode;
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) {
+    return absl::NotFoundError(absl::StrCat("unknown sequence ", id));
+  }
+  if (it->second.slot >= 0) return absl::OkStatus();
+  auto parked = parked_.find(id);
+  // What was parked (a rollback since may have shortened the length).
+  const int64_t n = parked->second.v[0].size(1);
+  const int64_t nk = parked->second.k[0].size(1);
+  Reserve(n);
+  absl::StatusOr<int> slot = TakeSlot();
+  if (!slot.ok()) return slot.status();
+  for (int l = 0; l < shape_.num_layers; ++l) {
+    k_[l][*slot].narrow(1, 0, nk).copy_(parked->second.k[l]);
+    v_[l][*slot].narrow(1, 0, n).copy_(parked->second.v[l]);
+    parked_bytes_ -=
+        parked->second.k[l].nbytes() + parked->second.v[l].nbytes();
+  }
+  parked_.erase(parked);
+  high_water_[*slot] = nk;
+  it->second.slot = *slot;
+  slot_owner_.push_back(id);
+  return absl::OkStatus();
+}
+
+void KvPool::MaybeShrink() {
+  const int used = static_cast<int>(slot_owner_.size());
+  int slots = capacity_;
+  while (slots > initial_slots_ && used <= slots / 4) slots /= 2;
+  slots = std::max(slots, initial_slots_);
+  int64_t longest = 0;  // what the resident slots hold, transient included
+  for (int i = 0; i < used; ++i) longest = std::max(longest, high_water_[i]);
+  // Twice the longest, so that it can grow before the next doubling.
+  const int64_t slab = longest <= slab_ / 4
+                           ? std::max(initial_slab_, SlabFor(2 * longest))
+                           : slab_;
+  if (slots == capacity_ && slab == slab_) return;
+  Resize(slots, slab);
+#if defined(__GLIBC__)
+  // glibc keeps freed chunks in its arenas (and large ones may come from
+  // there once its mmap threshold has risen): hand the pages back, so RSS
+  // follows the pool.
+  if (device_.is_cpu()) malloc_trim(0);
+#endif
+}
+
+int64_t KvPool::TokenBytes() const {
+  return int64_t{2} * shape_.num_layers * shape_.kv_heads * shape_.head_dim *
+         static_cast<int64_t>(c10::elementSize(dtype_));
+}
+
+int64_t KvPool::used_bytes() const { return total_length() * TokenBytes(); }
 
 void KvPool::SetLength(SequenceId id, int64_t length) {
   Seq& s = seqs_.at(id);
   s.length = length;
-  high_water_[s.slot] = std::max(high_water_[s.slot], length);
+  // A parked sequence's copy keeps its tail; only the length counts.
+  if (s.slot >= 0) {
+    high_water_[s.slot] = std::max(high_water_[s.slot], length);
+  }
 }
 
 void KvPool::MarkWritten(SequenceId id, int64_t end) {
@@ -340,7 +451,7 @@ void KvPool::Write(int layer, const at::Tensor& flat_index, const at::Tensor& k,
 }
 
 int64_t KvPool::nbytes() const {
-  int64_t total = 0;
+  int64_t total = parked_bytes_;
   for (int l = 0; l < shape_.num_layers; ++l) {
     total += k_[l].nbytes() + v_[l].nbytes();
   }

@@ -1,23 +1,38 @@
 // Key/value storage for every sequence of one model: a pool of fixed-size
-// slabs, one per sequence, taken at admission.
+// slabs, one per resident sequence, plus compact copies of parked ones.
 //
 // Each layer holds K and V as one tensor [slots, kv_heads, slab, head_dim].
-// A sequence owns slot i for its whole life, appends in place, and
-// Truncate() only moves the length: rollback after a rejected draft costs
-// nothing. The slab is as long as the longest sequence needs, rounded up by
-// doubling (Reserve: the whole pool is copied then, amortised O(1) per
-// token), up to `max_tokens`, the most a sequence can ever hold (the
-// model's context limit): short sequences of a long-context model cost
-// short slabs. Occupied slots are kept
-// dense ([0, size())): removing a sequence moves the last slot's tokens into
-// the freed one. A forward over any set of sequences therefore attends over
-// one strided view of the pool (common/model/packed_attention.h), with no
-// gather and no per-sequence attention call.
+// A resident sequence owns a slot, appends in place, and Truncate() only
+// moves the length: rollback after a rejected draft costs nothing. The slab
+// is as long as the longest resident sequence needs, rounded up by doubling
+// (Reserve: the whole pool is copied then, amortised O(1) per token), up to
+// `max_tokens`, the most a sequence can ever hold (the model's context
+// limit): short sequences of a long-context model cost short slabs.
+// Occupied slots are kept dense ([0, size())): removing a sequence moves
+// the last slot's tokens into the freed one. A forward over any set of
+// sequences therefore attends over one strided view of the pool
+// (common/model/packed_attention.h), with no gather and no per-sequence
+// attention call.
 //
 // The pool starts with `initial_slots` slots and doubles, copying, when a
 // sequence is added to a full pool (admission time only), up to
-// `max_slots`; beyond that Add() is RESOURCE_EXHAUSTED. Memory is slots x
-// slab; docs/ARCHITECTURE.md §7 gives the sizes.
+// `max_slots`; beyond that Add() is RESOURCE_EXHAUSTED.
+//
+// Memory follows the sequences, not the longest one ever seen:
+//   * a parked sequence (Park: a session kept between turns) leaves its
+//     slot for a copy of exactly its tokens; it returns to a slot
+//     (MakeResident) before its next forward, so an idle sequence costs its
+//     own tokens' KV, not a slab;
+//   * when removing or parking leaves the slots at most a quarter used, or
+//     the longest resident sequence within a quarter of the slab, the pool
+//     halves (copying, like a growth) down to its initial size, and the
+//     freed memory is returned to the OS (malloc_trim), so the process's
+//     RSS falls back after a burst. The quarter rule keeps a grow/shrink
+//     cycle amortised: a halving needs as many removals as the growth
+//     before it took additions.
+// A batch of resident sequences still pays the slab of its longest one
+// each: that is the price of the dense layout's gather-free attention.
+// docs/ARCHITECTURE.md §7 gives the sizes.
 //
 // Slab positions past a sequence's length hold stale but finite values: a
 // new occupant's slab is zeroed up to the previous occupant's high-water
@@ -109,17 +124,32 @@ class KvPool {
 
   // ALREADY_EXISTS for a known id; RESOURCE_EXHAUSTED past max_slots.
   absl::Status Add(SequenceId id);
-  // NOT_FOUND for an unknown id.
+  // NOT_FOUND for an unknown id. May shrink the pool.
   absl::Status Remove(SequenceId id);
   bool Contains(SequenceId id) const { return seqs_.count(id) > 0; }
+  // Resident sequences (those in slots).
   size_t size() const { return slot_owner_.size(); }
+  // Every sequence, resident or parked.
+  size_t sequences() const { return seqs_.size(); }
   int capacity_slots() const { return capacity_; }
 
-  // REQUIRES Contains(id).
+  // Moves a resident sequence's tokens out of its slot into a copy of
+  // exactly its length, and frees the slot (may shrink the pool). Nothing
+  // for a parked one; NOT_FOUND for an unknown id.
+  absl::Status Park(SequenceId id);
+  // Brings a parked sequence back into a slot (may grow the pool, and
+  // invalidates rows and views like Reserve); nothing for a resident one.
+  // NOT_FOUND for an unknown id, RESOURCE_EXHAUSTED past max_slots (it
+  // stays parked).
+  absl::Status MakeResident(SequenceId id);
+  bool Parked(SequenceId id) const { return seqs_.at(id).slot < 0; }
+
+  // REQUIRES Contains(id); Slot also !Parked(id).
   int Slot(SequenceId id) const { return seqs_.at(id).slot; }
   int64_t Length(SequenceId id) const { return seqs_.at(id).length; }
   // Sets the number of valid tokens (after a forward's writes, or to roll
-  // back). REQUIRES 0 <= length <= slab_tokens().
+  // back; a parked sequence only rolls back). REQUIRES 0 <= length <=
+  // slab_tokens().
   void SetLength(SequenceId id, int64_t length);
   // Records that positions below `end` of `id`'s slab were written (a
   // transient block past the length counts).
@@ -158,13 +188,22 @@ class KvPool {
   // come out of a projection. Valid until the next Reserve or Add.
   void AppendRows(int slot, int64_t start, int64_t n,
                   std::vector<int64_t>* rows) const;
-  // Bytes held on the device.
+  // Bytes held on the device: the slots and the parked copies.
   int64_t nbytes() const;
+  // Bytes the sequences' tokens take (their lengths, resident or parked):
+  // what nbytes() would be with no slack.
+  int64_t used_bytes() const;
 
  private:
   struct Seq {
-    int slot = 0;
+    int slot = 0;  // -1 while parked
     int64_t length = 0;
+  };
+  // A parked sequence's tokens: per layer, keys [kv_heads, SlabFor(n),
+  // head_dim] (whole key blocks for the blocked layout) and values
+  // [kv_heads, n, head_dim].
+  struct ParkedKv {
+    std::vector<at::Tensor> k, v;
   };
   // `tokens` rounded up to whole key blocks for a bf16_row_kernel pool.
   int64_t SlabFor(int64_t tokens) const;
@@ -175,6 +214,15 @@ class KvPool {
   void Resize(int slots, int64_t slab);
   // Copies positions [0, n) of slot `from` into slot `to`, every layer.
   void CopySlot(int from, int to, int64_t n);
+  // Takes the next free slot (growing the pool when full), cleared.
+  absl::StatusOr<int> TakeSlot();
+  // Gives `slot` back, moving the last slot's sequence into it.
+  void FreeSlot(int slot);
+  // Halves the slots while at most a quarter are used, and cuts the slab to
+  // twice the longest resident sequence once that is within a quarter.
+  void MaybeShrink();
+  // K and V bytes of one token, every layer.
+  int64_t TokenBytes() const;
   // Zeroes positions [from, to) of `slot`, every layer.
   void ClearSlot(int slot, int64_t from, int64_t to);
 
@@ -183,6 +231,8 @@ class KvPool {
   c10::Device device_;
   int capacity_ = 0;
   int64_t slab_ = 0;
+  const int initial_slots_;
+  const int64_t initial_slab_;
   int max_slots_;
   std::vector<at::Tensor> k_, v_;
   // k_, v_ viewed as [slots * kv_heads * slab_tokens, head_dim] (Write).
@@ -190,6 +240,8 @@ class KvPool {
   std::unordered_map<SequenceId, Seq> seqs_;
   std::vector<SequenceId> slot_owner_;  // dense: slot i → its sequence
   std::vector<int64_t> high_water_;     // per slot: positions ever written
+  std::unordered_map<SequenceId, ParkedKv> parked_;
+  int64_t parked_bytes_ = 0;
 };
 
 }  // namespace dedit

@@ -134,6 +134,14 @@ int64_t Qwen3Model::cached_tokens() const { return pool_->total_length(); }
 
 int64_t Qwen3Model::cache_bytes() const { return pool_->nbytes(); }
 
+int64_t Qwen3Model::cache_used_bytes() const { return pool_->used_bytes(); }
+
+absl::Status Qwen3Model::ParkSequence(SequenceId id) {
+  absl::Status status;
+  RETURN_IF_ERROR(GuardTorch([&] { status = pool_->Park(id); }));
+  return status;
+}
+
 int64_t Qwen3Model::panel_bytes() const {
   int64_t bytes = head_.panels == nullptr ? 0 : head_.panels->bytes();
   for (const DecoderLayerWeights& w : layers_) {
@@ -192,6 +200,15 @@ absl::StatusOr<TargetForwardResult> Qwen3Model::Forward(
   c10::InferenceMode inference_mode;
   RETURN_IF_ERROR(ValidateSegments(segments));
   if (segments.empty()) return TargetForwardResult{};
+  // Parked sequences back into slots before any slot index is taken.
+  absl::Status resident;
+  RETURN_IF_ERROR(GuardTorch([&] {
+    for (const TargetSegment& s : segments) {
+      resident = pool_->MakeResident(s.sequence);
+      if (!resident.ok()) return;
+    }
+  }));
+  RETURN_IF_ERROR(resident);
   return GuardTorch([&] { return RunForward(segments); });
 }
 

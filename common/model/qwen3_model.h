@@ -89,9 +89,14 @@ class Qwen3Model {
   absl::StatusOr<int64_t> Length(SequenceId id) const;
   // Drops cached tokens at positions >= length. REQUIRES length <= Length().
   absl::Status Truncate(SequenceId id, int64_t length);
-  size_t num_sequences() const { return pool_->size(); }
-  int64_t cached_tokens() const;  // sum of lengths over sequences
-  int64_t cache_bytes() const;
+  size_t num_sequences() const { return pool_->sequences(); }
+  // Moves a sequence kept between turns out of the KV pool's slots into a
+  // copy of its own tokens (KvPool::Park); its next forward brings it
+  // back. NOT_FOUND for an unknown id.
+  absl::Status ParkSequence(SequenceId id);
+  int64_t cached_tokens() const;     // sum of lengths over sequences
+  int64_t cache_bytes() const;       // KV bytes held (slots and parked copies)
+  int64_t cache_used_bytes() const;  // KV bytes of the cached tokens
   // Bytes of CPU weight panels (common/model/cpu/cpu_panels.h) one forward
   // reads: the decoder layers' products and the output head. 0 off the panels
   // path.

@@ -231,6 +231,26 @@ TEST_F(Bf16KvCacheTest, BlockedKeysSurviveMovesClearsAndGrowth) {
     EXPECT_TRUE(
         at::isfinite(blocked.keys(l).to(at::kFloat)).all().item<bool>());
   }
+  // Parking the long sequence (a partial last block) and bringing it back
+  // keeps its blocked keys; a sequence parked meanwhile lets the pool
+  // shrink, and the others keep theirs through the copy.
+  for (KvPool* pool : {&rows, &blocked}) {
+    ASSERT_TRUE(pool->Park(3).ok());
+    EXPECT_TRUE(pool->Parked(3));
+  }
+  ASSERT_TRUE(rows.Add(5).ok());
+  ASSERT_TRUE(blocked.Add(5).ok());
+  lengths[5] = 0;
+  append(5, 19);
+  for (KvPool* pool : {&rows, &blocked}) {
+    ASSERT_TRUE(pool->MakeResident(3).ok());
+    EXPECT_FALSE(pool->Parked(3));
+  }
+  check("after parking and back");
+  for (KvPool* pool : {&rows, &blocked}) ASSERT_TRUE(pool->Park(3).ok());
+  EXPECT_LT(blocked.slab_tokens(), 256);  // the longest resident is 22
+  lengths.erase(3);
+  check("after a shrink");
 }
 
 // PackedAttention over a bf16 pool runs the bf16 row kernel: the attention

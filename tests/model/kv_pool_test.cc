@@ -5,6 +5,7 @@
 #include <c10/core/InferenceMode.h>
 
 #include <cmath>
+#include <map>
 
 #include "absl/cleanup/cleanup.h"
 #include "common/model/cpu/cpu_attention.h"
@@ -200,6 +201,77 @@ TEST(KvPoolTest, GrowsByDoublingUpToTheLimitThenIsExhausted) {
   ASSERT_TRUE(pool.Remove(2).ok());
   EXPECT_TRUE(pool.Add(4).ok());
   EXPECT_GT(pool.nbytes(), 0);
+}
+
+// A parked sequence (a session between turns) keeps exactly its tokens
+// outside the slots, counts as a sequence, rolls back, and comes back
+// into a slot with the same K/V; the others keep theirs through the moves.
+TEST(KvPoolTest, ParkedSequencesKeepTheirTokensOutsideTheSlots) {
+  KvPool pool(SmallShape(), at::kFloat, TestDevice(), /*initial_slots=*/2,
+              /*max_slots=*/8, /*initial_slab_tokens=*/16);
+  for (SequenceId id : {1, 2, 3}) ASSERT_TRUE(pool.Add(id).ok());
+  auto a = Append(pool, 1, 0, 5);
+  auto b = Append(pool, 2, 0, 9);
+  auto c = Append(pool, 3, 0, 3);
+  const int64_t token_bytes = pool.used_bytes() / pool.total_length();
+  EXPECT_EQ(token_bytes, 2 * 2 * 2 * 4 * 4);  // K+V, layers, kv, hd, fp32
+  ASSERT_TRUE(pool.Park(2).ok());
+  EXPECT_TRUE(pool.Parked(2));
+  EXPECT_EQ(pool.size(), 2u);       // resident
+  EXPECT_EQ(pool.sequences(), 3u);  // all
+  EXPECT_EQ(pool.Length(2), 9);
+  EXPECT_EQ(pool.total_length(), 17);
+  EXPECT_TRUE(pool.Park(2).ok());  // already parked: nothing
+  EXPECT_TRUE(at::equal(KeysOf(pool, 3, 1, 0, 3), c[1].first));
+  pool.SetLength(2, 7);  // a rollback while parked
+  ASSERT_TRUE(pool.MakeResident(2).ok());
+  EXPECT_EQ(pool.Length(2), 7);
+  EXPECT_TRUE(at::equal(KeysOf(pool, 2, 0, 0, 7), b[0].first.narrow(0, 0, 7)));
+  EXPECT_TRUE(at::equal(KeysOf(pool, 2, 1, 0, 7), b[1].first.narrow(0, 0, 7)));
+  EXPECT_TRUE(at::equal(KeysOf(pool, 1, 1, 0, 5), a[1].first));
+  // Parked and removed: gone, its bytes too.
+  const int64_t held = pool.nbytes();
+  ASSERT_TRUE(pool.Park(1).ok());
+  EXPECT_EQ(pool.nbytes(), held + 5 * token_bytes);
+  ASSERT_TRUE(pool.Remove(1).ok());
+  EXPECT_EQ(pool.nbytes(), held);
+  EXPECT_FALSE(pool.Contains(1));
+  EXPECT_EQ(pool.Park(1).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(pool.MakeResident(1).code(), absl::StatusCode::kNotFound);
+}
+
+// After a burst (many sequences, one long one) the pool halves back while
+// at most a quarter is used, keeping what the remaining sequences hold,
+// and idle sequences parked cost their own tokens.
+TEST(KvPoolTest, ShrinksBackAfterABurst) {
+  KvPool::Shape shape = SmallShape();
+  shape.max_tokens = 256;
+  KvPool pool(shape, at::kFloat, TestDevice(), /*initial_slots=*/2,
+              /*max_slots=*/64, /*initial_slab_tokens=*/8);
+  const int64_t initial_bytes = pool.nbytes();
+  for (SequenceId id = 1; id <= 32; ++id) ASSERT_TRUE(pool.Add(id).ok());
+  std::map<SequenceId, std::vector<std::pair<at::Tensor, at::Tensor>>> kv;
+  for (SequenceId id = 1; id <= 32; ++id) kv[id] = Append(pool, id, 0, 5);
+  Append(pool, 32, 5, 200);  // the long one: the slab grows to 205
+  EXPECT_EQ(pool.capacity_slots(), 32);
+  EXPECT_EQ(pool.slab_tokens(), 205);
+  const int64_t peak = pool.nbytes();
+  ASSERT_TRUE(pool.Remove(32).ok());
+  EXPECT_EQ(pool.slab_tokens(), 10);  // twice the longest left (5 tokens)
+  // Sessions kept idle: parked, each its own 5 tokens.
+  for (SequenceId id = 3; id <= 31; ++id) ASSERT_TRUE(pool.Park(id).ok());
+  EXPECT_LE(pool.capacity_slots(), 8);
+  const int64_t token_bytes = pool.used_bytes() / pool.total_length();
+  EXPECT_EQ(pool.nbytes(), int64_t{pool.capacity_slots()} * 10 * token_bytes +
+                               29 * 5 * token_bytes);
+  EXPECT_LT(pool.nbytes(), peak / 20);
+  for (SequenceId id = 1; id <= 31; ++id) {
+    ASSERT_TRUE(pool.MakeResident(id).ok());
+    EXPECT_TRUE(at::equal(KeysOf(pool, id, 1, 0, 5), kv[id][1].first)) << id;
+  }
+  for (SequenceId id = 1; id <= 31; ++id) ASSERT_TRUE(pool.Remove(id).ok());
+  EXPECT_EQ(pool.capacity_slots(), 2);
+  EXPECT_EQ(pool.nbytes(), initial_bytes);
 }
 
 // Packed attention over the pool equals the per-sequence reference

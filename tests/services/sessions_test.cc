@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -377,6 +378,89 @@ TEST_F(SessionsTest, IdleSessionsRenewTheirLeases) {
   cluster_->router()->Kill();
   EXPECT_TRUE(WaitFor([&] { return ServicesEmpty(); }, 8000));
   EXPECT_EQ(TargetInfo().expired_sequences(), 1);
+}
+
+// Resident memory of a process in bytes (VmRSS), for the log.
+int64_t RssBytes(pid_t pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  std::string key;
+  while (status >> key) {
+    if (key == "VmRSS:") {
+      int64_t kb = 0;
+      status >> kb;
+      return kb * 1024;
+    }
+  }
+  return 0;
+}
+
+// After one long request, idle sessions hold their own tokens' KV on the
+// target, not a slab each as long as the longest sequence ever seen, and
+// the pool gives its memory back once they close.
+TEST_F(SessionsTest, IdleSessionsHoldTheirOwnTokensNotTheLongestSlab) {
+  StartCluster();
+  const pid_t target = cluster_->target()->pid();
+  const int64_t rss_start = RssBytes(target);
+  v1::GenerateRequest long_request =
+      IdsRequest(RandomPrompt(1000, 120, 77), 8, 8, 2);
+  const Generated long_one = Generate(stub_.get(), long_request);
+  ASSERT_TRUE(long_one.status.ok()) << long_one.status.error_message();
+  constexpr int kSessions = 24;
+  std::vector<std::unique_ptr<SessionClient>> sessions;
+  for (int i = 0; i < kSessions; ++i) {
+    sessions.push_back(std::make_unique<SessionClient>(stub_.get()));
+    ASSERT_TRUE(sessions.back()->Open(SpeculativeOpen(true)));
+    const Generated g =
+        sessions.back()->Turn(TokensTurn(RandomPrompt(10, 120, 500 + i), 4));
+    ASSERT_TRUE(g.status.ok()) << g.status.error_message();
+  }
+  ASSERT_TRUE(WaitFor(
+      [&] { return TargetInfo().idle_sequences() == kSessions; }, 5000));
+  const v1::TargetInfoResponse info = TargetInfo();
+  ASSERT_GT(info.cached_tokens(), 0);
+  const int64_t token_bytes = info.kv_bytes_in_use() / info.cached_tokens();
+  const int64_t held_tokens = info.kv_bytes_held() / token_bytes;
+  const int64_t rss_idle = RssBytes(target);
+  std::printf(
+      "[ kv memory ] %d idle sessions after a 1008-token request: %lld "
+      "tokens cached, the pool holds %lld tokens' worth (%lld bytes); "
+      "target RSS %lld MB at start, %lld MB now\n",
+      kSessions, static_cast<long long>(info.cached_tokens()),
+      static_cast<long long>(held_tokens),
+      static_cast<long long>(info.kv_bytes_held()),
+      static_cast<long long>(rss_start >> 20),
+      static_cast<long long>(rss_idle >> 20));
+  // Each session: its ~14 tokens (whole 16-token key blocks at most), plus
+  // the pool's initial slots (4 x 256). A slab each would be 24 x 1008+.
+  EXPECT_LE(held_tokens, info.cached_tokens() + kSessions * 16 + 4 * 256);
+  // The drafter parks them too, once idle for --park_idle_ms (2 s).
+  auto drafter_held_tokens = [&] {
+    auto stub = v1::Drafter::NewStub(cluster_->DrafterChannel());
+    grpc::ClientContext c;
+    c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    v1::DrafterInfoResponse d;
+    EXPECT_TRUE(stub->Info(&c, {}, &d).ok());
+    if (d.context_tokens() == 0) return int64_t{-1};
+    const int64_t bytes = d.kv_bytes_in_use() / d.context_tokens();
+    return d.kv_bytes_held() / bytes - d.context_tokens();
+  };
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        const int64_t slack = drafter_held_tokens();
+        return slack >= 0 && slack <= kSessions * 16 + 4 * 256;
+      },
+      8000))
+      << "drafter slack: " << drafter_held_tokens() << " tokens";
+  for (auto& session : sessions) EXPECT_TRUE(session->Close().ok());
+  ASSERT_TRUE(WaitFor([&] { return ServicesEmpty(); }, 5000));
+  const v1::TargetInfoResponse after = TargetInfo();
+  EXPECT_EQ(after.kv_bytes_in_use(), 0);
+  EXPECT_LE(after.kv_bytes_held() / token_bytes, 4 * 256);
+  std::printf(
+      "[ kv memory ] closed: the pool holds %lld bytes; target RSS "
+      "%lld MB\n",
+      static_cast<long long>(after.kv_bytes_held()),
+      static_cast<long long>(RssBytes(target) >> 20));
 }
 
 // Bad input ends the stream with a status naming what is wrong, and leaks
