@@ -59,7 +59,10 @@ std::string ApiError::Body() const {
   nlohmann::json error = {{"message", message}, {"type", type}};
   error["param"] = param.empty() ? nlohmann::json() : nlohmann::json(param);
   error["code"] = code.empty() ? nlohmann::json() : nlohmann::json(code);
-  return nlohmann::json({{"error", error}}).dump();
+  // A message may quote what a client sent (a path, a value): bytes that
+  // are not UTF-8 become U+FFFD instead of an exception.
+  return nlohmann::json({{"error", error}})
+      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 ApiError ApiErrorFromGrpc(const grpc::Status& status, Endpoint endpoint) {

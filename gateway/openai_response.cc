@@ -31,7 +31,10 @@ const char* FinishReason(v1::FinishReason reason) {
 }
 
 std::string Event(const json& data) {
-  return absl::StrCat("data: ", data.dump(), "\n\n");
+  return absl::StrCat(
+      "data: ",
+      data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+      "\n\n");
 }
 
 constexpr char kDone[] = "data: [DONE]\n\n";
@@ -161,7 +164,7 @@ std::string OpenAiResponse::Body() const {
                {"model", model_},
                {"choices", json::array({FinishFields(choice)})},
                {"usage", Usage(last_)}};
-  return body.dump();
+  return body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace dedit

@@ -51,7 +51,7 @@ HttpResponse ErrorResponse(const ApiError& error) {
 
 HttpResponse JsonResponse(const json& body) {
   HttpResponse response;
-  response.body = body.dump();
+  response.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
   return response;
 }
 
@@ -128,6 +128,10 @@ class OpenAiFront {
   };
 
   HttpServer::Callbacks Callbacks();
+  // Runs `handle`; an exception (a bug: requests are validated) answers
+  // 500 and is logged, instead of ending the thread and the process.
+  template <typename Handle>
+  void Guarded(HttpExchange& exchange, Handle handle);
   // On an io thread: routes a request. Never blocks.
   void Handle(std::shared_ptr<HttpExchange> exchange);
   // On an io thread: the drain and slot checks, then the generation pool.
@@ -178,7 +182,8 @@ class OpenAiFront {
 HttpServer::Callbacks OpenAiFront::Callbacks() {
   HttpServer::Callbacks callbacks;
   callbacks.handle = [this](std::shared_ptr<HttpExchange> exchange) {
-    Handle(std::move(exchange));
+    // A copy goes to Handle: this one keeps the exchange for the guard.
+    Guarded(*exchange, [&] { Handle(exchange); });
   };
   callbacks.refusal = Refusal;
   callbacks.on_response = [this](const std::string& path, int status,
@@ -186,6 +191,18 @@ HttpServer::Callbacks OpenAiFront::Callbacks() {
     metrics_.OnResponse(HttpMetrics::RouteLabel(path), status, seconds);
   };
   return callbacks;
+}
+
+template <typename Handle>
+void OpenAiFront::Guarded(HttpExchange& exchange, Handle handle) {
+  try {
+    handle();
+  } catch (const std::exception& e) {
+    std::cerr << "dedit-openai: internal error on " << exchange.request().method
+              << " " << exchange.request().path << ": " << e.what() << "\n";
+    exchange.Respond(ErrorResponse(
+        ServerError(500, "internal error", "server_error", "internal")));
+  }
 }
 
 bool OpenAiFront::TryAcquireSlot() {
@@ -316,11 +333,11 @@ void OpenAiFront::AdmitGeneration(Endpoint endpoint,
         "rate_limit_error", "too_many_concurrent_requests")));
   }
   // The pool has a thread per slot, so the task starts at once.
-  boost::asio::post(generations_,
-                    [this, endpoint, exchange = std::move(exchange)] {
-                      RunGeneration(endpoint, *exchange);
-                      ReleaseSlot();
-                    });
+  boost::asio::post(
+      generations_, [this, endpoint, exchange = std::move(exchange)] {
+        Guarded(*exchange, [&] { RunGeneration(endpoint, *exchange); });
+        ReleaseSlot();
+      });
 }
 
 void OpenAiFront::RunGeneration(Endpoint endpoint, HttpExchange& exchange) {

@@ -739,6 +739,28 @@ TEST_F(HttpLimitsTest, ClientThatLeavesANonStreamedRequestCancelsIt) {
   EXPECT_GT(router_->cancelled(), cancelled_before);
 }
 
+// Bytes that are not UTF-8, in a path or a body, are answered (their error
+// messages quote them as U+FFFD); they once ended the process.
+TEST_F(HttpLimitsTest, InvalidUtf8IsAnsweredNotFatal) {
+  auto gateway = Start();
+  ASSERT_GT(gateway->port(), 0);
+  const std::string bad = "\xff\xfe";
+  for (const auto& [request, status] : std::vector<std::pair<std::string, int>>{
+           {"GET /" + bad + " HTTP/1.1\r\nHost: x\r\n\r\n", 404},
+           {Post("/v1/completions", "{\"prompt\": \"" + bad + "\"}"), 400},
+           {Post("/v1/completions", "{\"" + bad + "\": 1}"), 400}}) {
+    const int fd = Connect(gateway->port());
+    SendAll(fd, request);
+    ASSERT_TRUE(Readable(fd, 5000));
+    char buffer[4096];
+    const ssize_t n = recv(fd, buffer, sizeof(buffer), 0);
+    close(fd);
+    ASSERT_GT(n, 0) << request;
+    EXPECT_EQ(StatusOf(std::string(buffer, n)), status) << request;
+  }
+  EXPECT_EQ(Request(gateway->port(), "GET", "/health").first, 200);
+}
+
 // Inconsistent limits are refused at startup.
 TEST_F(HttpLimitsTest, InconsistentLimitsAreRefusedAtStartup) {
   for (const char* flag :
