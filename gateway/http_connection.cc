@@ -386,10 +386,14 @@ void HttpConnection::SendFinal(std::shared_ptr<std::string> bytes, int status,
 }
 
 void HttpConnection::Linger() {
-  phase_ = Phase::kLinger;
-  parser_.reset();
   beast::error_code ignored;
   socket_.shutdown(tcp::socket::shutdown_send, ignored);
+  if (core_->lingering.fetch_add(1) >= core_->limits.max_connections) {
+    core_->lingering.fetch_sub(1);
+    return CloseNow();  // a flood of refusals must not pile up sockets
+  }
+  phase_ = Phase::kLinger;
+  parser_.reset();
   buffer_.clear();
   lingered_ = 0;
   Arm(kLinger);
@@ -408,6 +412,7 @@ void HttpConnection::Discard() {
 
 void HttpConnection::CloseNow() {
   if (phase_ == Phase::kClosed) return;
+  if (phase_ == Phase::kLinger) core_->lingering.fetch_sub(1);
   phase_ = Phase::kClosed;
   peer_gone_ = true;
   closed_ = true;

@@ -39,6 +39,10 @@ struct ServerCore {
   const HttpServer::Callbacks callbacks;
   ConnectionTable table;
   std::atomic<bool> closing{false};
+  // Connections draining input after their answer (HttpConnection::Linger).
+  // They are not counted as open, so this bounds them instead: past
+  // max_connections, a refused connection closes at once.
+  std::atomic<int> lingering{0};
 };
 
 // One client connection. Everything but the marked entry points runs on
