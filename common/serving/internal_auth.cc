@@ -3,18 +3,27 @@
 #include <grpcpp/security/auth_metadata_processor.h>
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/security/server_credentials.h>
+#include <grpcpp/security/tls_certificate_provider.h>
+#include <grpcpp/security/tls_credentials_options.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 #include <openssl/x509_vfy.h>
+#include <sys/stat.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <map>
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/base/file_util.h"
 #include "common/base/status.h"
 
@@ -127,13 +136,109 @@ absl::Status CheckTlsFiles(const InternalAuthOptions& o,
   return absl::OkStatus();
 }
 
+// The token in a token file's text; errors name the flag and the file,
+// never the token.
+absl::StatusOr<std::string> ParseToken(const std::string& path,
+                                       const std::string& text) {
+  const absl::string_view token = absl::StripAsciiWhitespace(text);
+  if (token.size() < kMinInternalTokenBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--internal_token_file ", path, " holds ", token.size(),
+                     " bytes of token; at least ", kMinInternalTokenBytes,
+                     " are needed (e.g. openssl rand -hex 32)"));
+  }
+  for (const char c : token) {
+    if (c < 0x21 || c > 0x7e) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--internal_token_file ", path,
+          ": the token must be printable ASCII without spaces (it travels "
+          "as gRPC metadata)"));
+    }
+  }
+  return std::string(token);
+}
+
+}  // namespace
+
+// The token file, re-read when it changes (its inode, size or mtime: a
+// Kubernetes Secret update swaps a symlink, an edit rewrites the file).
+// Checked at most once a second, on the calling thread (a stat; gRPC runs
+// the credential hooks on its own threads, and both are non-blocking in
+// the sense gRPC means: no wait on the network).
+class RotatingToken {
+ public:
+  RotatingToken(std::string path, std::string token, struct stat st)
+      : path_(std::move(path)), current_(std::move(token)), stat_(st) {}
+
+  std::string Current() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    MaybeReload();
+    return current_;
+  }
+  // `bearer` is "Bearer <current>", or "Bearer <previous>" within the
+  // grace period after a rotation.
+  bool Accepts(absl::string_view bearer) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    MaybeReload();
+    if (ConstantTimeEquals(bearer, absl::StrCat("Bearer ", current_))) {
+      return true;
+    }
+    return !previous_.empty() && absl::Now() < previous_until_ &&
+           ConstantTimeEquals(bearer, absl::StrCat("Bearer ", previous_));
+  }
+
+ private:
+  void MaybeReload() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const absl::Time now = absl::Now();
+    if (now < next_check_) return;
+    next_check_ = now + absl::Seconds(1);
+    struct stat st {};
+    if (stat(path_.c_str(), &st) != 0 ||
+        (st.st_ino == stat_.st_ino && st.st_size == stat_.st_size &&
+         st.st_mtim.tv_sec == stat_.st_mtim.tv_sec &&
+         st.st_mtim.tv_nsec == stat_.st_mtim.tv_nsec)) {
+      return;  // unchanged, or gone for now (a Secret swap in progress)
+    }
+    absl::StatusOr<std::string> text =
+        ReadFlagFile("internal_token_file", path_, kMaxTokenFileBytes);
+    absl::StatusOr<std::string> token =
+        text.ok() ? ParseToken(path_, *text) : text.status();
+    if (!token.ok()) {
+      // Logged once per change; the last good token stays.
+      std::fprintf(stderr, "dedit: keeping the internal token: %s\n",
+                   std::string(token.status().message()).c_str());
+      stat_ = st;
+      return;
+    }
+    stat_ = st;
+    if (*token == current_) return;
+    previous_ = std::move(current_);
+    previous_until_ = now + absl::Seconds(kPreviousTokenGraceSeconds);
+    current_ = std::move(*token);
+    std::fprintf(stderr,
+                 "dedit: internal token rotated (%s); the previous one is "
+                 "accepted for %d s more\n",
+                 path_.c_str(), kPreviousTokenGraceSeconds);
+  }
+
+  const std::string path_;
+  absl::Mutex mu_;
+  std::string current_ ABSL_GUARDED_BY(mu_);
+  std::string previous_ ABSL_GUARDED_BY(mu_);
+  absl::Time previous_until_ ABSL_GUARDED_BY(mu_);
+  absl::Time next_check_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  struct stat stat_ ABSL_GUARDED_BY(mu_);
+};
+
+namespace {
+
 // Refuses every call without "authorization: Bearer <token>", except the
 // standard health service's (Kubernetes probes). The token is removed from
 // the metadata the service sees.
 class TokenAuthProcessor final : public grpc::AuthMetadataProcessor {
  public:
-  explicit TokenAuthProcessor(std::string token)
-      : expected_(absl::StrCat("Bearer ", token)) {}
+  explicit TokenAuthProcessor(std::shared_ptr<RotatingToken> token)
+      : token_(std::move(token)) {}
 
   // A comparison: cheap enough for gRPC's own thread.
   bool IsBlocking() const override { return false; }
@@ -150,7 +255,7 @@ class TokenAuthProcessor final : public grpc::AuthMetadataProcessor {
     const auto [begin, end] = metadata.equal_range(kInternalTokenMetadataKey);
     for (auto it = begin; it != end; ++it) {
       const absl::string_view value(it->second.data(), it->second.size());
-      if (ConstantTimeEquals(value, expected_)) {
+      if (token_->Accepts(value)) {
         consumed->emplace(kInternalTokenMetadataKey, std::string(value));
         return grpc::Status::OK;
       }
@@ -161,14 +266,14 @@ class TokenAuthProcessor final : public grpc::AuthMetadataProcessor {
   }
 
  private:
-  const std::string expected_;
+  const std::shared_ptr<RotatingToken> token_;
 };
 
 // Adds "authorization: Bearer <token>" to every call of a channel.
 class TokenCallCredentials final : public grpc::MetadataCredentialsPlugin {
  public:
-  explicit TokenCallCredentials(std::string token)
-      : value_(absl::StrCat("Bearer ", token)) {}
+  explicit TokenCallCredentials(std::shared_ptr<RotatingToken> token)
+      : token_(std::move(token)) {}
 
   bool IsBlocking() const override { return false; }
   const char* GetType() const override { return "dedit-internal-token"; }
@@ -176,13 +281,23 @@ class TokenCallCredentials final : public grpc::MetadataCredentialsPlugin {
   grpc::Status GetMetadata(
       grpc::string_ref, grpc::string_ref, const grpc::AuthContext&,
       std::multimap<grpc::string, grpc::string>* metadata) override {
-    metadata->emplace(kInternalTokenMetadataKey, value_);
+    metadata->emplace(kInternalTokenMetadataKey,
+                      absl::StrCat("Bearer ", token_->Current()));
     return grpc::Status::OK;
   }
 
  private:
-  const std::string value_;
+  const std::shared_ptr<RotatingToken> token_;
 };
+
+// Watches the three PEM files (gRPC re-reads them every refresh_s and
+// keeps the last good set when a read fails).
+std::shared_ptr<grpc::experimental::CertificateProviderInterface> PemWatcher(
+    const std::string& key, const std::string& cert, const std::string& ca,
+    int refresh_s) {
+  return std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+      key, cert, ca, static_cast<unsigned int>(std::max(refresh_s, 1)));
+}
 
 }  // namespace
 
@@ -200,25 +315,14 @@ absl::StatusOr<InternalAuth> InternalAuth::Load(
     const InternalAuthOptions& options) {
   InternalAuth auth;
   if (!options.token_file.empty()) {
+    struct stat st {};
+    stat(options.token_file.c_str(), &st);
     ASSIGN_OR_RETURN(std::string text,
                      ReadFlagFile("internal_token_file", options.token_file,
                                   kMaxTokenFileBytes));
-    const absl::string_view token = absl::StripAsciiWhitespace(text);
-    if (token.size() < kMinInternalTokenBytes) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--internal_token_file ", options.token_file, " holds ", token.size(),
-          " bytes of token; at least ", kMinInternalTokenBytes,
-          " are needed (e.g. openssl rand -hex 32)"));
-    }
-    for (const char c : token) {
-      if (c < 0x21 || c > 0x7e) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--internal_token_file ", options.token_file,
-            ": the token must be printable ASCII without spaces (it travels "
-            "as gRPC metadata)"));
-      }
-    }
-    auth.token_ = std::string(token);
+    ASSIGN_OR_RETURN(std::string token, ParseToken(options.token_file, text));
+    auth.token_ = std::make_shared<RotatingToken>(options.token_file,
+                                                  std::move(token), st);
   }
   const bool any_tls = !options.tls_cert.empty() || !options.tls_key.empty() ||
                        !options.tls_ca.empty();
@@ -234,14 +338,17 @@ absl::StatusOr<InternalAuth> InternalAuth::Load(
                          flag, " is missing"));
       }
     }
-    ASSIGN_OR_RETURN(auth.cert_pem_,
+    ASSIGN_OR_RETURN(std::string cert_pem,
                      ReadFlagFile("tls_cert", options.tls_cert, kMaxPemBytes));
-    ASSIGN_OR_RETURN(auth.key_pem_,
+    ASSIGN_OR_RETURN(std::string key_pem,
                      ReadFlagFile("tls_key", options.tls_key, kMaxPemBytes));
-    ASSIGN_OR_RETURN(auth.ca_pem_,
+    ASSIGN_OR_RETURN(std::string ca_pem,
                      ReadFlagFile("tls_ca", options.tls_ca, kMaxPemBytes));
-    RETURN_IF_ERROR(
-        CheckTlsFiles(options, auth.cert_pem_, auth.key_pem_, auth.ca_pem_));
+    RETURN_IF_ERROR(CheckTlsFiles(options, cert_pem, key_pem, ca_pem));
+    auth.tls_cert_ = options.tls_cert;
+    auth.tls_key_ = options.tls_key;
+    auth.tls_ca_ = options.tls_ca;
+    auth.tls_refresh_s_ = options.tls_refresh_s;
   }
   if (!options.tls_server_name.empty()) {
     if (!any_tls) {
@@ -263,11 +370,13 @@ std::shared_ptr<grpc::ServerCredentials> InternalAuth::ServerCredentials()
     const {
   std::shared_ptr<grpc::ServerCredentials> credentials;
   if (tls()) {
-    grpc::SslServerCredentialsOptions ssl(
+    grpc::experimental::TlsServerCredentialsOptions tls(
+        PemWatcher(tls_key_, tls_cert_, tls_ca_, tls_refresh_s_));
+    tls.watch_root_certs();
+    tls.watch_identity_key_cert_pairs();
+    tls.set_cert_request_type(
         GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
-    ssl.pem_root_certs = ca_pem_;
-    ssl.pem_key_cert_pairs.push_back({key_pem_, cert_pem_});
-    credentials = grpc::SslServerCredentials(ssl);
+    credentials = grpc::experimental::TlsServerCredentials(tls);
   } else if (token()) {
     credentials = grpc::experimental::LocalServerCredentials(LOCAL_TCP);
   } else {
@@ -284,11 +393,13 @@ std::shared_ptr<grpc::Channel> InternalAuth::Channel(
     const std::string& address, grpc::ChannelArguments args) const {
   std::shared_ptr<grpc::ChannelCredentials> credentials;
   if (tls()) {
-    grpc::SslCredentialsOptions ssl;
-    ssl.pem_root_certs = ca_pem_;
-    ssl.pem_private_key = key_pem_;
-    ssl.pem_cert_chain = cert_pem_;
-    credentials = grpc::SslCredentials(ssl);
+    grpc::experimental::TlsChannelCredentialsOptions tls;
+    tls.set_certificate_provider(
+        PemWatcher(tls_key_, tls_cert_, tls_ca_, tls_refresh_s_));
+    tls.watch_root_certs();
+    tls.watch_identity_key_cert_pairs();
+    tls.set_verify_server_certs(true);
+    credentials = grpc::experimental::TlsCredentials(tls);
     if (!server_name_.empty()) args.SetSslTargetNameOverride(server_name_);
   } else if (token()) {
     credentials = grpc::experimental::LocalCredentials(LOCAL_TCP);

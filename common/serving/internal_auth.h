@@ -17,6 +17,15 @@
 //     is refused at the handshake. What the Kubernetes manifests use. A
 //     token may be added on top.
 //
+// Rotation (a Kubernetes Secret updated in place): no restart is needed.
+// The token file is re-read when it changes (checked at most once a
+// second, on the next call); clients send the new token from then on and
+// servers accept the new one and, for kPreviousTokenGraceSeconds, the
+// previous one, since every pod sees the new Secret at its own time. The
+// PEM files are watched by gRPC's FileWatcherCertificateProvider every
+// tls_refresh_s; new handshakes use the new certificate and CA, open
+// connections keep theirs.
+//
 // The standard health service grpc.health.v1.Health needs no token
 // (Kubernetes probes carry none); under mTLS its TLS handshake still needs
 // a client certificate, so the services can also serve health alone on a
@@ -48,7 +57,14 @@ struct InternalAuthOptions {
   // certificates must carry, when it is not the host of the address the
   // client dials (the router dials stack pods by IP).
   std::string tls_server_name;
+  // How often the PEM files are checked for a rotation.
+  int tls_refresh_s = 60;
 };
+
+// How long a server still accepts the token a rotation replaced.
+inline constexpr int kPreviousTokenGraceSeconds = 300;
+
+class RotatingToken;
 
 // The shortest token accepted (bytes); `openssl rand -hex 32` makes 64.
 inline constexpr size_t kMinInternalTokenBytes = 16;
@@ -64,11 +80,12 @@ class InternalAuth {
   // three PEM files together, the key matching the certificate, and the
   // certificate chaining to the CA and valid now. Errors name the flag and
   // the file (INVALID_ARGUMENT, or NOT_FOUND / PERMISSION_DENIED from
-  // reading), never the token.
+  // reading), never the token. A rotated file that fails these checks is
+  // logged and the last good one kept.
   static absl::StatusOr<InternalAuth> Load(const InternalAuthOptions& options);
 
-  bool token() const { return !token_.empty(); }
-  bool tls() const { return !cert_pem_.empty(); }
+  bool token() const { return token_ != nullptr; }
+  bool tls() const { return !tls_cert_.empty(); }
   // "plaintext, no authentication", "token, loopback only", "mTLS",
   // "mTLS + token": for the start-up banner.
   std::string Describe() const;
@@ -85,9 +102,12 @@ class InternalAuth {
                                          grpc::ChannelArguments args) const;
 
  private:
-  std::string token_;
-  std::string cert_pem_, key_pem_, ca_pem_;
+  // Shared by the copies of this object and every channel and server
+  // made from it: one file watch per process.
+  std::shared_ptr<RotatingToken> token_;
+  std::string tls_cert_, tls_key_, tls_ca_;  // paths
   std::string server_name_;
+  int tls_refresh_s_ = 60;
 };
 
 // a == b, in time that depends on the lengths only, not on where they

@@ -1,9 +1,9 @@
 // The flags every dedit gRPC server binary (dedit-target, dedit-drafter,
 // dedit-router) takes, defined once: where it listens and what it writes
 // once serving (--host, --ready_file), and how its internal calls are
-// authenticated (--internal_token_file, --tls_cert, --tls_key, --tls_ca;
-// internal_auth.h). Each of those binaries links this library and fills
-// its server options with ReadServiceFlags.
+// authenticated (internal_auth_flags.h: --internal_token_file, --tls_cert,
+// --tls_key, --tls_ca, --tls_refresh_s). Each of those binaries links this
+// library and fills its server options with ReadServiceFlags.
 //
 // --port, --metrics_port and --drain_timeout_ms are defined in each
 // binary's main.cc, because their defaults differ per binary (each service
@@ -17,14 +17,11 @@
 
 #include "absl/flags/declare.h"
 #include "common/serving/internal_auth.h"
+#include "common/serving/internal_auth_flags.h"
 #include "common/serving/serve_until_signal.h"
 
 ABSL_DECLARE_FLAG(std::string, host);
 ABSL_DECLARE_FLAG(std::string, ready_file);
-ABSL_DECLARE_FLAG(std::string, internal_token_file);
-ABSL_DECLARE_FLAG(std::string, tls_cert);
-ABSL_DECLARE_FLAG(std::string, tls_key);
-ABSL_DECLARE_FLAG(std::string, tls_ca);
 
 namespace dedit {
 
@@ -32,7 +29,7 @@ struct ServiceFlags {
   // ServeOptionsFor(--host, port, metrics_port, --ready_file,
   // drain_timeout_ms): binary and banner are left to the server.
   ServeOptions serve;
-  // The four auth flags, as given; tls_server_name is left empty.
+  // The auth flags, as given; tls_server_name is left empty.
   InternalAuthOptions auth;
 };
 

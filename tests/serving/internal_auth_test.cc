@@ -15,6 +15,7 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/serving/server_bootstrap.h"
@@ -308,6 +309,85 @@ TEST_F(InternalAuthTest, MutualTlsAndTokenNeedBoth) {
   client.token_file = o.token_file;
   EXPECT_TRUE(
       Info(Loaded(client).Channel(address(), InternalChannelArguments())).ok());
+}
+
+// A token file rewritten in place (a Secret rotation): the next calls of
+// a client send the new token, the server takes it, and the old one still
+// works during the grace period; a token file that turns bad keeps the
+// last good token. No restart, no new channel.
+TEST_F(InternalAuthTest, TokenFilesRotateWithoutARestart) {
+  InternalAuthOptions o;
+  o.token_file = Write("token", kToken);
+  InternalAuth server = Loaded(o);
+  Serve(server);
+  InternalAuthOptions client_options;
+  client_options.token_file = Write("client-token", kToken);
+  auto client =
+      Loaded(client_options).Channel(address(), InternalChannelArguments());
+  ASSERT_TRUE(Info(client).ok());
+  const std::string rotated = "fedcba9876543210fedcba9876543210";
+  // Rotated everywhere; both re-read at most a second later.
+  std::filesystem::rename(Write("token.new", rotated), o.token_file);
+  std::filesystem::rename(Write("client-token.new", rotated),
+                          client_options.token_file);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  ASSERT_TRUE(Info(client).ok());
+  auto with_token = [&](const std::string& token) {
+    grpc::ClientContext c;
+    c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    c.AddMetadata("authorization", absl::StrCat("Bearer ", token));
+    v1::TargetInfoResponse response;
+    return v1::Target::NewStub(Plaintext())->Info(&c, {}, &response);
+  };
+  EXPECT_TRUE(with_token(rotated).ok());
+  EXPECT_TRUE(with_token(kToken).ok()) << "the previous token, in its grace";
+  EXPECT_EQ(with_token("0123456789abcdef0123456789abcdeF").error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  // A bad rewrite (too short) is refused: the rotated token stays.
+  std::filesystem::rename(Write("token.bad", "short"), o.token_file);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  EXPECT_TRUE(Info(client).ok());
+  EXPECT_EQ(with_token("short").error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+}
+
+// Certificates and CA replaced on disk at both ends (a new CA): new
+// connections use the new set after the refresh, with no restart; a
+// client still holding only the old CA's certificate is refused.
+TEST_F(InternalAuthTest, CertificatesRotateWithoutARestart) {
+  const std::string live = dir_ + "/live";
+  std::filesystem::create_directories(live);
+  auto install = [&](const std::string& certs) {
+    for (const char* f :
+         {"ca.crt", "stack.crt", "stack.key", "router.crt", "router.key"}) {
+      std::filesystem::copy_file(
+          certs + "/" + f, live + "/" + f + ".tmp",
+          std::filesystem::copy_options::overwrite_existing);
+      std::filesystem::rename(live + "/" + f + ".tmp", live + "/" + f);
+    }
+  };
+  const std::string first = Certs("first"), second = Certs("second");
+  install(first);
+  InternalAuthOptions server_options = Tls(live, "stack");
+  server_options.tls_refresh_s = 1;
+  Serve(Loaded(server_options));
+  InternalAuthOptions client_options = Tls(live, "router");
+  client_options.tls_refresh_s = 1;
+  InternalAuth client = Loaded(client_options);
+  EXPECT_TRUE(Info(client.Channel(address(), InternalChannelArguments())).ok());
+  install(second);
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  // A new channel (a new handshake) from the same InternalAuth: the
+  // rotated certificate and CA on both ends.
+  const grpc::Status rotated =
+      Info(client.Channel(address(), InternalChannelArguments()));
+  EXPECT_TRUE(rotated.ok()) << rotated.error_message();
+  // The old set alone no longer gets in.
+  InternalAuthOptions old_client = Tls(first, "router");
+  EXPECT_EQ(
+      Info(Loaded(old_client).Channel(address(), InternalChannelArguments()))
+          .error_code(),
+      grpc::StatusCode::UNAVAILABLE);
 }
 
 }  // namespace
