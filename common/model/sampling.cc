@@ -5,21 +5,52 @@
 
 #include <algorithm>
 #include <cmath>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 
 namespace dedit {
 
+std::array<uint32_t, 4> Philox4x32(std::array<uint32_t, 4> counter,
+                                   std::array<uint32_t, 2> key) {
+  // The round multipliers and the key's Weyl increments (golden ratio and
+  // sqrt(3) - 1) of the paper, section 4.
+  constexpr uint64_t kMul0 = 0xD2511F53, kMul1 = 0xCD9E8D57;
+  constexpr uint32_t kWeyl0 = 0x9E3779B9, kWeyl1 = 0xBB67AE85;
+  for (int round = 0; round < 10; ++round) {
+    const uint64_t p0 = kMul0 * counter[0], p1 = kMul1 * counter[2];
+    const uint32_t hi0 = static_cast<uint32_t>(p0 >> 32);
+    const uint32_t lo0 = static_cast<uint32_t>(p0);
+    const uint32_t hi1 = static_cast<uint32_t>(p1 >> 32);
+    const uint32_t lo1 = static_cast<uint32_t>(p1);
+    counter = {hi1 ^ counter[1] ^ key[0], lo1, hi0 ^ counter[3] ^ key[1], lo0};
+    key[0] += kWeyl0;
+    key[1] += kWeyl1;
+  }
+  return counter;
+}
+
+double PhiloxUniform(uint64_t seed, int64_t position) {
+  const uint64_t p = static_cast<uint64_t>(position);
+  const std::array<uint32_t, 4> r = Philox4x32(
+      {static_cast<uint32_t>(p), static_cast<uint32_t>(p >> 32), 0, 0},
+      {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)});
+  // 27 + 26 random bits over 2^53: every double in [0, 1) on that grid.
+  const uint64_t bits = (static_cast<uint64_t>(r[0] >> 5) << 26) | (r[1] >> 6);
+  return static_cast<double>(bits) * (1.0 / 9007199254740992.0);
+}
+
 TokenSampler::TokenSampler(const SamplingParams& params) : params_(params) {
   if (params.has_seed) {
-    rng_.seed(params.seed);
+    seed_ = params.seed;
   } else {
     std::random_device rd;
-    rng_.seed((static_cast<uint64_t>(rd()) << 32) ^ rd());
+    seed_ = (static_cast<uint64_t>(rd()) << 32) ^ rd();
   }
 }
 
-std::vector<int32_t> TokenSampler::Choose(const at::Tensor& logits) {
+std::vector<int32_t> TokenSampler::Choose(const at::Tensor& logits,
+                                          int64_t first_position) const {
   const int64_t rows = logits.size(0);
   std::vector<int32_t> out(rows);
   if (greedy()) {
@@ -61,13 +92,12 @@ std::vector<int32_t> TokenSampler::Choose(const at::Tensor& logits) {
       probs.narrow(1, 0, width).to(at::kCPU, at::kDouble).contiguous();
   at::Tensor i_cpu =
       indices.narrow(1, 0, width).to(at::kCPU, at::kLong).contiguous();
-  std::uniform_real_distribution<double> uniform(0.0, 1.0);
   for (int64_t r = 0; r < rows; ++r) {
     const double* p = p_cpu.data_ptr<double>() + r * width;
     const int64_t* ix = i_cpu.data_ptr<int64_t>() + r * width;
     double mass = 0;
     for (int64_t j = 0; j < keep_n[r]; ++j) mass += p[j];
-    double u = uniform(rng_) * mass;
+    double u = PhiloxUniform(seed_, first_position + r) * mass;
     int64_t pick = keep_n[r] - 1;  // guards against rounding at the tail
     for (int64_t j = 0; j < keep_n[r]; ++j) {
       u -= p[j];

@@ -21,8 +21,11 @@ absl::Status PublishRows(const TargetForwardResult& forward, size_t segment,
   return sink->OnContext(sequence, start, features);
 }
 
+// Row r of the segment chooses the token at `first_position + r` (the
+// position after the row's input token): what a seeded draw is keyed on.
 absl::StatusOr<std::vector<int32_t>> Choose(const TargetForwardResult& forward,
                                             size_t segment, int64_t rows,
+                                            int64_t first_position,
                                             TokenSampler& sampler) {
   if (sampler.greedy() && !forward.greedy.empty()) {
     // The batch's argmax, computed once per forward.
@@ -31,7 +34,8 @@ absl::StatusOr<std::vector<int32_t>> Choose(const TargetForwardResult& forward,
   }
   return GuardTorch([&] {
     return sampler.Choose(
-        forward.logits.narrow(0, forward.logit_offsets[segment], rows));
+        forward.logits.narrow(0, forward.logit_offsets[segment], rows),
+        first_position);
   });
 }
 
@@ -42,7 +46,7 @@ absl::StatusOr<VerifyOutcome> CommitVerifyBlock(
     TokenSampler& sampler, Qwen3Model& model, ContextSink* sink) {
   const int64_t rows = static_cast<int64_t>(work.block.size());
   ASSIGN_OR_RETURN(std::vector<int32_t> choices,
-                   Choose(forward, segment, rows, sampler));
+                   Choose(forward, segment, rows, work.start + 1, sampler));
   VerifyOutcome outcome;
   const std::vector<int32_t> draft(work.block.begin() + 1, work.block.end());
   outcome.accepted = AcceptedPrefixLength(draft, choices);
@@ -61,7 +65,7 @@ absl::StatusOr<std::optional<int32_t>> CommitPrefillChunk(
   RETURN_IF_ERROR(PublishRows(forward, segment, sequence, start, length, sink));
   if (!last) return std::optional<int32_t>();
   ASSIGN_OR_RETURN(std::vector<int32_t> choice,
-                   Choose(forward, segment, 1, sampler));
+                   Choose(forward, segment, 1, start + length, sampler));
   return std::optional<int32_t>(choice[0]);
 }
 

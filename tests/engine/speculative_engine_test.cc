@@ -182,6 +182,50 @@ TEST_F(EngineTest, LosslessForEveryWindowAndPassCount) {
   }
 }
 
+// Failover (router/stream_progress.h): a stream re-prefilled with its
+// prompt and the first k tokens it emitted continues with exactly the
+// tokens the uninterrupted run produced next, greedy (prefill and decode
+// rows sum the same: common/model/cpu/cpu_panels.h) and seeded sampling
+// (each draw is a function of (seed, position): common/model/sampling.h),
+// whatever the window and passes of either run. So is a seeded sampled
+// stream's output the same for every window.
+TEST_F(EngineTest, ResumedFromEmittedTokensContinuesIdentically) {
+  const std::vector<int32_t> prompt = RandomPrompt(17, 128, 9);
+  const int kNew = 40;
+  LocalDrafter drafter(pair_->drafter.get());
+  LocalVerifier verifier(pair_->target.get(), &drafter);
+  SpeculativeEngine engine(&verifier, &drafter, EngineOptions(spec_));
+  for (const float temperature : {0.0f, 0.8f}) {
+    GenerationRequest whole;
+    whole.prompt = prompt;
+    whole.max_new_tokens = kNew;
+    whole.window = 1;
+    whole.passes = 0;
+    whole.sampling = {temperature, 0, 1.0f, 1234, true};
+    auto uninterrupted = engine.Generate({whole});
+    ASSERT_TRUE(uninterrupted.ok()) << uninterrupted.status();
+    const std::vector<int32_t> expected = (*uninterrupted)[0].tokens;
+    ASSERT_EQ(expected.size(), static_cast<size_t>(kNew));
+    for (const int w : {1, 8}) {
+      for (const int k : {0, 1, 13, 27}) {
+        GenerationRequest resumed = whole;
+        resumed.prompt.insert(resumed.prompt.end(), expected.begin(),
+                              expected.begin() + k);
+        resumed.max_new_tokens = kNew - k;
+        resumed.window = w;
+        resumed.passes = w > 1 ? 2 : 0;
+        auto rest = engine.Generate({resumed});
+        ASSERT_TRUE(rest.ok()) << rest.status();
+        EXPECT_EQ((*rest)[0].tokens,
+                  std::vector<int32_t>(expected.begin() + k, expected.end()))
+            << "T=" << temperature << " W=" << w << " resumed after " << k;
+      }
+    }
+  }
+  EXPECT_EQ(pair_->target->num_sequences(), 0u);
+  EXPECT_EQ(pair_->drafter->num_sequences(), 0u);
+}
+
 // With the few-row products split across helper threads (--product_threads
 // 2, common/model/cpu/cpu_product_pool.h) the rounds stay lossless: verify and
 // drafter blocks take the split path, the greedy reference is one-row decoding.

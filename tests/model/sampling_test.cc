@@ -3,8 +3,10 @@
 #include <ATen/Functions.h>
 #include <ATen/TensorOperators.h>
 
+#include <array>
 #include <cmath>
 #include <map>
+#include <set>
 
 #include "gtest/gtest.h"
 
@@ -34,7 +36,7 @@ TEST(SamplingTest, GreedyAndDegenerateFiltersPickArgmax) {
       {0.0f}, {1.0f, 1, 1.0f, 3, true}, {1.0f, 0, 1e-6f, 4, true}};
   for (const SamplingParams& p : params) {
     TokenSampler sampler(p);
-    std::vector<int32_t> got = sampler.Choose(logits);
+    std::vector<int32_t> got = sampler.Choose(logits, 0);
     for (int i = 0; i < 6; ++i) EXPECT_EQ(got[i], argmax[i].item<int64_t>());
   }
 }
@@ -43,11 +45,49 @@ TEST(SamplingTest, SeedMakesSamplingReproducible) {
   at::Tensor logits = at::randn({16, 30});
   SamplingParams p{1.0f, 0, 1.0f, 1234, true};
   TokenSampler a(p), b(p);
-  EXPECT_EQ(a.Choose(logits), b.Choose(logits));
+  EXPECT_EQ(a.Choose(logits, 7), b.Choose(logits, 7));
   p.seed = 99;
   TokenSampler c(p);
-  std::vector<int32_t> first = a.Choose(logits), other = c.Choose(logits);
+  std::vector<int32_t> first = a.Choose(logits, 7), other = c.Choose(logits, 7);
   EXPECT_NE(first, other);
+}
+
+// Known-answer vectors of Random123's kat_vectors (philox4x32_10): zeros,
+// all ones, and the digits of pi.
+TEST(SamplingTest, PhiloxMatchesTheReferenceVectors) {
+  using Words = std::array<uint32_t, 4>;
+  EXPECT_EQ(Philox4x32({0, 0, 0, 0}, {0, 0}),
+            (Words{0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}));
+  EXPECT_EQ(Philox4x32({0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff},
+                       {0xffffffff, 0xffffffff}),
+            (Words{0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}));
+  EXPECT_EQ(Philox4x32({0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344},
+                       {0xa4093822, 0x299f31d0}),
+            (Words{0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}));
+}
+
+// The draw for a position depends on (seed, position) only: a row chooses
+// the same token alone, in a block, or after a move to another sampler
+// (another target) with the same seed.
+TEST(SamplingTest, DrawDependsOnSeedAndPositionOnly) {
+  at::Tensor logits = at::randn({12, 40});
+  SamplingParams p{0.8f, 0, 1.0f, 4242, true};
+  TokenSampler block(p), moved(p);
+  const std::vector<int32_t> all = block.Choose(logits, 100);
+  for (int64_t r = 0; r < 12; ++r) {
+    EXPECT_EQ(moved.Choose(logits.narrow(0, r, 1), 100 + r)[0], all[r]) << r;
+  }
+  // Consecutive positions are not one draw repeated.
+  std::vector<int32_t> same_row;
+  for (int64_t pos = 0; pos < 12; ++pos) {
+    same_row.push_back(block.Choose(logits.narrow(0, 0, 1), pos)[0]);
+  }
+  EXPECT_GT(std::set<int32_t>(same_row.begin(), same_row.end()).size(), 1u);
+  for (int64_t pos = 0; pos < 1000; ++pos) {
+    const double u = PhiloxUniform(4242, pos);
+    ASSERT_GE(u, 0.0);
+    ASSERT_LT(u, 1.0);
+  }
 }
 
 // The empirical distribution follows softmax(logits / T) restricted to the
@@ -82,7 +122,7 @@ TEST(SamplingTest, EmpiricalDistributionMatchesFilteredSoftmax) {
     std::vector<int> counts(raw.size(), 0);
     at::Tensor batch = logits.expand({1000, static_cast<int64_t>(raw.size())});
     for (int i = 0; i < n / 1000; ++i) {
-      for (int32_t t : sampler.Choose(batch)) ++counts[t];
+      for (int32_t t : sampler.Choose(batch, i * 1000)) ++counts[t];
     }
     double chi2 = 0;
     int cells = 0;
