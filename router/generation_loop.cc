@@ -81,6 +81,7 @@ GenerationLoop::GenerationLoop(RouterBackends backends,
       tokenizer_(tokenizer),
       registry_(std::move(registry)),
       options_(std::move(options)),
+      seeds_(std::random_device{}()),
       serial_(next_loop_serial.fetch_add(1)) {}
 
 GenerationLoop::~GenerationLoop() { Stop(); }
@@ -400,19 +401,38 @@ void GenerationLoop::Run() {
   FailQueued(stop_status_for_loop_);
 }
 
-void GenerationLoop::Admit(RouterRequest request) {
-  if (request.sink->client_gone()) {
-    metrics_->OnRequestFinished("cancelled", 0, false);
-    request.sink->Finish(absl::CancelledError("client cancelled the request"));
-    return;
+void GenerationLoop::StartStream(RouterRequest& request) {
+  if (request.stream != nullptr) return;
+  auto stream = std::make_shared<StreamProgress>();
+  if (tokenizer_ != nullptr) {
+    stream->detokenizer = std::make_unique<StreamingDetokenizer>(tokenizer_);
   }
-  GenerationRequest engine_request = request.engine;
+  for (const std::string& s : request.stop_strings) {
+    stream->max_stop_bytes = std::max(stream->max_stop_bytes, s.size());
+  }
+  stream->last_token_time = request.arrival;
+  request.stream = std::move(stream);
+  // Drawn here, not on the target, so that the stream keeps its draws
+  // wherever it moves (common/model/sampling.h).
+  SamplingParams& sampling = request.engine.sampling;
+  if (!sampling.has_seed) {
+    sampling.seed = seeds_();
+    sampling.has_seed = true;
+  }
+}
+
+GenerationRequest GenerationLoop::EngineRequestFor(const RouterRequest& request,
+                                                   bool* cache_lost) const {
+  const StreamProgress& stream = *request.stream;
+  GenerationRequest engine_request =
+      stream.emitted.empty() ? request.engine
+                             : ResumedEngineRequest(request.engine, stream);
   // A kept sequence lives in the loop that kept it; ids of other loops'
-  // engines mean nothing here.
-  bool cache_lost = false;
+  // engines mean nothing here. A turn that moved mid-stream rebuilt its KV.
+  *cache_lost = stream.cache_lost;
   if (request.pinned_loop != serial_ && engine_request.continue_sequence != 0) {
     engine_request.continue_sequence = 0;
-    cache_lost = true;
+    *cache_lost = true;
   }
   const DrafterHealth* drafter = backends_.drafter_health;
   const bool drafter_up = drafter != nullptr && drafter->healthy();
@@ -432,6 +452,19 @@ void GenerationLoop::Admit(RouterRequest request) {
     // restarted drafter may offer less.
     engine_request.window = std::min(engine_request.window, block_size);
   }
+  return engine_request;
+}
+
+void GenerationLoop::Admit(RouterRequest request) {
+  if (request.sink->client_gone()) {
+    metrics_->OnRequestFinished("cancelled", 0, false);
+    request.sink->Finish(absl::CancelledError("client cancelled the request"));
+    return;
+  }
+  StartStream(request);
+  const bool moved = !request.stream->emitted.empty();
+  bool cache_lost = false;
+  GenerationRequest engine_request = EngineRequestFor(request, &cache_lost);
   const int prompt_tokens = static_cast<int>(engine_request.prompt.size());
   const int64_t reserve =
       KvReservationTokens(prompt_tokens, engine_request.max_new_tokens,
@@ -452,16 +485,12 @@ void GenerationLoop::Admit(RouterRequest request) {
   Active& a = active_[*id];
   a.reserve_tokens = reserve;
   a.cache_lost = cache_lost;
-  if (tokenizer_ != nullptr) {
-    a.detokenizer = std::make_unique<StreamingDetokenizer>(tokenizer_);
-  }
-  for (const std::string& s : request.stop_strings) {
-    a.max_stop_bytes = std::max(a.max_stop_bytes, s.size());
-  }
+  a.reprefill_tokens = moved ? prompt_tokens : 0;
   a.request = std::move(request);
-  a.last_token_time = a.request.arrival;
   running_.fetch_add(1);
-  metrics_->OnRequestStarted(prompt_tokens, reserve);
+  // A moved stream's prompt was counted where it was admitted first; its
+  // re-prefill is counted apart (CountResumed).
+  metrics_->OnRequestStarted(moved ? 0 : prompt_tokens, reserve);
 }
 
 void GenerationLoop::OnTokens(SequenceId id,
@@ -469,58 +498,97 @@ void GenerationLoop::OnTokens(SequenceId id,
   auto it = active_.find(id);
   if (it == active_.end()) return;
   Active& a = it->second;
-  if (a.stopped_by_string) return;
+  StreamProgress& st = *a.request.stream;
+  if (st.stopped_by_string) return;
+  if (!st.move_reason.empty()) CountResumed(a);
   v1::GenerateResponse response;
   for (int32_t t : tokens) {
     response.add_token_ids(t);
-    ++a.completion_tokens;
-    if (a.detokenizer != nullptr) {
-      absl::StatusOr<std::string> piece = a.detokenizer->Push(t);
-      if (piece.ok()) a.text += *piece;
+    st.emitted.push_back(t);
+    if (st.detokenizer != nullptr) {
+      absl::StatusOr<std::string> piece = st.detokenizer->Push(t);
+      if (piece.ok()) st.text += *piece;
     }
     if (!a.request.stop_strings.empty()) {
       // Only text that this token completed can hold a new match.
-      const size_t from =
-          a.sent_bytes > a.max_stop_bytes ? a.sent_bytes - a.max_stop_bytes : 0;
+      const size_t from = st.sent_bytes > st.max_stop_bytes
+                              ? st.sent_bytes - st.max_stop_bytes
+                              : 0;
       size_t best = std::string::npos;
       for (const std::string& s : a.request.stop_strings) {
-        const size_t pos = a.text.find(s, from);
+        const size_t pos = st.text.find(s, from);
         if (pos != std::string::npos && pos < best) {
           best = pos;
-          a.stop_reason = s;
+          st.stop_reason = s;
         }
       }
       if (best != std::string::npos) {
-        a.text.resize(best);
-        a.stopped_by_string = true;
+        st.text.resize(best);
+        st.stopped_by_string = true;
         to_cancel_.push_back(id);
         break;
       }
     }
   }
   // Text that could still grow into a stop string is held back.
-  size_t sendable = a.text.size();
-  if (!a.stopped_by_string && a.max_stop_bytes > 1) {
-    sendable = a.text.size() > a.max_stop_bytes - 1
-                   ? a.text.size() - (a.max_stop_bytes - 1)
+  size_t sendable = st.text.size();
+  if (!st.stopped_by_string && st.max_stop_bytes > 1) {
+    sendable = st.text.size() > st.max_stop_bytes - 1
+                   ? st.text.size() - (st.max_stop_bytes - 1)
                    : 0;
-    sendable = CharBoundary(a.text, sendable);
+    sendable = CharBoundary(st.text, sendable);
   }
-  if (sendable > a.sent_bytes) {
-    response.set_text(a.text.substr(a.sent_bytes, sendable - a.sent_bytes));
-    a.sent_bytes = sendable;
+  if (sendable > st.sent_bytes) {
+    response.set_text(st.text.substr(st.sent_bytes, sendable - st.sent_bytes));
+    st.sent_bytes = sendable;
   }
   const auto now = std::chrono::steady_clock::now();
   const int n = response.token_ids_size();
-  if (!a.first_token_time) {
-    a.first_token_time = now;
+  if (!st.first_token_time) {
+    st.first_token_time = now;
     metrics_->OnFirstToken(SecondsBetween(a.request.arrival, now));
     metrics_->OnTokens(n, n > 1 ? 0.0 : -1.0);
   } else {
-    metrics_->OnTokens(n, SecondsBetween(a.last_token_time, now));
+    metrics_->OnTokens(n, SecondsBetween(st.last_token_time, now));
   }
-  a.last_token_time = now;
+  st.last_token_time = now;
   a.request.sink->Send(std::move(response));
+}
+
+void GenerationLoop::CountResumed(Active& a) {
+  StreamProgress& st = *a.request.stream;
+  metrics_->OnStreamResumed(
+      st.move_reason, a.reprefill_tokens,
+      SecondsBetween(st.left_at, std::chrono::steady_clock::now()));
+  st.move_reason.clear();
+}
+
+bool GenerationLoop::MoveStream(Active& a, GenerationResult& result,
+                                const absl::Status& status) {
+  StreamProgress& st = *a.request.stream;
+  // A stream cut at a stop string has all it needs; it ends here.
+  if (st.stopped_by_string) return false;
+  const bool retryable = status.code() == absl::StatusCode::kUnavailable ||
+                         status.code() == absl::StatusCode::kResourceExhausted;
+  if (!retryable || !options_.reroute) return false;
+  const size_t rounds_before = st.rounds.size();
+  st.rounds.insert(st.rounds.end(), result.rounds.begin(), result.rounds.end());
+  const bool had_reason = !st.move_reason.empty();
+  if (!st.emitted.empty() && !had_reason) {
+    // The first stack it leaves since its last token: the stall starts.
+    st.move_reason =
+        result.finish == FinishReason::kError
+            ? (absl::IsResourceExhausted(status) ? kMoveKvFull
+                                                 : kMoveTargetFailed)
+            : kMoveStackLeft;
+    st.left_at = std::chrono::steady_clock::now();
+  }
+  if (!st.emitted.empty() && a.request.session_turn) st.cache_lost = true;
+  if (options_.reroute(a.request, status)) return true;
+  // Nobody took it: it ends here, as it was.
+  st.rounds.resize(rounds_before);
+  if (!had_reason) st.move_reason.clear();
+  return false;
 }
 
 void GenerationLoop::Complete(GenerationResult& result) {
@@ -529,6 +597,7 @@ void GenerationLoop::Complete(GenerationResult& result) {
   Active a = std::move(it->second);
   active_.erase(it);
   running_.fetch_sub(1);
+  StreamProgress& st = *a.request.stream;
   const auto now = std::chrono::steady_clock::now();
   const double duration = SecondsBetween(a.request.arrival, now);
 
@@ -537,7 +606,7 @@ void GenerationLoop::Complete(GenerationResult& result) {
   if (result.finish == FinishReason::kError) {
     status = result.status.ok() ? absl::InternalError("generation failed")
                                 : result.status;
-  } else if (a.stopped_by_string) {
+  } else if (st.stopped_by_string) {
     reason = FinishReason::kStop;
   } else if (result.finish == FinishReason::kCancelled) {
     if (a.client_cancelled && a.request.session_turn) {
@@ -550,10 +619,7 @@ void GenerationLoop::Complete(GenerationResult& result) {
       status = stop_status_for_loop_;
     }
   }
-  const bool retryable = status.code() == absl::StatusCode::kUnavailable ||
-                         status.code() == absl::StatusCode::kResourceExhausted;
-  if (retryable && a.completion_tokens == 0 && options_.reroute &&
-      options_.reroute(a.request, status)) {
+  if (!status.ok() && MoveStream(a, result, status)) {
     metrics_->OnRequestRerouted(a.reserve_tokens);
     return;
   }
@@ -573,30 +639,35 @@ void GenerationLoop::Complete(GenerationResult& result) {
     metrics_->OnSessionTurn(result.reused_tokens, end.cache_lost);
   }
   v1::GenerateResponse last;
-  if (a.detokenizer != nullptr && !a.stopped_by_string) {
-    a.text += a.detokenizer->Flush();
+  if (st.detokenizer != nullptr && !st.stopped_by_string) {
+    st.text += st.detokenizer->Flush();
   }
-  if (a.text.size() > a.sent_bytes) last.set_text(a.text.substr(a.sent_bytes));
+  if (st.text.size() > st.sent_bytes) {
+    last.set_text(st.text.substr(st.sent_bytes));
+  }
   last.set_finished(true);
   last.set_finish_reason(ToProto(reason));
-  if (a.stopped_by_string) {
-    last.set_stop_reason(a.stop_reason);
+  if (st.stopped_by_string) {
+    last.set_stop_reason(st.stop_reason);
   } else if (result.stop_token >= 0) {
     last.set_stop_reason(absl::StrCat("token:", result.stop_token));
   }
   v1::Usage* usage = last.mutable_usage();
-  usage->set_prompt_tokens(result.prompt_tokens);
-  usage->set_completion_tokens(a.completion_tokens);
+  // A moved stream's engine prompt held what it had emitted.
+  usage->set_prompt_tokens(
+      static_cast<int32_t>(a.request.engine.prompt.size()));
+  usage->set_completion_tokens(static_cast<int32_t>(st.emitted.size()));
   if (a.request.session_turn) {
     usage->set_cached_prompt_tokens(static_cast<int32_t>(result.reused_tokens));
     usage->set_cache_lost(result.cache_lost || a.cache_lost);
   }
   usage->set_duration_seconds(duration);
-  if (a.first_token_time) {
+  if (st.first_token_time) {
     usage->set_time_to_first_token_seconds(
-        SecondsBetween(a.request.arrival, *a.first_token_time));
+        SecondsBetween(a.request.arrival, *st.first_token_time));
   }
-  FillAcceptance(Summarize(result.rounds), last.mutable_acceptance());
+  st.rounds.insert(st.rounds.end(), result.rounds.begin(), result.rounds.end());
+  FillAcceptance(Summarize(st.rounds), last.mutable_acceptance());
   a.request.sink->Send(std::move(last));
   a.request.sink->Finish(absl::OkStatus());
 }

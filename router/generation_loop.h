@@ -18,13 +18,17 @@
 //   loop.Submit(std::move(request));   // from a reactor; never blocks
 //   loop.Cancel(sink);                 // client went away
 //
-// Failure containment: a request that fails before any token
-// reached its client, because the target is unreachable (UNAVAILABLE), out
-// of KV (RESOURCE_EXHAUSTED) or the loop is retired, is offered to
-// Options::reroute (StackSet: another stack) instead of failing. A round
-// whose target call fails with UNAVAILABLE (the whole step or one prompt)
-// marks the target unreachable: queued requests are offered to `reroute`
-// (or refused) until an Info probe, every target_info_retry_ms, answers.
+// Failure containment: a request that fails because the target is
+// unreachable (UNAVAILABLE: the round failed or its stream broke), out of
+// KV (RESOURCE_EXHAUSTED) or the loop is retired, is offered to
+// Options::reroute (StackSet: another stack, or the same one once it is
+// back) instead of failing, whether or not it has streamed tokens: its
+// StreamProgress goes with it, and the stack that takes it prefills the
+// prompt and every emitted token and continues (router/stream_progress.h).
+// A round whose target call fails with UNAVAILABLE (the whole step or one
+// prompt) marks the target unreachable: queued requests are offered to
+// `reroute` (or refused) until an Info probe, every target_info_retry_ms,
+// answers.
 //
 // Thread-safe: Submit/Cancel/CountRejected/served_model/running/load/
 // reachable from any thread. The backends are driven by the loop thread only;
@@ -39,6 +43,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -53,6 +58,7 @@
 #include "dedit/v1/generation.pb.h"
 #include "router/router_backends.h"
 #include "router/router_metrics.h"
+#include "router/stream_progress.h"
 
 namespace dedit {
 
@@ -86,8 +92,12 @@ struct RouterRequest {
       std::chrono::system_clock::time_point::max();
   std::chrono::steady_clock::time_point arrival;
   std::shared_ptr<GenerationSink> sink;
-  // Stacks that failed this request before its first token (StackSet).
+  // Stacks that failed this request (StackSet: it does not go back to one
+  // while another takes it).
   std::vector<std::string> tried_stacks;
+  // What its client has received; set at admission (null before), carried
+  // when the request moves to another stack mid-stream.
+  std::shared_ptr<StreamProgress> stream;
   // Sessions: a turn (engine.keep set). Its sequence stays in the engine
   // when it ends; engine.continue_sequence names the sequence kept by the
   // previous turn in the loop `pinned_loop` (any other loop ignores it).
@@ -137,9 +147,11 @@ class GenerationLoop {
     // empty → no per-stack metrics.
     std::string stack_name;
     // Offered, on the loop thread, each request that failed with `status`
-    // before its first token and might succeed elsewhere. Returns true if it
-    // took the request (then the loop forgets it); false → the request ends
-    // with `status`. Must not block or call back into this loop.
+    // (UNAVAILABLE or RESOURCE_EXHAUSTED) and might succeed elsewhere, with
+    // its stream's progress (RouterRequest::stream; null or no tokens
+    // before its first token). Returns true if it took the request (then
+    // the loop forgets it); false → the request ends with `status`. Must
+    // not block or call back into this loop.
     std::function<bool(RouterRequest& request, const absl::Status& status)>
         reroute;
   };
@@ -198,25 +210,33 @@ class GenerationLoop {
 
  private:
   struct Active {
-    RouterRequest request;
-    std::unique_ptr<StreamingDetokenizer> detokenizer;
-    std::string text;       // generated text so far (cut at a stop string)
-    size_t sent_bytes = 0;  // of `text`, already streamed
-    size_t max_stop_bytes = 0;
-    int completion_tokens = 0;
-    bool stopped_by_string = false;
-    std::string stop_reason;
+    RouterRequest request;  // request.stream is set
     bool deadline_exceeded = false;
     bool client_cancelled = false;
     bool cache_lost = false;     // its kept sequence was in another loop
     int64_t reserve_tokens = 0;  // KV reserved on the target
-    std::optional<std::chrono::steady_clock::time_point> first_token_time;
-    std::chrono::steady_clock::time_point last_token_time;
+    // A stream that moved here: the tokens prefilled again (prompt and
+    // what it had emitted), counted once its next token arrives.
+    int64_t reprefill_tokens = 0;
   };
 
   void Run();
   bool ConnectTarget();  // fetches target info, builds the engine
   void Admit(RouterRequest request);
+  // A fresh request's stream state (detokenizer, stop-string bound, a seed
+  // when it has none, so that a move keeps its draws); a moved one keeps
+  // its own.
+  void StartStream(RouterRequest& request);
+  // The engine request for `request` on this loop; sets `cache_lost` when
+  // it names a kept sequence this loop cannot continue.
+  GenerationRequest EngineRequestFor(const RouterRequest& request,
+                                     bool* cache_lost) const;
+  // A moved stream's first token here: counts the move.
+  void CountResumed(Active& a);
+  // Offers a failed request to Options::reroute with its progress; true
+  // when it was taken.
+  bool MoveStream(Active& a, GenerationResult& result,
+                  const absl::Status& status);
   void OnTokens(SequenceId id, const std::vector<int32_t>& tokens);
   void Complete(GenerationResult& result);
   void FailQueued(const absl::Status& status);
@@ -246,6 +266,7 @@ class GenerationLoop {
   std::unique_ptr<RouterMetrics> metrics_;  // published as shared_metrics_
   std::map<SequenceId, Active> active_;
   std::vector<SequenceId> to_cancel_;  // stop strings hit during a Step
+  std::mt19937_64 seeds_;  // seeds of unseeded requests (StartStream)
   // stop_status_ as the loop thread last saw it.
   absl::Status stop_status_for_loop_ =
       absl::UnavailableError("router is shutting down");

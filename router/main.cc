@@ -43,6 +43,13 @@ ABSL_FLAG(int64_t, stack_drain_ms, 30000,
 ABSL_FLAG(int, stack_join_threads, 8,
           "stacks joined at once (a join waits for the drafter's first "
           "health probe); a newer list drops the joins still queued");
+ABSL_FLAG(int64_t, resume_wait_ms, 60000,
+          "a stream whose stack failed it waits this long (or until its "
+          "deadline) for a stack to continue it on, e.g. its own target "
+          "restarting, before it ends UNAVAILABLE");
+ABSL_FLAG(int, max_stream_moves, 8,
+          "moves between stacks one request may make before it ends with "
+          "its last error");
 ABSL_FLAG(std::string, tokenizer, "",
           "tokenizer.json for text/chat prompts and text deltas");
 ABSL_FLAG(std::string, model_name, "",
@@ -102,6 +109,11 @@ ABSL_FLAG(std::string, tls_server_name, "",
           "name the targets' and drafters' certificates must carry when it "
           "is not the host dialled (stacks found by --stacks_dns are "
           "dialled by pod IP)");
+ABSL_FLAG(bool, authenticate_clients, false,
+          "the public gRPC port requires the internal authentication too "
+          "(--internal_token_file and/or --tls_*: the token, or a client "
+          "certificate from --tls_ca): for a router whose only client is "
+          "dedit-openai beside it, given the same flags");
 
 int main(int argc, char** argv) {
   dedit::BlockShutdownSignals();
@@ -125,6 +137,14 @@ int main(int argc, char** argv) {
   if (o.stack_join_threads < 1 || o.stack_join_threads > 64) {
     std::fprintf(stderr,
                  "dedit-router: --stack_join_threads must be in [1, 64]\n");
+    return 2;
+  }
+  o.resume_wait_ms = absl::GetFlag(FLAGS_resume_wait_ms);
+  o.max_stream_moves = absl::GetFlag(FLAGS_max_stream_moves);
+  if (o.resume_wait_ms < 0 || o.max_stream_moves < 0) {
+    std::fprintf(stderr,
+                 "dedit-router: --resume_wait_ms and --max_stream_moves must "
+                 "be >= 0\n");
     return 2;
   }
   if (!o.stacks.stacks_file.empty() || !o.stacks.stacks_dns.empty()) {
@@ -203,6 +223,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   o.auth.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
+  o.authenticate_clients = absl::GetFlag(FLAGS_authenticate_clients);
   o.verifier.rpc_timeout_ms = absl::GetFlag(FLAGS_target_timeout_ms);
   o.drafter.draft_timeout_ms = absl::GetFlag(FLAGS_draft_timeout_ms);
   o.verifier.round_streams = absl::GetFlag(FLAGS_round_streams);

@@ -157,6 +157,24 @@ RouterMetrics::RouterMetrics(prometheus::Registry& r, const std::string& model,
                     "expired, stack left): the whole history was prefilled")
               .Register(r)
               .Add({{"model", model}})),
+      streams_resumed_(prometheus::BuildCounter()
+                           .Name("dedit_stream_resumed_total")
+                           .Help("Streams that lost their stack mid-way and "
+                                 "went on from their next token on another "
+                                 "(or the same one back), by why they left")
+                           .Register(r)),
+      resumed_tokens_(prometheus::BuildCounter()
+                          .Name("dedit_stream_reprefilled_tokens_total")
+                          .Help("Tokens prefilled again to resume moved "
+                                "streams: prompt and what they had emitted")
+                          .Register(r)
+                          .Add({{"model", model}})),
+      resume_stall_(prometheus::BuildHistogram()
+                        .Name("dedit_stream_resume_seconds")
+                        .Help("How long a moved stream's client waited: "
+                              "its stack failing it to its next token")
+                        .Register(r)
+                        .Add({{"model", model}}, RequestBuckets())),
       stack_(stack) {
   if (!stack.empty()) {
     const prometheus::Labels labels = {{"model", model}, {"stack", stack}};
@@ -203,8 +221,8 @@ RouterMetrics::RouterMetrics(prometheus::Registry& r, const std::string& model,
                       .Name("dedit_stack_requests_total")
                       .Help(
                           "Requests that left the stack, by gRPC status "
-                          "(rerouted: moved to another stack before "
-                          "their first token)")
+                          "(rerouted: moved to another stack, or queued "
+                          "for one, with their progress)")
                       .Register(r);
     StackRequests("ok");
   }
@@ -340,6 +358,14 @@ void RouterMetrics::OnRequestRerouted(int64_t reserve_tokens) {
         static_cast<double>(reserve_tokens));
     StackRequests("rerouted").Increment();
   }
+}
+
+void RouterMetrics::OnStreamResumed(const std::string& reason,
+                                    int64_t reprefilled_tokens,
+                                    double stalled_seconds) {
+  streams_resumed_.Add({{"model", model_}, {"reason", reason}}).Increment();
+  resumed_tokens_.Increment(static_cast<double>(reprefilled_tokens));
+  resume_stall_.Observe(stalled_seconds);
 }
 
 void RouterMetrics::OnSessionTurn(int64_t reused_tokens, bool cache_lost) {

@@ -52,8 +52,15 @@ class RouterMetrics {
   // `status` is "ok" or a lowercase gRPC code name ("invalid_argument").
   void OnRequestFinished(const std::string& status, double duration_seconds,
                          bool was_running, int64_t reserve_tokens = 0);
-  // A running request left this stack, before its first token, for another.
+  // A running request left this stack for another (or for this one once
+  // its target is back), before its first token or mid-stream.
   void OnRequestRerouted(int64_t reserve_tokens);
+  // A stream that had tokens when its stack failed it (`reason`, a
+  // stream_progress.h kMove* label) produced its next token after a move:
+  // `reprefilled_tokens` were prefilled again, and its client waited
+  // `stalled_seconds` since the stack failed it.
+  void OnStreamResumed(const std::string& reason, int64_t reprefilled_tokens,
+                       double stalled_seconds);
   void OnStackReachable(bool reachable);
   // A session turn ended: prompt tokens reused from its kept KV, and
   // whether that KV was gone (the history was prefilled again).
@@ -86,6 +93,9 @@ class RouterMetrics {
   prometheus::Counter& session_turns_;
   prometheus::Counter& session_tokens_saved_;
   prometheus::Counter& session_reprefills_;
+  prometheus::Family<prometheus::Counter>& streams_resumed_;
+  prometheus::Counter& resumed_tokens_;
+  prometheus::Histogram& resume_stall_;
 
   // Per stack (null when `stack` is empty).
   struct StackSeries {

@@ -17,6 +17,11 @@ namespace dedit {
 
 absl::Status RunRouterServer(const RouterServerOptions& options) {
   ASSIGN_OR_RETURN(InternalAuth auth, InternalAuth::Load(options.auth));
+  if (options.authenticate_clients && !auth.token() && !auth.tls()) {
+    return absl::InvalidArgumentError(
+        "--authenticate_clients needs --internal_token_file or --tls_cert, "
+        "--tls_key and --tls_ca");
+  }
   std::unique_ptr<Tokenizer> tokenizer;
   if (!options.tokenizer_path.empty()) {
     ASSIGN_OR_RETURN(tokenizer, Tokenizer::FromFile(options.tokenizer_path));
@@ -28,6 +33,8 @@ absl::Status RunRouterServer(const RouterServerOptions& options) {
   stack_options.drafter = options.drafter;
   stack_options.stack_drain_ms = options.stack_drain_ms;
   stack_options.join_threads = options.stack_join_threads;
+  stack_options.resume_wait_ms = options.resume_wait_ms;
+  stack_options.max_moves = options.max_stream_moves;
   stack_options.auth = auth;
   StackSet stacks(tokenizer.get(), registry, stack_options);
   std::unique_ptr<StackDiscovery> discovery;
@@ -60,6 +67,12 @@ absl::Status RunRouterServer(const RouterServerOptions& options) {
                              ? "(none)"
                              : options.drafter_address);
   absl::StrAppend(&serve.banner, ", internal calls: ", auth.Describe());
+  if (options.authenticate_clients) {
+    // The public port too: only the gateway (or a client given the same
+    // files) gets in. Health stays open for the probes.
+    serve.credentials = auth.ServerCredentials();
+    absl::StrAppend(&serve.banner, ", clients: ", auth.Describe());
+  }
   // Readiness (docs/ARCHITECTURE.md, "Health"): the named service
   // dedit.v1.Generation is SERVING while some stack takes new requests, so
   // that Kubernetes stops sending clients to a router that can reach no

@@ -35,6 +35,8 @@ struct RouterServerOptions {
   int64_t stacks_refresh_ms = 2000;
   int64_t stack_drain_ms = 30000;  // StackSet::Options
   int stack_join_threads = 8;      // StackSet::Options::join_threads
+  int64_t resume_wait_ms = 60000;  // StackSet::Options
+  int max_stream_moves = 8;        // StackSet::Options::max_moves
   // How often readiness (dedit.v1.Generation: some stack reachable) is
   // refreshed.
   int64_t readiness_poll_ms = 200;
@@ -44,8 +46,11 @@ struct RouterServerOptions {
   ServeOptions serve = ServeOptionsFor("0.0.0.0", 50050, 9100, "", 30000);
   // How the router authenticates to the stacks' targets and drafters
   // (common/serving/internal_auth.h: --internal_token_file, --tls_*); its own
-  // public port stays open.
+  // public port stays open unless authenticate_clients.
   InternalAuthOptions auth;
+  // The public port takes only calls with the same authentication (the
+  // gateway's hop); INVALID_ARGUMENT without any auth flag.
+  bool authenticate_clients = false;
   GenerationLoop::Options loop;
   GenerationServiceImpl::Defaults defaults;
   RemoteVerifier::Options verifier;

@@ -55,9 +55,10 @@ std::unique_ptr<StackSet::Stack> StackSet::MakeStack(
   }
   GenerationLoop::Options loop_options = options_.loop;
   loop_options.stack_name = address.name;
-  loop_options.reroute = [this, name = address.name](RouterRequest& request,
-                                                     const absl::Status&) {
-    return Reroute(name, request);
+  loop_options.reroute = [this, name = address.name](
+                             RouterRequest& request,
+                             const absl::Status& status) {
+    return Reroute(name, request, status);
   };
   stack->loop = std::make_unique<GenerationLoop>(
       RouterBackends{stack->verifier.get(), stack->verifier.get(),
@@ -158,8 +159,8 @@ void StackSet::FinishJoin(const StackAddress& address,
   {
     absl::MutexLock lock(&mu_);
     joining_.erase(address.name);
-    const bool wanted = std::find(desired_.begin(), desired_.end(), address) !=
-                        desired_.end();
+    const bool wanted =
+        std::find(desired_.begin(), desired_.end(), address) != desired_.end();
     if (!stopping_ && wanted && !HasStackNamed(address.name)) {
       stacks_.push_back(std::move(stack));
       return;
@@ -227,6 +228,15 @@ void StackSet::Stop() {
   // A join in progress finishes its probes, then stops its stack.
   for (std::thread& t : joiners) t.join();
   if (reaper_.joinable()) reaper_.join();
+  if (resumer_.joinable()) resumer_.join();
+  std::vector<Parked> parked;
+  {
+    absl::MutexLock lock(&mu_);
+    parked.swap(parked_);
+  }
+  for (Parked& p : parked) {
+    p.request.sink->Finish(absl::UnavailableError("router is shutting down"));
+  }
   std::vector<std::unique_ptr<Stack>> stacks;
   {
     absl::MutexLock lock(&mu_);
@@ -245,12 +255,16 @@ int64_t StackSet::joins_started() const {
   return joins_started_;
 }
 
-bool StackSet::SubmitLocked(RouterRequest& request) {
+bool StackSet::SubmitLocked(RouterRequest& request, bool any_stack) {
+  auto tried = [&](const Stack* s) {
+    return !any_stack &&
+           std::find(request.tried_stacks.begin(), request.tried_stacks.end(),
+                     s->address.name) != request.tried_stacks.end();
+  };
   if (request.pinned_loop != 0) {
     for (auto& s : stacks_) {
       if (s->loop->serial() == request.pinned_loop && s->loop->reachable() &&
-          std::find(request.tried_stacks.begin(), request.tried_stacks.end(),
-                    s->address.name) == request.tried_stacks.end()) {
+          !tried(s.get())) {
         s->loop->Submit(std::move(request));
         return true;
       }
@@ -261,11 +275,7 @@ bool StackSet::SubmitLocked(RouterRequest& request) {
   int best_load = 0;
   for (size_t i = 0; i < n; ++i) {
     Stack* s = stacks_[(round_robin_ + i) % n].get();
-    if (std::find(request.tried_stacks.begin(), request.tried_stacks.end(),
-                  s->address.name) != request.tried_stacks.end()) {
-      continue;
-    }
-    if (!s->loop->reachable()) continue;
+    if (tried(s) || !s->loop->reachable()) continue;
     const int load = s->loop->load();
     if (best == nullptr || load < best_load) {
       best = s;
@@ -294,16 +304,88 @@ void StackSet::Submit(RouterRequest request) {
   request.sink->Finish(refused);
 }
 
-bool StackSet::Reroute(const std::string& from, RouterRequest& request) {
+bool StackSet::Reroute(const std::string& from, RouterRequest& request,
+                       const absl::Status& status) {
   absl::MutexLock lock(&mu_);
   if (stopping_) return false;
   request.tried_stacks.push_back(from);
-  return SubmitLocked(request);
+  if (static_cast<int>(request.tried_stacks.size()) > options_.max_moves) {
+    return false;
+  }
+  if (SubmitLocked(request)) return true;
+  // A request that never streamed a token and found no KV room on any
+  // stack is refused, as at admission; anything else waits for a stack.
+  const bool streamed =
+      request.stream != nullptr && !request.stream->emitted.empty();
+  if (!absl::IsUnavailable(status) && !streamed) return false;
+  absl::Time give_up =
+      absl::Now() + absl::Milliseconds(options_.resume_wait_ms);
+  if (request.deadline != std::chrono::system_clock::time_point::max()) {
+    give_up = std::min(give_up, absl::FromChrono(request.deadline));
+  }
+  parked_.push_back(Parked{std::move(request), status, give_up});
+  if (!resumer_.joinable()) resumer_ = std::thread([this] { ResumeLoop(); });
+  changed_.SignalAll();
+  return true;
+}
+
+void StackSet::ResumeLoop() {
+  while (true) {
+    std::vector<Parked> ended;
+    {
+      absl::MutexLock lock(&mu_);
+      changed_.WaitWithTimeout(&mu_,
+                               absl::Milliseconds(options_.resume_retry_ms));
+      if (stopping_) return;  // Stop() ends what is left
+      const absl::Time now = absl::Now();
+      for (auto it = parked_.begin(); it != parked_.end();) {
+        // Stacks that have not failed it first; then any that answers
+        // again (one that failed it came back, or has KV room again).
+        const bool gone = it->request.sink->client_gone();
+        if (!gone && now < it->give_up && !SubmitLocked(it->request) &&
+            !SubmitLocked(it->request, /*any_stack=*/true)) {
+          ++it;
+          continue;
+        }
+        if (gone || now >= it->give_up) ended.push_back(std::move(*it));
+        it = parked_.erase(it);
+      }
+    }
+    for (Parked& p : ended) {
+      const absl::Status status =
+          p.request.sink->client_gone()
+              ? absl::CancelledError("client cancelled the request")
+              : absl::UnavailableError(absl::StrCat(
+                    "no stack took the request back in time; its stack "
+                    "failed it with: ",
+                    p.status.message()));
+      CountRejected(status);
+      p.request.sink->Finish(status);
+    }
+  }
 }
 
 void StackSet::Cancel(std::weak_ptr<const GenerationSink> sink) {
-  absl::MutexLock lock(&mu_);
-  for (auto& s : stacks_) s->loop->Cancel(sink);
+  std::vector<Parked> cancelled;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& s : stacks_) s->loop->Cancel(sink);
+    const std::shared_ptr<const GenerationSink> target = sink.lock();
+    for (auto it = parked_.begin(); target != nullptr && it != parked_.end();) {
+      if (it->request.sink == target) {
+        cancelled.push_back(std::move(*it));
+        it = parked_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (Parked& p : cancelled) {
+    const absl::Status status =
+        absl::CancelledError("client cancelled the request");
+    CountRejected(status);
+    p.request.sink->Finish(status);
+  }
 }
 
 void StackSet::ReleaseKept(uint64_t loop, SequenceId id) {

@@ -10,10 +10,24 @@
 // whose target stops answering (a failed round, UNAVAILABLE) takes no new
 // requests until its loop's Info probe answers again; a stack that leaves
 // discovery (Update) is retired: its running requests may finish for
-// Options::stack_drain_ms (a pod being replaced), then end UNAVAILABLE (a
-// dead one fails them at once). In both cases a request that has not streamed a
-// token yet moves to another stack (GenerationLoop::Options::reroute); a
-// request never returns to a stack that failed it. Other stacks are untouched.
+// Options::stack_drain_ms (a pod being replaced), then leave it (a dead one
+// fails them at once). Other stacks are untouched.
+//
+// Failover: a request its stack fails (UNAVAILABLE; or RESOURCE_EXHAUSTED,
+// no KV room) moves, with its stream's progress (router/stream_progress.h),
+// to the least loaded reachable stack that has not failed it; that stack
+// prefills the prompt and every token already streamed and continues from
+// the next one, so the client sees one unbroken stream. When no such stack
+// takes it, it waits (is parked) and is offered every
+// Options::resume_retry_ms to any reachable stack, one that failed it
+// included once it answers again (a restarted target; a survivor that
+// has KV room again), until its deadline or Options::resume_wait_ms after
+// it was parked, whichever is first: then it ends UNAVAILABLE. A request
+// that moved Options::max_moves times ends with its last error (a stack
+// that answers Info but fails every round must not hold it forever).
+// Fresh requests are refused at once when no stack is reachable, and a
+// request that never streamed a token and found no KV room anywhere ends
+// RESOURCE_EXHAUSTED, as before.
 //
 //   StackSet stacks(tokenizer, registry, options);
 //   stacks.Update({{"a", "10.0.0.5:50051", "10.0.0.5:50052"}});
@@ -49,6 +63,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "common/serving/internal_auth.h"
 #include "router/generation_loop.h"
 #include "router/remote_drafter.h"
@@ -88,6 +103,13 @@ class StackSet : public DrafterHealth {
     int64_t stack_drain_ms = 30000;
     // Stacks joined at once (--stack_join_threads).
     int join_threads = 8;
+    // Failover (see above): how long a request that lost its stack waits
+    // for another (--resume_wait_ms; its deadline may end it sooner), how
+    // often it is offered to the stacks meanwhile, and how many times one
+    // request may move.
+    int64_t resume_wait_ms = 60000;
+    int64_t resume_retry_ms = 100;
+    int max_moves = 8;
     // How the channels to every target and drafter authenticate
     // (common/serving/internal_auth.h); default: plaintext.
     InternalAuth auth;
@@ -117,7 +139,7 @@ class StackSet : public DrafterHealth {
   // there is none.
   void Submit(RouterRequest request);
   // The client behind `sink` went away; told to every stack (a request may
-  // be moving between them).
+  // be moving between them) and to the parked requests.
   void Cancel(std::weak_ptr<const GenerationSink> sink);
   void CountRejected(const absl::Status& status);
   // Sessions: a turn whose request.pinned_loop names a loop still serving
@@ -162,10 +184,16 @@ class StackSet : public DrafterHealth {
   bool RetiredNamed(const std::string& name) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Picks and submits under mu_ (a stack is never retired mid-Submit).
-  // False when no reachable stack outside `request.tried_stacks` exists.
-  bool SubmitLocked(RouterRequest& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // False when no reachable stack outside `request.tried_stacks` exists
+  // (with `any_stack`, when no reachable stack exists).
+  bool SubmitLocked(RouterRequest& request, bool any_stack = false)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // GenerationLoop::Options::reroute of the stack `from`.
-  bool Reroute(const std::string& from, RouterRequest& request);
+  bool Reroute(const std::string& from, RouterRequest& request,
+               const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
+  // The resumer thread: offers parked requests to the stacks, ends those
+  // whose wait is over or whose client left.
+  void ResumeLoop() ABSL_LOCKS_EXCLUDED(mu_);
   const DrafterHealth* SizingDrafter() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   const Tokenizer* tokenizer_;
@@ -193,6 +221,14 @@ class StackSet : public DrafterHealth {
   absl::CondVar changed_;
   std::vector<std::thread> joiners_ ABSL_GUARDED_BY(mu_);
   std::thread reaper_;
+  // Requests that lost their stack and wait for one (failover).
+  struct Parked {
+    RouterRequest request;
+    absl::Status status;  // why its last stack failed it
+    absl::Time give_up;
+  };
+  std::vector<Parked> parked_ ABSL_GUARDED_BY(mu_);
+  std::thread resumer_;  // started with the first parked request
 };
 
 }  // namespace dedit

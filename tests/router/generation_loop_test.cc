@@ -17,6 +17,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -1520,11 +1521,12 @@ TEST_F(GenerationLoopTest, UnreachableTargetRefusesRequestsUntilItAnswers) {
   EXPECT_THAT(served->tokens(), ElementsAreArray(Reference(0, 8)));
 }
 
-// Failure containment: when the target dies, the request that
-// has streamed tokens ends UNAVAILABLE, the one that has not is offered to
-// `reroute` (another stack), and the loop offers new requests there too
-// until an Info probe answers; then it serves again.
-TEST_F(GenerationLoopTest, DeadTargetReroutesRequestsWithoutATokenUntilBack) {
+// Failure containment: when the target dies, every request is offered to
+// `reroute` (another stack, or this one once it is back): the one that has
+// streamed tokens with its progress (what its client has received), the
+// one that has not, and the ones that arrive until an Info probe answers;
+// none ends with an error. Then the loop serves again.
+TEST_F(GenerationLoopTest, DeadTargetOffersEveryRequestToRerouteUntilBack) {
   absl::Mutex mu;
   std::vector<RouterRequest> rerouted;
   std::vector<absl::Status> reasons;
@@ -1547,27 +1549,42 @@ TEST_F(GenerationLoopTest, DeadTargetReroutesRequestsWithoutATokenUntilBack) {
     target_->reachable.store(false);
   };
   Submit(MakeRequest(prompt(0), 2000, 1, 0, running));
-  ASSERT_TRUE(running->WaitFinished());
-  EXPECT_EQ(running->status().code(), absl::StatusCode::kUnavailable)
-      << running->status();
-  EXPECT_FALSE(running->responses().empty());
-  EXPECT_FALSE(loop_->reachable());
-
-  auto later = Submit(MakeRequest(prompt(2), 8, 1, 0, {}));
-  auto both_rerouted = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+  auto two_rerouted = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     return rerouted.size() == 2;
   };
   {
     absl::MutexLock lock(&mu);
-    ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(&both_rerouted),
-                                    absl::Seconds(30)));
-    EXPECT_EQ(rerouted[0].sink, unstarted);
-    EXPECT_EQ(rerouted[1].sink, later);
+    ASSERT_TRUE(
+        mu.AwaitWithTimeout(absl::Condition(&two_rerouted), absl::Seconds(30)));
+  }
+  EXPECT_FALSE(loop_->reachable());
+  auto later = Submit(MakeRequest(prompt(2), 8, 1, 0, {}));
+  auto all_rerouted = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return rerouted.size() == 3;
+  };
+  {
+    absl::MutexLock lock(&mu);
+    ASSERT_TRUE(
+        mu.AwaitWithTimeout(absl::Condition(&all_rerouted), absl::Seconds(30)));
+    // The round that failed held both; the later one never ran.
+    std::set<GenerationSink*> first_two = {rerouted[0].sink.get(),
+                                           rerouted[1].sink.get()};
+    EXPECT_EQ(first_two,
+              (std::set<GenerationSink*>{running.get(), unstarted.get()}));
+    EXPECT_EQ(rerouted[2].sink, later);
+    for (const RouterRequest& r : rerouted) {
+      if (r.sink != running) continue;
+      ASSERT_NE(r.stream, nullptr);
+      EXPECT_THAT(r.stream->emitted, ElementsAreArray(running->tokens()));
+      EXPECT_FALSE(r.stream->emitted.empty());
+      EXPECT_EQ(r.stream->move_reason, kMoveTargetFailed);
+    }
     for (const absl::Status& s : reasons) EXPECT_TRUE(absl::IsUnavailable(s));
   }
+  EXPECT_EQ(running->finish_calls(), 0);
   EXPECT_EQ(unstarted->finish_calls(), 0);
   EXPECT_EQ(later->finish_calls(), 0);
-  EXPECT_EQ(CounterValue(*registry_, "dedit_requests_total", "unavailable"), 1);
+  EXPECT_EQ(CounterValue(*registry_, "dedit_requests_total", "unavailable"), 0);
 
   verifier_->down.store(false);
   target_->reachable.store(true);
@@ -1579,6 +1596,100 @@ TEST_F(GenerationLoopTest, DeadTargetReroutesRequestsWithoutATokenUntilBack) {
   ASSERT_TRUE(served->WaitFinished());
   ASSERT_TRUE(served->status().ok()) << served->status();
   EXPECT_THAT(served->tokens(), ElementsAreArray(Reference(0, 8)));
+}
+
+// Failover at the loop: a speculating stream with a stop string loses its
+// target mid-way, is taken back once the target answers again (what
+// StackSet does for a restarted stack; another stack's loop would do the
+// same) and goes on: the client sees the target's greedy tokens with no
+// gap or repeat, the text cut at the stop string, nothing streamed past
+// it, usage over the whole stream and the rounds of both runs. The move
+// is counted with the tokens prefilled again.
+TEST_F(GenerationLoopTest, StreamWhoseTargetDiedResumesWithoutAGap) {
+  const std::vector<int32_t> ref = Reference(0);
+  const std::vector<std::string> after =
+      TextAfterEachToken(shared_->tokenizer.get(), ref);
+  const std::string full = after.back();
+  // The stop string: the text of tokens 30..32, past the move.
+  const size_t from = after[29].size();
+  const std::string stop = full.substr(from, after[32].size() - from);
+  ASSERT_GE(stop.size(), 2u) << "pick other tokens for the stop string";
+  const size_t cut = full.find(stop);
+  ASSERT_GT(cut, 0u);
+  const std::string expected_text = full.substr(0, cut);
+  size_t expected_tokens = 0;
+  while (after[expected_tokens].size() < cut + stop.size()) ++expected_tokens;
+  ++expected_tokens;
+
+  absl::Mutex mu;
+  std::optional<RouterRequest> moved;
+  reroute_ = [&](RouterRequest& r, const absl::Status&) {
+    absl::MutexLock lock(&mu);
+    moved = std::move(r);
+    return true;
+  };
+  ScriptedDrafter inner(block_size(), Oracle(0, /*corrupt_every=*/4));
+  StartLoop(&inner, nullptr);
+  RouterRequest request = MakeRequest(prompt(0), kMaxTokens, 4, 1, {});
+  request.stop_strings = {"never in this output \x01", stop};
+  auto sink = std::make_shared<CollectingSink>();
+  std::vector<std::string> streamed;  // loop thread, then read after Finish
+  bool killed = false;                // loop thread only
+  sink->on_send = [&](const v1::GenerateResponse& r) {
+    streamed.push_back((streamed.empty() ? "" : streamed.back()) + r.text());
+    if (sink->tokens().size() >= 10 && !killed) {
+      killed = true;
+      verifier_->down.store(true);
+      target_->reachable.store(false);
+    }
+  };
+  request.sink = sink;
+  Submit(std::move(request));
+  auto has_moved = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return moved.has_value();
+  };
+  size_t before_move = 0;
+  {
+    absl::MutexLock lock(&mu);
+    ASSERT_TRUE(
+        mu.AwaitWithTimeout(absl::Condition(&has_moved), absl::Seconds(30)));
+    before_move = moved->stream->emitted.size();
+  }
+  ASSERT_GE(before_move, 10u);
+  ASSERT_LT(before_move, expected_tokens) << "moved after the stop string";
+  EXPECT_EQ(sink->finish_calls(), 0);
+
+  verifier_->down.store(false);
+  target_->reachable.store(true);
+  for (int i = 0; i < 1000 && !loop_->reachable(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(loop_->reachable());
+  {
+    absl::MutexLock lock(&mu);
+    loop_->Submit(std::move(*moved));
+  }
+  ASSERT_TRUE(sink->WaitFinished());
+  ASSERT_TRUE(sink->status().ok()) << sink->status();
+  for (size_t i = 0; i < streamed.size(); ++i) {
+    EXPECT_EQ(expected_text.compare(0, streamed[i].size(), streamed[i]), 0)
+        << "message " << i << " streamed text past the cut";
+  }
+  EXPECT_EQ(sink->text(), expected_text);
+  EXPECT_THAT(sink->tokens(), ElementsAreArray(std::vector<int32_t>(
+                                  ref.begin(), ref.begin() + expected_tokens)));
+  const v1::GenerateResponse last = sink->last();
+  EXPECT_EQ(last.finish_reason(), v1::FINISH_REASON_STOP);
+  EXPECT_EQ(last.stop_reason(), stop);
+  EXPECT_EQ(last.usage().prompt_tokens(), static_cast<int>(prompt(0).size()));
+  EXPECT_EQ(last.usage().completion_tokens(),
+            static_cast<int>(expected_tokens));
+  EXPECT_GT(last.acceptance().drafted_rounds(), 0);
+  EXPECT_EQ(
+      CounterValue(*registry_, "dedit_stream_resumed_total", kMoveTargetFailed),
+      1);
+  EXPECT_EQ(CounterValue(*registry_, "dedit_stream_reprefilled_tokens_total"),
+            static_cast<double>(prompt(0).size() + before_move));
 }
 
 // A request whose client left while it moved between stacks ends CANCELLED

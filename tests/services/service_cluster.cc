@@ -344,6 +344,11 @@ absl::Status StackCluster::StartStack(int i) {
                        DrafterArgs(drafter_dir(), target_dir(), s.drafter_port),
                        dir_, absl::StrCat("drafter_", StackName(i))));
   s.drafter_port = s.drafter->grpc_port();
+  return StartTarget(i);
+}
+
+absl::Status StackCluster::StartTarget(int i) {
+  Stack& s = stacks_[i];
   std::vector<std::string> targs =
       TargetArgs(target_dir(), drafter_dir(), s.target_port);
   targs.push_back(absl::StrCat("--drafter=127.0.0.1:", s.drafter_port));
@@ -366,6 +371,21 @@ void StackCluster::KillStack(int i) {
 }
 
 absl::Status StackCluster::RestartStack(int i) { return StartStack(i); }
+
+void StackCluster::KillTarget(int i) { stacks_[i].target->Kill(); }
+
+absl::Status StackCluster::RestartTarget(int i) { return StartTarget(i); }
+
+std::shared_ptr<grpc::Channel> StackCluster::TargetChannel(int i) const {
+  return grpc::CreateChannel(absl::StrCat("127.0.0.1:", stacks_[i].target_port),
+                             grpc::InsecureChannelCredentials());
+}
+
+std::shared_ptr<grpc::Channel> StackCluster::DrafterChannel(int i) const {
+  return grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", stacks_[i].drafter_port),
+      grpc::InsecureChannelCredentials());
+}
 
 absl::Status StackCluster::WriteStacksFile(const std::vector<int>& stacks) {
   std::string text = "# name target drafter\n";

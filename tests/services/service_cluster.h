@@ -139,10 +139,18 @@ class StackCluster {
   ServiceProcess* target(int i) { return stacks_[i].target.get(); }
   ServiceProcess* drafter(int i) { return stacks_[i].drafter.get(); }
 
+  std::shared_ptr<grpc::Channel> TargetChannel(int i) const;
+  std::shared_ptr<grpc::Channel> DrafterChannel(int i) const;
+
   // SIGKILLs both processes of stack i (its pod died).
   void KillStack(int i);
   // Starts stack i again on its old ports.
   absl::Status RestartStack(int i);
+  // SIGKILLs stack i's target alone (its container crashed), and starts it
+  // again on its old port, streaming to the stack's drafter (Kubernetes
+  // restarting the container).
+  void KillTarget(int i);
+  absl::Status RestartTarget(int i);
   // Rewrites the stacks file (atomically) to list only `stacks`.
   absl::Status WriteStacksFile(const std::vector<int>& stacks);
 
@@ -153,6 +161,7 @@ class StackCluster {
     std::unique_ptr<ServiceProcess> drafter, target;
   };
   absl::Status StartStack(int i);
+  absl::Status StartTarget(int i);
 
   Options options_;
   TinyModelSpec spec_;

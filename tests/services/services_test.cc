@@ -467,9 +467,23 @@ TEST_F(ServicesTest, ModelServicesServeOnlyWarmedUp) {
   EXPECT_EQ(drafter.context_tokens(), 0);
 }
 
-// The target going away fails requests promptly with UNAVAILABLE; the
-// router itself keeps answering health checks and /metrics.
-TEST_F(ServicesTest, TargetKilledClientsGetUnavailable) {
+// A router that waits 1.5 s for a failed stream's stack to come back
+// (--resume_wait_ms; the default is 60 s, or the request's deadline).
+class ShortResumeServicesTest : public ServicesTest {
+ protected:
+  ShortResumeServicesTest() : ServicesTest(ShortResumeOptions()) {}
+  static ServiceCluster::Options ShortResumeOptions() {
+    ServiceCluster::Options o;
+    o.router_flags = {"--resume_wait_ms=1500"};
+    return o;
+  }
+};
+
+// The target going away for good: the running stream waits
+// --resume_wait_ms for a stack to continue it on, then ends UNAVAILABLE;
+// a new request is refused at once; the router itself keeps answering
+// health checks and /metrics.
+TEST_F(ShortResumeServicesTest, TargetKilledClientsGetUnavailable) {
   std::atomic<bool> got_tokens{false};
   Generated running;
   std::thread t([&] {

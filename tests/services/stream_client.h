@@ -8,6 +8,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -26,6 +27,9 @@ struct Generated {
   std::string text;
   v1::GenerateResponse last;  // the final message
   int messages = 0;
+  // The longest wait between two messages (a stream that moved between
+  // stacks stalls for the move).
+  double max_gap_seconds = 0;
   // Sessions: the turn was refused (status holds why) and the session
   // stays open.
   bool turn_refused = false;
@@ -54,7 +58,15 @@ inline Generated Generate(
   Generated g;
   auto reader = stub->Generate(&context, request);
   v1::GenerateResponse response;
+  auto previous = std::chrono::steady_clock::now();
   while (reader->Read(&response)) {
+    const auto now = std::chrono::steady_clock::now();
+    if (g.messages > 0) {
+      g.max_gap_seconds =
+          std::max(g.max_gap_seconds,
+                   std::chrono::duration<double>(now - previous).count());
+    }
+    previous = now;
     ++g.messages;
     g.tokens.insert(g.tokens.end(), response.token_ids().begin(),
                     response.token_ids().end());
