@@ -1,6 +1,7 @@
 #include "gateway/api_error.h"
 
 #include <cctype>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/match.h"
@@ -108,12 +109,18 @@ ApiError ApiErrorFromGrpc(const grpc::Status& status, Endpoint endpoint) {
       e.type = "not_implemented_error";
       break;
     case grpc::StatusCode::UNAUTHENTICATED:
-      e.http_status = 401;
-      e.type = "authentication_error";
-      break;
     case grpc::StatusCode::PERMISSION_DENIED:
-      e.http_status = 403;
-      e.type = "permission_error";
+      // The router refused the gateway's own credentials (its internal
+      // token or certificate, --authenticate_clients): the operator's
+      // misconfiguration, not the client's key, so a 503 that names
+      // nothing internal; the detail goes to the log.
+      std::fprintf(stderr,
+                   "dedit-openai: the router refused this gateway: %s\n",
+                   e.message.c_str());
+      e.http_status = 503;
+      e.type = "service_unavailable_error";
+      e.code = "unavailable";
+      e.message = "the model server is unavailable";
       break;
     default:
       e.http_status = 500;

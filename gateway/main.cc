@@ -3,6 +3,11 @@
 //
 //   dedit-openai --router 127.0.0.1:50050 --port 8000
 //   curl localhost:8000/v1/completions -d '{"prompt": "Hi", "max_tokens": 8}'
+//
+// Its calls to the router authenticate with the internal flags
+// (common/serving/internal_auth_flags.h: --internal_token_file, --tls_cert,
+// --tls_key, --tls_ca, --tls_refresh_s) when the router requires them
+// (dedit-router --authenticate_clients).
 #include <algorithm>
 #include <csignal>
 #include <cstdint>
@@ -10,10 +15,14 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "common/serving/internal_auth_flags.h"
 #include "common/serving/shutdown_signals.h"
 #include "gateway/openai_server.h"
 
 ABSL_FLAG(std::string, router, "127.0.0.1:50050", "dedit-router address");
+ABSL_FLAG(std::string, tls_server_name, "",
+          "with --tls_*: the name the router's certificate must carry, when "
+          "it is not the host of --router");
 ABSL_FLAG(std::string, host, "0.0.0.0", "listen host");
 ABSL_FLAG(int, port, 8000, "HTTP port: the API and /metrics (0 = ephemeral)");
 ABSL_FLAG(std::string, ready_file, "",
@@ -64,6 +73,8 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   dedit::OpenAiServerOptions o;
   o.router_address = absl::GetFlag(FLAGS_router);
+  o.router_auth = dedit::InternalAuthOptionsFromFlags();
+  o.router_auth.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
   o.ready_file = absl::GetFlag(FLAGS_ready_file);
   o.max_concurrent_generations =
       absl::GetFlag(FLAGS_max_concurrent_generations);

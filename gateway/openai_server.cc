@@ -90,10 +90,10 @@ HttpResponse Refusal(int status, const std::string& message) {
 
 class OpenAiFront {
  public:
-  explicit OpenAiFront(const OpenAiServerOptions& options)
+  OpenAiFront(const OpenAiServerOptions& options, const InternalAuth& auth)
       : options_(options),
-        stub_(v1::Generation::NewStub(grpc::CreateChannel(
-            options.router_address, grpc::InsecureChannelCredentials()))),
+        stub_(v1::Generation::NewStub(
+            auth.Channel(options.router_address, grpc::ChannelArguments()))),
         registry_(std::make_shared<prometheus::Registry>()),
         metrics_(*registry_),
         created_(std::chrono::duration_cast<std::chrono::seconds>(
@@ -556,7 +556,9 @@ absl::Status ValidateOpenAiServerOptions(const OpenAiServerOptions& o) {
 
 absl::Status RunOpenAiServer(const OpenAiServerOptions& options) {
   if (absl::Status s = ValidateOpenAiServerOptions(options); !s.ok()) return s;
-  OpenAiFront front(options);
+  absl::StatusOr<InternalAuth> auth = InternalAuth::Load(options.router_auth);
+  if (!auth.ok()) return auth.status();
+  OpenAiFront front(options, *auth);
   return front.Serve();
 }
 

@@ -24,12 +24,17 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "common/serving/internal_auth.h"
 #include "gateway/http_server.h"
 
 namespace dedit {
 
 struct OpenAiServerOptions {
   std::string router_address = "127.0.0.1:50050";
+  // How the calls to the router authenticate (common/serving/
+  // internal_auth.h: the internal flags, for a router started with
+  // --authenticate_clients); default: plaintext.
+  InternalAuthOptions router_auth;
   // Address, io threads and the limits every connection is held to (an
   // oversized body gets 413).
   HttpServerOptions http;
@@ -53,7 +58,7 @@ absl::Status ValidateOpenAiServerOptions(const OpenAiServerOptions& options);
 // Serves until SIGTERM or SIGINT, then drains: /health turns 503, new
 // completion requests get 503, running ones finish (or are cancelled at the
 // drain deadline), the listener closes. OK after the drain; UNAVAILABLE when
-// the port cannot be bound.
+// the port cannot be bound; InternalAuth::Load's error for bad auth files.
 // REQUIRES: BlockShutdownSignals() ran before any thread started.
 absl::Status RunOpenAiServer(const OpenAiServerOptions& options);
 

@@ -489,6 +489,74 @@ TEST_F(OpenAiGatewayTest, ReadmeExamplesRun) {
 
 // More generations than --max_concurrent_generations: the extra ones get
 // 429 at once while the others stream.
+// The gateway→router hop authenticated like the internal ones: a stack in
+// token mode whose router takes only calls carrying the token
+// (--authenticate_clients). A gateway given the token file answers; one
+// without it cannot get through, nor can a bare gRPC client; the router's
+// health stays open for probes.
+TEST_F(OpenAiGatewayTest, RouterHopNeedsTheInternalToken) {
+  const std::string token_file = *dir_ + "/hop.token";
+  std::ofstream(token_file) << "0123456789abcdef0123456789abcdef\n";
+  const std::vector<std::string> common = {
+      "--host=127.0.0.1", "--port=0", "--metrics_port=0",
+      "--drain_timeout_ms=1000", "--internal_token_file=" + token_file};
+  auto with = [&](std::vector<std::string> args) {
+    args.insert(args.end(), common.begin(), common.end());
+    return args;
+  };
+  auto drafter = ServiceProcess::Start(
+      DEDIT_DRAFTER_BINARY,
+      with({"--drafter_dir=" + kCheckpoints + "/drafter",
+            "--target_dir=" + kCheckpoints + "/target", "--threads=1"}),
+      *dir_, "hop_drafter");
+  ASSERT_TRUE(drafter.ok()) << drafter.status();
+  const std::string drafter_address =
+      absl::StrCat("127.0.0.1:", (*drafter)->grpc_port());
+  auto target = ServiceProcess::Start(
+      DEDIT_TARGET_BINARY,
+      with({"--target_dir=" + kCheckpoints + "/target",
+            "--drafter_dir=" + kCheckpoints + "/drafter",
+            "--drafter=" + drafter_address, "--threads=1"}),
+      *dir_, "hop_target");
+  ASSERT_TRUE(target.ok()) << target.status();
+  auto router = ServiceProcess::Start(
+      DEDIT_ROUTER_BINARY,
+      with({absl::StrCat("--target=127.0.0.1:", (*target)->grpc_port()),
+            "--drafter=" + drafter_address, "--authenticate_clients",
+            "--tokenizer=" + kCheckpoints + "/target/tokenizer.json"}),
+      *dir_, "hop_router");
+  ASSERT_TRUE(router.ok()) << router.status();
+  const std::string router_address =
+      absl::StrCat("127.0.0.1:", (*router)->grpc_port());
+  auto completion = [&](const std::vector<std::string>& auth) {
+    std::vector<std::string> args = {"--router=" + router_address,
+                                     "--host=127.0.0.1", "--port=0",
+                                     "--drain_timeout_ms=1000"};
+    args.insert(args.end(), auth.begin(), auth.end());
+    auto gateway =
+        ServiceProcess::Start(DEDIT_OPENAI_BINARY, args, *dir_, "hop_gateway");
+    EXPECT_TRUE(gateway.ok()) << gateway.status();
+    if (!gateway.ok()) return -1;
+    httplib::Client client("127.0.0.1", (*gateway)->metrics_port());
+    client.set_read_timeout(60, 0);
+    auto res = client.Post("/v1/completions",
+                           R"({"prompt": "def add(a, b):", "max_tokens": 4})",
+                           "application/json");
+    return res ? res->status : -1;
+  };
+  EXPECT_EQ(completion({"--internal_token_file=" + token_file}), 200);
+  // Refused by the router: the gateway's problem, a 503 to its client.
+  EXPECT_EQ(completion({}), 503);
+  // A bare gRPC client: refused; health answers.
+  auto channel =
+      grpc::CreateChannel(router_address, grpc::InsecureChannelCredentials());
+  grpc::ClientContext c;
+  c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  v1::ListModelsResponse models;
+  EXPECT_FALSE(
+      v1::Generation::NewStub(channel)->ListModels(&c, {}, &models).ok());
+}
+
 // A gateway whose router is down: /v1/models and /health answer 503 with
 // the usual error body, and no answer names the router's address (the
 // operator finds it in the gateway's log).
