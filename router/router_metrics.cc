@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cctype>
 
+#include "router/stream_progress.h"
+
 namespace dedit {
 namespace {
 
@@ -225,6 +227,10 @@ RouterMetrics::RouterMetrics(prometheus::Registry& r, const std::string& model,
                           "for one, with their progress)")
                       .Register(r);
     StackRequests("ok");
+  }
+  // Every reason from the start, so that dashboards show zeros, not gaps.
+  for (const char* reason : {kMoveTargetFailed, kMoveStackLeft, kMoveKvFull}) {
+    streams_resumed_.Add({{"model", model}, {"reason", reason}});
   }
   for (const char* phase : {"draft", "verify", "total"}) {
     round_duration_.Add({{"model", model}, {"phase", phase}}, LatencyBuckets());
