@@ -546,6 +546,28 @@ struct HeldoutTally {
   double oracle_hits = 0, oracle_p1 = 0, oracle_n = 0;
 };
 
+// The editor's input of an oracle probe, [S, NB, W]: the anchor in slot 0;
+// block b's probe slot probe[b] (0-based over slots 1..W-1) holds P1's
+// argmax `y1`, the slots before it the ground truth, and the slots after it
+// the ground truth too, or with `left_only` P1's argmax. *at_probe
+// [S, NB, W-1] is true at each block's probe slot.
+at::Tensor OracleInput(const BlockBatch& batch, const at::Tensor& y1,
+                       const at::Tensor& probe, bool left_only,
+                       at::Tensor* at_probe) {
+  const int64_t nb = probe.size(0), w = batch.truth.size(-1);
+  const at::Tensor truth = batch.truth.narrow(-1, 1, w - 1);
+  const at::Tensor slot =
+      at::arange(w - 1, at::TensorOptions().dtype(at::kLong)).view({1, w - 1});
+  *at_probe =
+      slot.eq(probe.view({nb, 1})).view({1, nb, w - 1}).expand_as(truth);
+  const at::Tensor keeps_y1 =
+      left_only
+          ? slot.ge(probe.view({nb, 1})).view({1, nb, w - 1}).expand_as(truth)
+          : *at_probe;
+  return at::cat({batch.truth.narrow(-1, 0, 1), at::where(keeps_y1, y1, truth)},
+                 -1);
+}
+
 // The optimisation of one drafter against a frozen target: the drafter and
 // its optimizer, the step counter, the P1-only warm-up's state, and the
 // state and log files in work_dir. The optimizer points into the drafter,
@@ -567,6 +589,10 @@ class DrafterRun {
   absl::Status Save() const;
   int64_t step() const { return step_; }
   const TrainableDrafter& drafter() const { return drafter_; }
+  // The editing headroom of `record`'s blocks of `window` anchored every
+  // `anchor_stride` positions of its answer (MeasureHeadroom).
+  void ScoreHeadroom(const DistillRecord& record, int window, int anchor_stride,
+                     SlotHeadroom* tally) const;
 
  private:
   // Forward passes, shared by training and evaluation.
@@ -575,7 +601,8 @@ class DrafterRun {
                      const BlockBatch& batch) const;
   at::Tensor Logits(const DrafterContext& ctx, const at::Tensor& tokens,
                     const at::Tensor& anchors, bool edit_pass,
-                    const at::Tensor& seeds) const;
+                    const at::Tensor& seeds,
+                    at::Tensor* block_share = nullptr) const;
   std::function<at::Tensor(const BlockBatch&)> P1Drafts(
       const std::vector<const DistillRecord*>& seqs,
       const DrafterContext& ctx) const;
@@ -602,6 +629,9 @@ class DrafterRun {
                        int window, const at::Tensor& y1,
                        const at::Tensor& seeds, HeldoutTally* tally) const;
   double RoundsTau(int window, std::mt19937_64* rng) const;
+  void ScoreHeadroomBlocks(const std::vector<const DistillRecord*>& seqs,
+                           const DrafterContext& ctx, const BlockBatch& batch,
+                           SlotHeadroom* tally) const;
 
   const DrafterTrainingOptions& o_;
   const FrozenTarget& target_;
@@ -698,14 +728,16 @@ at::Tensor DrafterRun::P1Input(const std::vector<const DistillRecord*>& seqs,
 
 // `seeds`: P1's block input, whose seed every pass trusts
 // (--seed_logit_bonus). The causal editor masks edit passes only.
+// `block_share`: as TrainableDrafter::BlockLogits.
 at::Tensor DrafterRun::Logits(const DrafterContext& ctx,
                               const at::Tensor& tokens,
                               const at::Tensor& anchors, bool edit_pass,
-                              const at::Tensor& seeds) const {
+                              const at::Tensor& seeds,
+                              at::Tensor* block_share) const {
   return AddSeedTrust(
       drafter_.BlockLogits(ctx, tokens, anchors, o_.causal_editor && edit_pass,
                            target_.model.embed_tokens(),
-                           target_.model.lm_head()),
+                           target_.model.lm_head(), block_share),
       seeds, target_.mask_id, o_.seed_logit_bonus);
 }
 
@@ -954,13 +986,9 @@ void DrafterRun::NeighbourOracle(const DrafterContext& ctx,
   const at::Tensor truth = batch.truth.narrow(-1, 1, w - 1);
   at::Tensor probe =
       at::arange(nb, at::TensorOptions().dtype(at::kLong)) % (w - 1);
-  at::Tensor at_probe = at::arange(w - 1, at::TensorOptions().dtype(at::kLong))
-                            .view({1, w - 1})
-                            .eq(probe.view({nb, 1}))
-                            .view({1, nb, w - 1})
-                            .expand_as(truth);
-  at::Tensor oracle_in = at::cat(
-      {batch.truth.narrow(-1, 0, 1), at::where(at_probe, y1, truth)}, -1);
+  at::Tensor at_probe;
+  at::Tensor oracle_in =
+      OracleInput(batch, y1, probe, /*left_only=*/false, &at_probe);
   at::Tensor y2 = Logits(ctx, oracle_in, batch.anchors, true, seeds).argmax(-1);
   at::Tensor counted = at_probe.logical_and(batch.valid);
   tally->oracle_hits += y2.eq(truth).logical_and(counted).sum().item<double>();
@@ -981,6 +1009,90 @@ double DrafterRun::RoundsTau(int window, std::mt19937_64* rng) const {
   return WalkRounds(seqs, window, target_.mask_id, target_.eot_id,
                     P1Drafts(seqs, ctx))
       .tau();
+}
+
+// Blocks per forward pass of the headroom (a 448-token answer at W=32 is
+// 447 blocks; 64 bound the attention scores to a few MB per layer).
+constexpr int64_t kHeadroomBlocks = 64;
+
+// Adds `values` [1, NB, W-1], summed over the blocks where `valid`, to the
+// per-slot sums `*sums`.
+void AddPerSlot(const at::Tensor& values, const at::Tensor& valid,
+                std::vector<double>* sums) {
+  const at::Tensor per_slot = values.to(at::kDouble)
+                                  .masked_fill(valid.logical_not(), 0)
+                                  .sum(at::IntArrayRef{0, 1});
+  const at::Tensor c = per_slot.contiguous();
+  for (size_t k = 0; k < sums->size(); ++k) {
+    (*sums)[k] += c.data_ptr<double>()[k];
+  }
+}
+
+void DrafterRun::ScoreHeadroom(const DistillRecord& record, int window,
+                               int anchor_stride, SlotHeadroom* tally) const {
+  at::NoGradGuard no_grad;
+  const std::vector<const DistillRecord*> seqs = {&record};
+  const int64_t len = static_cast<int64_t>(record.tokens.size());
+  std::vector<int64_t> anchors;
+  for (int64_t a = record.prompt_len; a <= len - 2; a += anchor_stride) {
+    anchors.push_back(a);
+  }
+  DrafterContext ctx;
+  for (size_t first = 0; first < anchors.size(); first += kHeadroomBlocks) {
+    const size_t last =
+        std::min(anchors.size(), first + static_cast<size_t>(kHeadroomBlocks));
+    const std::vector<std::vector<int64_t>> chunk = {
+        {anchors.begin() + first, anchors.begin() + last}};
+    const BlockBatch batch =
+        MakeBlockBatch(seqs, static_cast<int>(last - first), window,
+                       target_.mask_id, target_.eot_id, nullptr, chunk);
+    if (first == 0) ctx = drafter_.ProjectContext(Features(batch.ids));
+    ScoreHeadroomBlocks(seqs, ctx, batch, tally);
+  }
+}
+
+// One batch of an answer's blocks: P1, P2 on P1's argmax (both with their
+// attention on the block), and at every slot the left and full oracles.
+void DrafterRun::ScoreHeadroomBlocks(
+    const std::vector<const DistillRecord*>& seqs, const DrafterContext& ctx,
+    const BlockBatch& batch, SlotHeadroom* tally) const {
+  const int64_t w = batch.truth.size(-1), nb = batch.anchors.size(1);
+  const at::Tensor truth = batch.truth.narrow(-1, 1, w - 1);
+  const at::Tensor& valid = batch.valid;
+  const at::Tensor seeds = P1Input(seqs, batch);
+  at::Tensor share1, share2;
+  const at::Tensor y1 =
+      Logits(ctx, seeds, batch.anchors, false, seeds, &share1).argmax(-1);
+  const at::Tensor y2 =
+      Logits(ctx, at::cat({batch.truth.narrow(-1, 0, 1), y1}, -1),
+             batch.anchors, true, seeds, &share2)
+          .argmax(-1);
+  AddPerSlot(at::ones_like(truth), valid, &tally->n);
+  AddPerSlot(y1.eq(truth), valid, &tally->p1);
+  AddPerSlot(y2.eq(truth), valid, &tally->p2);
+  AddPerSlot(share1.narrow(-1, 1, w - 1), valid, &tally->p1_block_share);
+  AddPerSlot(share2.narrow(-1, 1, w - 1), valid, &tally->p2_block_share);
+  const at::Tensor uniform =
+      (static_cast<double>(w) / (batch.anchors.to(at::kDouble) + w))
+          .unsqueeze(-1)
+          .expand_as(truth);
+  AddPerSlot(uniform, valid, &tally->uniform_block_share);
+  for (const bool left_only : {true, false}) {
+    std::vector<double>* hits =
+        left_only ? &tally->left_oracle : &tally->full_oracle;
+    for (int64_t k = 0; k < w - 1; ++k) {
+      at::Tensor at_probe;
+      const at::Tensor input = OracleInput(
+          batch, y1, at::full({nb}, k, at::kLong), left_only, &at_probe);
+      const at::Tensor y = Logits(ctx, input, batch.anchors, true, seeds);
+      (*hits)[k] += y.argmax(-1)
+                        .eq(truth)
+                        .logical_and(at_probe)
+                        .logical_and(valid)
+                        .sum()
+                        .item<double>();
+    }
+  }
 }
 
 absl::Status ExportDrafter(const DrafterTrainingOptions& o,
@@ -1020,6 +1132,69 @@ absl::StatusOr<StageOutcome> RunDrafterTraining(
   }
   RETURN_IF_ERROR(ExportDrafter(o, run.drafter()));
   return StageOutcome::kFinished;
+}
+
+SlotHeadroom::SlotHeadroom(int slots)
+    : n(slots),
+      p1(slots),
+      p2(slots),
+      left_oracle(slots),
+      full_oracle(slots),
+      p1_block_share(slots),
+      p2_block_share(slots),
+      uniform_block_share(slots) {}
+
+void SlotHeadroom::Add(const SlotHeadroom& other) {
+  const auto add = [](std::vector<double>* to, const std::vector<double>& v) {
+    if (to->size() < v.size()) to->resize(v.size());
+    for (size_t k = 0; k < v.size(); ++k) (*to)[k] += v[k];
+  };
+  add(&n, other.n);
+  add(&p1, other.p1);
+  add(&p2, other.p2);
+  add(&left_oracle, other.left_oracle);
+  add(&full_oracle, other.full_oracle);
+  add(&p1_block_share, other.p1_block_share);
+  add(&p2_block_share, other.p2_block_share);
+  add(&uniform_block_share, other.uniform_block_share);
+}
+
+// A DrafterRun over the exported drafter, without data: its forward passes
+// are the held-out evaluation's, with the options its config implies.
+absl::StatusOr<std::vector<SlotHeadroom>> MeasureHeadroom(
+    const std::string& target_dir, const std::string& drafter_dir,
+    const std::vector<const DistillRecord*>& records, int window,
+    int anchor_stride) {
+  ASSIGN_OR_RETURN(const FrozenTarget target, LoadFrozenTarget(target_dir));
+  ASSIGN_OR_RETURN(TrainableDrafter drafter,
+                   TrainableDrafter::Load(drafter_dir));
+  const DrafterConfig config = drafter.config();
+  RETURN_IF_ERROR(CheckDrafterMatchesTarget(config, target.model.config()));
+  if (window < 2 || window > config.block_size || anchor_stride < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "headroom: window ", window, " must be in [2, ", config.block_size,
+        "] and the anchor stride ", anchor_stride, " at least 1"));
+  }
+  if (config.mask_token_id != target.mask_id) {
+    return absl::InvalidArgumentError(
+        "headroom: the drafter's mask token is not the target's <|mask|>");
+  }
+  DrafterTrainingOptions o;
+  o.target_dir = target_dir;
+  o.block_size = config.block_size;
+  o.causal_editor = config.causal_editor;
+  o.lookup_seed_ngram = config.lookup_seed_ngram;
+  o.seed_logit_bonus = config.seed_logit_bonus;
+  const std::vector<int> windows = {window};
+  const DistillData no_data;
+  const DrafterRun run(o, target, config, windows, no_data, std::move(drafter));
+  std::vector<SlotHeadroom> out(records.size(), SlotHeadroom(window - 1));
+  RETURN_IF_ERROR(GuardTorch([&] {
+    for (size_t i = 0; i < records.size(); ++i) {
+      run.ScoreHeadroom(*records[i], window, anchor_stride, &out[i]);
+    }
+  }));
+  return out;
 }
 
 }  // namespace dedit::training

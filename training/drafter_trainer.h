@@ -186,6 +186,40 @@ std::vector<std::vector<int64_t>> RoundAnchors(
     int32_t mask_id, int32_t pad_id,
     const std::function<at::Tensor(const BlockBatch&)>& propose);
 
+// The editing headroom of an exported drafter (docs/RESULTS.md, "Editing
+// headroom"; `dedit-train headroom`): per slot k = 1..W-1 (index k-1) of
+// blocks anchored along an answer (slot 0 the anchor token, as in
+// training), over the slots inside the answer (`n`), the hits against the
+// answer's own tokens of
+//  * p1: P1's argmax;
+//  * p2: the editor on P1's argmax (the second pass as run);
+//  * left_oracle: the editor with the ground truth in slots 1..k-1 and P1's
+//    argmax from slot k on (at slot 1 the same input as p2);
+//  * full_oracle: the editor with the ground truth in every slot but k,
+//    which keeps P1's argmax (the held-out neighbour oracle at every slot;
+//    at slot W-1 the same input as left_oracle);
+// and, summed over the same slots, each query's attention mass on the
+// block's own keys (the rest is on the context), averaged over heads and
+// layers, in P1 and in P2, and the mass uniform attention over the keys it
+// sees would put there (W / (anchor + W)).
+struct SlotHeadroom {
+  explicit SlotHeadroom(int slots = 0);
+  void Add(const SlotHeadroom& other);
+
+  std::vector<double> n, p1, p2, left_oracle, full_oracle;
+  std::vector<double> p1_block_share, p2_block_share, uniform_block_share;
+};
+
+// Scores each of `records` (prompt + answer) with the drafter exported at
+// `drafter_dir` for the target at `target_dir`, in blocks of `window`
+// (2..the drafter's block size) anchored every `anchor_stride` positions
+// of the answer from its first token; one tally per record. The drafter's
+// config decides the causal editor, the lookup seed and its trust.
+absl::StatusOr<std::vector<SlotHeadroom>> MeasureHeadroom(
+    const std::string& target_dir, const std::string& drafter_dir,
+    const std::vector<const DistillRecord*>& records, int window,
+    int anchor_stride);
+
 // The end of the P1-only warm-up: `patience` evaluations in a row whose
 // held-out slot-1 accuracy gained less than `delta` over the one before.
 struct PlateauRule {

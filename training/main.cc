@@ -9,6 +9,9 @@
 //   --data=w/distill.bin
 //                         --work_dir=w/drafter --out=m/drafter
 //   dedit-train eval      --target=m/target --drafter=m/drafter --report=r.json
+//   dedit-train headroom  --target=m/target --drafter=m/drafter
+//                         --data=w/distill-heldout.bin
+//                         --chat_prompts=tasks/heldout.jsonl --report=h.json
 //   dedit-train widen     --from=m/target --out=wide/target --factor=8
 //   dedit-train widen-check --target=m/target --wide=wide/target
 //                         --chat_prompts=tasks/heldout.jsonl
@@ -38,6 +41,7 @@
 #include "training/drafter_trainer.h"
 #include "training/evaluation.h"
 #include "training/greedy_agreement.h"
+#include "training/headroom.h"
 #include "training/progress.h"
 #include "training/target_trainer.h"
 #include "training/widen.h"
@@ -95,7 +99,8 @@ ABSL_FLAG(double, chat_fraction, 0.5,
 ABSL_FLAG(std::string, chat_prompts, "",
           "distill: a chat task jsonl (training/chat_tasks.py) whose prompts "
           "the target answers; empty = corpus windows only; widen-check: "
-          "the prompts both targets decode");
+          "the prompts both targets decode; headroom: the tasks whose "
+          "prompts --data answers (gives each answer its family)");
 ABSL_FLAG(int, batch_size, 16, "target: windows per step");
 // distill / drafter / eval
 ABSL_FLAG(std::string, target, "",
@@ -105,7 +110,8 @@ ABSL_FLAG(int, prompt_min, 16, "distill: shortest prompt (tokens)");
 ABSL_FLAG(int, prompt_max, 96, "distill: longest prompt (tokens)");
 ABSL_FLAG(int, continuation, 160, "distill: greedy tokens per prompt");
 ABSL_FLAG(int, distill_batch, 32, "distill: sequences decoded together");
-ABSL_FLAG(std::string, data, "", "drafter: distilled data file");
+ABSL_FLAG(std::string, data, "",
+          "drafter: distilled data file; headroom: the answers scored");
 ABSL_FLAG(int, drafter_layers, 1, "drafter: decoder layers");
 ABSL_FLAG(int, drafter_intermediate, 0, "drafter: MLP size (0 = target's)");
 ABSL_FLAG(int, block_size, 16, "drafter: block size W");
@@ -156,16 +162,20 @@ ABSL_FLAG(std::string, heldout_data, "",
           "drafter: held-out distilled data (held-out files and values); "
           "empty = the last records of --data");
 ABSL_FLAG(int, heldout_blocks, 16, "drafter: held-out blocks per sequence");
-ABSL_FLAG(std::string, drafter, "", "eval: drafter folder");
+ABSL_FLAG(std::string, drafter, "", "eval, headroom: drafter folder");
 ABSL_FLAG(int, num_prompts, 16, "eval: held-out prompts");
 ABSL_FLAG(int, prompt_tokens, 64, "eval: prompt length");
 ABSL_FLAG(int, max_new_tokens, 128,
           "eval, widen-check: tokens generated per prompt");
-ABSL_FLAG(int, window, 16, "eval: block size W");
+ABSL_FLAG(int, window, 16, "eval, headroom: block size W");
+ABSL_FLAG(int, anchor_stride, 1,
+          "headroom: a block at every Nth position of each answer");
+ABSL_FLAG(int, max_instances, 0,
+          "headroom: score the first N distinct answers only (0 = all)");
 ABSL_FLAG(std::string, passes, "1,2,3,4", "eval: pass counts K");
 ABSL_FLAG(bool, causal_too, true, "eval: also run the causal editor");
 ABSL_FLAG(std::string, report, "",
-          "eval, widen-check: write the JSON report here");
+          "eval, widen-check, headroom: write the JSON report here");
 ABSL_FLAG(
     std::string, prompt_split, "heldout",
     "eval: prompts from 'heldout' files (reported) or 'train' (diagnosis)");
@@ -393,6 +403,32 @@ int RunEval() {
   return 0;
 }
 
+// The editing headroom (training/headroom.h) as one JSON report.
+int RunHeadroomCommand() {
+  HeadroomOptions o;
+  o.target_dir = absl::GetFlag(FLAGS_target);
+  o.drafter_dir = absl::GetFlag(FLAGS_drafter);
+  o.data_path = absl::GetFlag(FLAGS_data);
+  if (!Require({{"target", o.target_dir},
+                {"drafter", o.drafter_dir},
+                {"data", o.data_path}})) {
+    return 2;
+  }
+  o.tasks_path = absl::GetFlag(FLAGS_chat_prompts);
+  o.window = absl::GetFlag(FLAGS_window);
+  o.anchor_stride = absl::GetFlag(FLAGS_anchor_stride);
+  o.max_instances = absl::GetFlag(FLAGS_max_instances);
+  auto report = RunHeadroom(o);
+  if (!report.ok()) return Fail(report.status());
+  const std::string path = absl::GetFlag(FLAGS_report);
+  if (!path.empty()) {
+    absl::Status status =
+        dedit::WriteFileAtomically(path, report->dump(1) + "\n");
+    if (!status.ok()) return Fail(status);
+  }
+  return 0;
+}
+
 int RunWiden() {
   WidenOptions o;
   o.from_dir = absl::GetFlag(FLAGS_from);
@@ -457,12 +493,14 @@ int RunWidenCheck() {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "dedit-train <tokenizer|target|distill|drafter|eval|widen|widen-check> "
+      "dedit-train "
+      "<tokenizer|target|distill|drafter|eval|headroom|widen|widen-check> "
       "[--flags]");
   if (argc < 2 || argv[1][0] == '-') {
-    std::cerr << "usage: dedit-train "
-                 "<tokenizer|target|distill|drafter|eval|widen|widen-check> "
-                 "[--flags]   (--help for flags)\n";
+    std::cerr
+        << "usage: dedit-train "
+           "<tokenizer|target|distill|drafter|eval|headroom|widen|widen-check> "
+           "[--flags]   (--help for flags)\n";
     return 2;
   }
   const std::string command = argv[1];
@@ -476,6 +514,7 @@ int main(int argc, char** argv) {
   if (command == "distill") return RunDistillStage();
   if (command == "drafter") return RunDrafter();
   if (command == "eval") return RunEval();
+  if (command == "headroom") return RunHeadroomCommand();
   if (command == "widen") return RunWiden();
   if (command == "widen-check") return RunWidenCheck();
   std::cerr << "dedit-train: unknown command '" << command << "'\n";

@@ -398,11 +398,32 @@ DrafterContext TrainableDrafter::ProjectContext(
   return out;
 }
 
+namespace {
+
+// Adds one layer's attention mass on block keys, `p_blk` [S, kv, NB,
+// group * W, W], averaged over its heads and divided by `layers`, to
+// `*share` [S, NB, W] (started at zero when undefined).
+void AddBlockShare(const at::Tensor& p_blk, int64_t group, size_t layers,
+                   at::Tensor* share) {
+  at::NoGradGuard no_grad;
+  const int64_t s = p_blk.size(0), kvh = p_blk.size(1), nb = p_blk.size(2);
+  const int64_t w = p_blk.size(4);
+  at::Tensor layer = p_blk.detach()
+                         .sum(-1)
+                         .view({s, kvh, nb, group, w})
+                         .mean(at::IntArrayRef{1, 3}) /
+                     static_cast<double>(layers);
+  *share = share->defined() ? *share + layer : layer;
+}
+
+}  // namespace
+
 at::Tensor TrainableDrafter::BlockLogits(const DrafterContext& context,
                                          const at::Tensor& tokens,
                                          const at::Tensor& anchors, bool causal,
                                          const at::Tensor& embed_tokens,
-                                         const at::Tensor& lm_head) const {
+                                         const at::Tensor& lm_head,
+                                         at::Tensor* block_share) const {
   const Qwen3Config& c = config_.layers;
   const int64_t s = tokens.size(0), nb = tokens.size(1), w = tokens.size(2);
   const int64_t n = s * nb * w;
@@ -429,6 +450,7 @@ at::Tensor TrainableDrafter::BlockLogits(const DrafterContext& context,
   }
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
   const float neg_inf = -std::numeric_limits<float>::infinity();
+  if (block_share) *block_share = at::Tensor();
   for (size_t l = 0; l < layers_.size(); ++l) {
     const DecoderLayerWeights& lw = layers_[l];
     at::Tensor h = RmsNorm(x, lw.input_layernorm, c.rms_norm_eps);
@@ -464,6 +486,7 @@ at::Tensor TrainableDrafter::BlockLogits(const DrafterContext& context,
     at::Tensor probs = at::softmax(scores.masked_fill(blocked, neg_inf), -1);
     at::Tensor p_ctx = probs.narrow(-1, 0, t);
     at::Tensor p_blk = probs.narrow(-1, t, w);
+    if (block_share) AddBlockShare(p_blk, group, layers_.size(), block_share);
     at::Tensor out =
         at::matmul(p_ctx.reshape({s, kvh, nb * group * w, t}),
                    context.values[l])

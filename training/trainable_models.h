@@ -142,10 +142,15 @@ class TrainableDrafter {
   //            context positions < anchor, and its own slots (all of them,
   //            or slots <= its own when `causal`);
   //   embed_tokens / lm_head: the target's, [V, D], frozen.
+  // When `block_share` is non-null it receives each query's attention mass
+  // on the block's own keys (the rest is on the context), averaged over
+  // heads and layers, [S, NB, W] fp32 without gradient (the editing
+  // headroom's measure, `dedit-train headroom`); the logits are the same.
   at::Tensor BlockLogits(const DrafterContext& context,
                          const at::Tensor& tokens, const at::Tensor& anchors,
                          bool causal, const at::Tensor& embed_tokens,
-                         const at::Tensor& lm_head) const;
+                         const at::Tensor& lm_head,
+                         at::Tensor* block_share = nullptr) const;
 
   absl::Status Export(
       const std::string& dir, at::ScalarType dtype,
