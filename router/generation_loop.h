@@ -95,6 +95,9 @@ struct RouterRequest {
   // Stacks that failed this request (StackSet: it does not go back to one
   // while another takes it).
   std::vector<std::string> tried_stacks;
+  // Stacks that failed it as unreachable (StackSet::Options::max_moves);
+  // a refusal for KV room, where it queues, does not count.
+  int moves = 0;
   // What its client has received; set at admission (null before), carried
   // when the request moves to another stack mid-stream.
   std::shared_ptr<StreamProgress> stream;

@@ -308,8 +308,12 @@ bool StackSet::Reroute(const std::string& from, RouterRequest& request,
                        const absl::Status& status) {
   absl::MutexLock lock(&mu_);
   if (stopping_) return false;
-  request.tried_stacks.push_back(from);
-  if (static_cast<int>(request.tried_stacks.size()) > options_.max_moves) {
+  if (std::find(request.tried_stacks.begin(), request.tried_stacks.end(),
+                from) == request.tried_stacks.end()) {
+    request.tried_stacks.push_back(from);
+  }
+  if (!absl::IsResourceExhausted(status) &&
+      ++request.moves > options_.max_moves) {
     return false;
   }
   if (SubmitLocked(request)) return true;
@@ -323,9 +327,10 @@ bool StackSet::Reroute(const std::string& from, RouterRequest& request,
   if (request.deadline != std::chrono::system_clock::time_point::max()) {
     give_up = std::min(give_up, absl::FromChrono(request.deadline));
   }
+  // Offered again at the resumer's next tick, not at once: the stack that
+  // just failed it is unreachable, or out of KV, for now.
   parked_.push_back(Parked{std::move(request), status, give_up});
   if (!resumer_.joinable()) resumer_ = std::thread([this] { ResumeLoop(); });
-  changed_.SignalAll();
   return true;
 }
 

@@ -23,8 +23,9 @@
 // included once it answers again (a restarted target; a survivor that
 // has KV room again), until its deadline or Options::resume_wait_ms after
 // it was parked, whichever is first: then it ends UNAVAILABLE. A request
-// that moved Options::max_moves times ends with its last error (a stack
-// that answers Info but fails every round must not hold it forever).
+// that stacks failed (UNAVAILABLE) more than Options::max_moves times ends
+// with its last error (a stack that answers Info but fails every round
+// must not hold it forever); KV refusals, where it queues, do not count.
 // Fresh requests are refused at once when no stack is reachable, and a
 // request that never streamed a token and found no KV room anywhere ends
 // RESOURCE_EXHAUSTED, as before.

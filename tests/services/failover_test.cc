@@ -45,9 +45,9 @@ constexpr int kPasses = 2;
 
 class FailoverTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    cluster_ = std::make_unique<StackCluster>(
-        StackCluster::Options{.stacks = 3, .routers = 1});
+  void SetUp() override { StartCluster({.stacks = 3, .routers = 1}); }
+  void StartCluster(StackCluster::Options options) {
+    cluster_ = std::make_unique<StackCluster>(std::move(options));
     const absl::Status started = cluster_->Start();
     ASSERT_TRUE(started.ok()) << started;
     stub_ = v1::Generation::NewStub(cluster_->RouterChannel(0));
@@ -299,6 +299,49 @@ TEST_F(FailoverTest, StreamsWaitForTheirRestartedTarget) {
   EXPECT_GE(Metric("dedit_stream_resumed_total", "reason=\"target_failed\""),
             kStreams);
   ExpectEmpty(0);
+}
+
+// Two stacks whose targets hold 4 streams each (KV reserved for the whole
+// life: 6 + 400 + 8 tokens); one target dies with 4 running: the survivor
+// refuses them for KV at first, so they queue, and are prefilled there as
+// its own streams finish; all 8 complete identically.
+class FailoverKvTest : public FailoverTest {
+ protected:
+  void SetUp() override {
+    StartCluster({.stacks = 2,
+                  .routers = 1,
+                  .target_flags = {"--kv_capacity_tokens=1660"}});
+  }
+};
+
+TEST_F(FailoverKvTest, StreamsQueueForKvRoomOnTheSurvivor) {
+  constexpr int kStreams = 8, kNew = 400;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < kStreams; ++i) {
+    prompts.push_back(RandomPrompt(6, 300, 1500 + i));
+  }
+  int victim = -1;
+  const std::vector<Generated> results =
+      RunAndKillATarget(Requests(prompts, kNew, 0), &victim);
+  int equal = 0;
+  for (int i = 0; i < kStreams; ++i) {
+    ASSERT_TRUE(results[i].status.ok())
+        << i << ": " << results[i].status.error_message();
+    EXPECT_THAT(results[i].tokens, ElementsAreArray(Greedy(prompts[i], kNew)))
+        << i;
+    if (results[i].tokens == Greedy(prompts[i], kNew)) ++equal;
+  }
+  Report("survivor out of KV", results, equal);
+  const int survivor = 1 - victim;
+  EXPECT_EQ(running_on_victim_, 4);
+  // Refused for KV on the survivor (and queued) at least once.
+  EXPECT_GE(Metric("dedit_stack_requests_total",
+                   absl::StrCat("stack=\"", StackCluster::StackName(survivor),
+                                "\",status=\"rerouted\"")),
+            1);
+  EXPECT_EQ(Metric("dedit_stream_resumed_total", "reason=\"target_failed\""),
+            4);
+  ExpectEmpty(survivor);
 }
 
 // A 4-turn session whose stack dies between turns 2 and 3: the history is

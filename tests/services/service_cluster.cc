@@ -352,6 +352,7 @@ absl::Status StackCluster::StartTarget(int i) {
   std::vector<std::string> targs =
       TargetArgs(target_dir(), drafter_dir(), s.target_port);
   targs.push_back(absl::StrCat("--drafter=127.0.0.1:", s.drafter_port));
+  for (const std::string& f : options_.target_flags) targs.push_back(f);
   ASSIGN_OR_RETURN(
       s.target, ServiceProcess::Start(DEDIT_TARGET_BINARY, targs, dir_,
                                       absl::StrCat("target_", StackName(i))));

@@ -120,6 +120,7 @@ class StackCluster {
     int stacks = 3;
     int routers = 1;
     std::vector<std::string> router_flags;
+    std::vector<std::string> target_flags;  // every stack's target
   };
   explicit StackCluster(Options options);
   ~StackCluster();
