@@ -317,11 +317,12 @@ bool StackSet::Reroute(const std::string& from, RouterRequest& request,
     return false;
   }
   if (SubmitLocked(request)) return true;
-  // A request that never streamed a token and found no KV room on any
-  // stack is refused, as at admission; anything else waits for a stack.
-  const bool streamed =
-      request.stream != nullptr && !request.stream->emitted.empty();
-  if (!absl::IsUnavailable(status) && !streamed) return false;
+  // A request that has streamed nothing ends as a fresh one would be
+  // refused with no stack to take it (its client may retry elsewhere); a
+  // stream that has tokens waits for a stack, since its client cannot.
+  if (request.stream == nullptr || request.stream->emitted.empty()) {
+    return false;
+  }
   absl::Time give_up =
       absl::Now() + absl::Milliseconds(options_.resume_wait_ms);
   if (request.deadline != std::chrono::system_clock::time_point::max()) {

@@ -18,7 +18,8 @@
 // to the least loaded reachable stack that has not failed it; that stack
 // prefills the prompt and every token already streamed and continues from
 // the next one, so the client sees one unbroken stream. When no such stack
-// takes it, it waits (is parked) and is offered every
+// takes a request that has streamed tokens, it waits (is parked) and is
+// offered every
 // Options::resume_retry_ms to any reachable stack, one that failed it
 // included once it answers again (a restarted target; a survivor that
 // has KV room again), until its deadline or Options::resume_wait_ms after
@@ -26,9 +27,10 @@
 // that stacks failed (UNAVAILABLE) more than Options::max_moves times ends
 // with its last error (a stack that answers Info but fails every round
 // must not hold it forever); KV refusals, where it queues, do not count.
-// Fresh requests are refused at once when no stack is reachable, and a
-// request that never streamed a token and found no KV room anywhere ends
-// RESOURCE_EXHAUSTED, as before.
+// A request that has streamed nothing ends with its stack's error
+// (UNAVAILABLE, RESOURCE_EXHAUSTED) when no other stack takes it, as a
+// fresh one is refused at once when no stack is reachable: its client can
+// still retry elsewhere.
 //
 //   StackSet stacks(tokenizer, registry, options);
 //   stacks.Update({{"a", "10.0.0.5:50051", "10.0.0.5:50052"}});
