@@ -116,8 +116,8 @@ TEST(StackSetTest, AStackThatLeftJoinsAgainUnderItsName) {
   set.Update({});
   EXPECT_TRUE(set.Stacks().empty());  // retired at once
   // Back at another address while the old one may still be reaped.
-  set.Update({{"a", other.address(), other.address()},
-              {"b", port.address(), ""}});
+  set.Update(
+      {{"a", other.address(), other.address()}, {"b", port.address(), ""}});
   ASSERT_TRUE(Eventually(set, {"a", "b"}));
   set.Stop();
 }
