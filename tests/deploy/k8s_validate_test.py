@@ -54,7 +54,8 @@ import sys
 import yaml
 
 # Shared flags are defined once, in the libraries the binaries link.
-SERVICE_FLAGS = ("common/serving/service_flags.cc",)
+SERVICE_FLAGS = ("common/serving/service_flags.cc",
+                 "common/serving/internal_auth_flags.cc")
 MODEL_SERVICE_FLAGS = SERVICE_FLAGS + (
     "common/serving/model_service_flags.cc",
     "common/model/cpu/cpu_flags.cc",
@@ -64,7 +65,7 @@ BINARIES = {  # container name -> its main.cc, then its flag libraries
     "drafter": ("drafter_service/main.cc",) + MODEL_SERVICE_FLAGS,
     "router": ("router/main.cc", "common/engine/speculation_flags.cc")
     + SERVICE_FLAGS,
-    "openai": ("gateway/main.cc",),
+    "openai": ("gateway/main.cc", "common/serving/internal_auth_flags.cc"),
 }
 
 

@@ -118,8 +118,10 @@ void ExpectSpeculativeGreedyOutput(ServiceCluster& cluster) {
       [&] {
         grpc::ClientContext c;
         v1::RouterInfoResponse info;
+        // The model known: the loop has reached the target (its TLS
+        // handshake may finish after the drafter's health probe).
         return stub->Info(WithDeadline(&c), {}, &info).ok() &&
-               info.drafter_healthy();
+               info.drafter_healthy() && info.model().max_context() > 0;
       },
       20000));
   const std::vector<int32_t> prompt = RandomPrompt(9, 300, 17);
