@@ -123,7 +123,9 @@ class ServicesTest : public ::testing::Test {
     grpc::ClientContext c;
     c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
     v1::RouterInfoResponse info;
-    return stub_->Info(&c, {}, &info).ok() && info.drafter_healthy();
+    // With the model known: the loop has reached the target too.
+    return stub_->Info(&c, {}, &info).ok() && info.drafter_healthy() &&
+           info.model().max_context() > 0;
   }
 
   ServiceCluster cluster_;
@@ -632,7 +634,8 @@ TEST(ServicesLeaseTest, RouterKilledMidStreamSequencesExpireOnBothServices) {
         c.set_deadline(std::chrono::system_clock::now() +
                        std::chrono::seconds(2));
         v1::RouterInfoResponse info;
-        return stub->Info(&c, {}, &info).ok() && info.drafter_healthy();
+        return stub->Info(&c, {}, &info).ok() && info.drafter_healthy() &&
+               info.model().max_context() > 0;
       },
       20000));
   auto target = v1::Target::NewStub(cluster.TargetChannel());
