@@ -1133,7 +1133,9 @@ TEST_F(GenerationLoopTest, AdaptiveSpeculationPausesADrafterThatDoesNotPay) {
   ScriptedDrafter inner(
       block_size(),
       [](const DraftRequest& r, int) -> absl::StatusOr<DraftResult> {
-        std::this_thread::sleep_for(std::chrono::milliseconds(3));
+        // Far slower than a plain round even on a loaded machine (3 ms
+        // was within a plain round's time under a parallel build).
+        std::this_thread::sleep_for(std::chrono::milliseconds(30));
         return Proposal(std::vector<int32_t>(r.window - 1, 0), r.passes);
       });
   StartLoop(&inner, nullptr);
