@@ -34,16 +34,7 @@ const std::string kCheckpoints =
     std::string(DEDIT_SOURCE_DIR) + "/checkpoints/tiny";
 
 int64_t RssBytes(pid_t pid) {
-  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
-  std::string key;
-  while (status >> key) {
-    if (key == "VmRSS:") {
-      int64_t kb = 0;
-      status >> kb;
-      return kb * 1024;
-    }
-  }
-  return 0;
+  return testing::ProcStatusValue(pid, "VmRSS") * 1024;
 }
 
 TEST(KvMemoryTest, IdleSessionsAfterALongRequestKeepTheTargetSmall) {

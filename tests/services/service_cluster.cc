@@ -22,6 +22,20 @@
 #include "tests/model/test_util.h"
 
 namespace dedit::testing {
+
+int64_t ProcStatusValue(pid_t pid, const std::string& field) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  const std::string key = field + ":";
+  std::string word;
+  while (status >> word) {
+    if (word == key) {
+      int64_t value = -1;
+      status >> value;
+      return value;
+    }
+  }
+  return -1;
+}
 namespace {
 
 bool ReadPorts(const std::string& path, int* grpc_port, int* metrics_port,

@@ -26,6 +26,10 @@
 
 namespace dedit::testing {
 
+// The number after "<field>:" in /proc/<pid>/status (VmRSS in KiB,
+// Threads a count); -1 when the process or the field is gone.
+int64_t ProcStatusValue(pid_t pid, const std::string& field);
+
 // One child process; its stdout/stderr go to `log_path`.
 class ServiceProcess {
  public:

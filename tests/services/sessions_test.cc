@@ -382,16 +382,7 @@ TEST_F(SessionsTest, IdleSessionsRenewTheirLeases) {
 
 // Resident memory of a process in bytes (VmRSS), for the log.
 int64_t RssBytes(pid_t pid) {
-  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
-  std::string key;
-  while (status >> key) {
-    if (key == "VmRSS:") {
-      int64_t kb = 0;
-      status >> kb;
-      return kb * 1024;
-    }
-  }
-  return 0;
+  return testing::ProcStatusValue(pid, "VmRSS") * 1024;
 }
 
 // After one long request, idle sessions hold their own tokens' KV on the

@@ -30,16 +30,7 @@ using testing::ServiceProcess;
 using testing::WaitFor;
 
 int Threads(pid_t pid) {
-  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
-  std::string key;
-  while (status >> key) {
-    if (key == "Threads:") {
-      int n = 0;
-      status >> n;
-      return n;
-    }
-  }
-  return -1;
+  return static_cast<int>(testing::ProcStatusValue(pid, "Threads"));
 }
 
 // Replaces `path` at once (readers never see half a file).
