@@ -593,6 +593,10 @@ class DrafterRun {
   // `anchor_stride` positions of its answer (MeasureHeadroom).
   void ScoreHeadroom(const DistillRecord& record, int window, int anchor_stride,
                      SlotHeadroom* tally) const;
+  // Every pass's draft and the full neighbour oracle at each anchor of
+  // `record`'s answer (DraftBlocks).
+  void DraftRecord(const DistillRecord& record, int window, int anchor_stride,
+                   int passes, BlockDrafts* out) const;
 
  private:
   // Forward passes, shared by training and evaluation.
@@ -1095,6 +1099,61 @@ void DrafterRun::ScoreHeadroomBlocks(
   }
 }
 
+void DrafterRun::DraftRecord(const DistillRecord& record, int window,
+                             int anchor_stride, int passes,
+                             BlockDrafts* out) const {
+  at::NoGradGuard no_grad;
+  const std::vector<const DistillRecord*> seqs = {&record};
+  const int64_t len = static_cast<int64_t>(record.tokens.size());
+  for (int64_t a = record.prompt_len; a <= len - 2; a += anchor_stride) {
+    out->anchors.push_back(a);
+  }
+  out->passes.assign(passes, {});
+  const auto append = [](const at::Tensor& drafts,
+                         std::vector<std::vector<int32_t>>* to) {
+    const at::Tensor c = drafts.squeeze(0).to(at::kInt).contiguous();
+    for (int64_t b = 0; b < c.size(0); ++b) {
+      const int32_t* row = c[b].data_ptr<int32_t>();
+      to->emplace_back(row, row + c.size(1));
+    }
+  };
+  DrafterContext ctx;
+  for (size_t first = 0; first < out->anchors.size();
+       first += kHeadroomBlocks) {
+    const size_t last = std::min(out->anchors.size(),
+                                 first + static_cast<size_t>(kHeadroomBlocks));
+    const std::vector<std::vector<int64_t>> chunk = {
+        {out->anchors.begin() + first, out->anchors.begin() + last}};
+    const BlockBatch batch =
+        MakeBlockBatch(seqs, static_cast<int>(last - first), window,
+                       target_.mask_id, target_.eot_id, nullptr, chunk);
+    if (first == 0) ctx = drafter_.ProjectContext(Features(batch.ids));
+    const int64_t w = batch.truth.size(-1), nb = batch.anchors.size(1);
+    const at::Tensor seeds = P1Input(seqs, batch);
+    const at::Tensor anchor = batch.truth.narrow(-1, 0, 1);
+    at::Tensor input = seeds, y1;
+    for (int pass = 0; pass < passes; ++pass) {
+      const at::Tensor y =
+          Logits(ctx, input, batch.anchors, pass > 0, seeds).argmax(-1);
+      if (pass == 0) y1 = y;
+      append(y, &out->passes[pass]);
+      input = at::cat({anchor, y}, -1);
+    }
+    // The full oracle, one probe slot per forward: slot k keeps P1's
+    // argmax, every other slot holds the ground truth.
+    at::Tensor oracle = at::zeros_like(y1);
+    for (int64_t k = 0; k < w - 1; ++k) {
+      at::Tensor at_probe;
+      const at::Tensor in = OracleInput(batch, y1, at::full({nb}, k, at::kLong),
+                                        /*left_only=*/false, &at_probe);
+      oracle = at::where(at_probe,
+                         Logits(ctx, in, batch.anchors, true, seeds).argmax(-1),
+                         oracle);
+    }
+    append(oracle, &out->oracle);
+  }
+}
+
 absl::Status ExportDrafter(const DrafterTrainingOptions& o,
                            const TrainableDrafter& drafter) {
   ASSIGN_OR_RETURN(at::ScalarType dtype, ParseScalarType(o.export_dtype));
@@ -1159,12 +1218,15 @@ void SlotHeadroom::Add(const SlotHeadroom& other) {
   add(&uniform_block_share, other.uniform_block_share);
 }
 
-// A DrafterRun over the exported drafter, without data: its forward passes
-// are the held-out evaluation's, with the options its config implies.
-absl::StatusOr<std::vector<SlotHeadroom>> MeasureHeadroom(
-    const std::string& target_dir, const std::string& drafter_dir,
-    const std::vector<const DistillRecord*>& records, int window,
-    int anchor_stride) {
+namespace {
+
+// Runs `fn` on a DrafterRun over the drafter exported at `drafter_dir`,
+// without data: its forward passes are the held-out evaluation's, with the
+// options its config implies (the edit mask as `mask` says).
+absl::Status WithEvaluationRun(
+    const std::string& target_dir, const std::string& drafter_dir, int window,
+    int anchor_stride, const char* what, EditMask mask,
+    const std::function<void(const DrafterRun&)>& fn) {
   ASSIGN_OR_RETURN(const FrozenTarget target, LoadFrozenTarget(target_dir));
   ASSIGN_OR_RETURN(TrainableDrafter drafter,
                    TrainableDrafter::Load(drafter_dir));
@@ -1172,28 +1234,59 @@ absl::StatusOr<std::vector<SlotHeadroom>> MeasureHeadroom(
   RETURN_IF_ERROR(CheckDrafterMatchesTarget(config, target.model.config()));
   if (window < 2 || window > config.block_size || anchor_stride < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "headroom: window ", window, " must be in [2, ", config.block_size,
+        what, ": window ", window, " must be in [2, ", config.block_size,
         "] and the anchor stride ", anchor_stride, " at least 1"));
   }
   if (config.mask_token_id != target.mask_id) {
-    return absl::InvalidArgumentError(
-        "headroom: the drafter's mask token is not the target's <|mask|>");
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": the drafter's mask token is not the target's <|mask|>"));
   }
   DrafterTrainingOptions o;
   o.target_dir = target_dir;
   o.block_size = config.block_size;
-  o.causal_editor = config.causal_editor;
+  o.causal_editor = mask == EditMask::kAsTrained ? config.causal_editor
+                                                 : mask == EditMask::kCausal;
   o.lookup_seed_ngram = config.lookup_seed_ngram;
   o.seed_logit_bonus = config.seed_logit_bonus;
   const std::vector<int> windows = {window};
   const DistillData no_data;
   const DrafterRun run(o, target, config, windows, no_data, std::move(drafter));
+  return GuardTorch([&] { fn(run); });
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<SlotHeadroom>> MeasureHeadroom(
+    const std::string& target_dir, const std::string& drafter_dir,
+    const std::vector<const DistillRecord*>& records, int window,
+    int anchor_stride) {
   std::vector<SlotHeadroom> out(records.size(), SlotHeadroom(window - 1));
-  RETURN_IF_ERROR(GuardTorch([&] {
-    for (size_t i = 0; i < records.size(); ++i) {
-      run.ScoreHeadroom(*records[i], window, anchor_stride, &out[i]);
-    }
-  }));
+  RETURN_IF_ERROR(WithEvaluationRun(
+      target_dir, drafter_dir, window, anchor_stride, "headroom",
+      EditMask::kAsTrained, [&](const DrafterRun& run) {
+        for (size_t i = 0; i < records.size(); ++i) {
+          run.ScoreHeadroom(*records[i], window, anchor_stride, &out[i]);
+        }
+      }));
+  return out;
+}
+
+absl::StatusOr<std::vector<BlockDrafts>> DraftBlocks(
+    const std::string& target_dir, const std::string& drafter_dir,
+    const std::vector<const DistillRecord*>& records, int window,
+    int anchor_stride, int passes, EditMask mask) {
+  if (passes < 1 || passes > 8) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("drafts: passes ", passes, " must be in [1, 8]"));
+  }
+  std::vector<BlockDrafts> out(records.size());
+  RETURN_IF_ERROR(WithEvaluationRun(
+      target_dir, drafter_dir, window, anchor_stride, "drafts", mask,
+      [&](const DrafterRun& run) {
+        for (size_t i = 0; i < records.size(); ++i) {
+          run.DraftRecord(*records[i], window, anchor_stride, passes, &out[i]);
+        }
+      }));
   return out;
 }
 

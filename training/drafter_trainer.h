@@ -220,6 +220,30 @@ absl::StatusOr<std::vector<SlotHeadroom>> MeasureHeadroom(
     const std::vector<const DistillRecord*>& records, int window,
     int anchor_stride);
 
+// What a drafter proposes at every `anchor_stride`-th anchor of an answer
+// (from its first token): each pass's greedy draft, each edit pass fed the
+// previous pass's argmax as at inference, and the full neighbour oracle at
+// every slot (the editor's argmax at slot k when every other slot holds
+// the ground truth and slot k P1's argmax). A block holds W-1 slots; past
+// the end of the answer a slot's draft means nothing.
+struct BlockDrafts {
+  std::vector<int64_t> anchors;
+  std::vector<std::vector<std::vector<int32_t>>> passes;  // [pass][block][slot]
+  std::vector<std::vector<int32_t>> oracle;               // [block][slot]
+};
+
+// The edit passes' mask: as the drafter was trained (its config), or
+// causal or bidirectional whatever it was trained with (the ablation on
+// the same weights).
+enum class EditMask { kAsTrained, kCausal, kBidirectional };
+
+// BlockDrafts of each of `records` with `passes` passes (1..8), as
+// MeasureHeadroom scores them.
+absl::StatusOr<std::vector<BlockDrafts>> DraftBlocks(
+    const std::string& target_dir, const std::string& drafter_dir,
+    const std::vector<const DistillRecord*>& records, int window,
+    int anchor_stride, int passes, EditMask mask);
+
 // The end of the P1-only warm-up: `patience` evaluations in a row whose
 // held-out slot-1 accuracy gained less than `delta` over the one before.
 struct PlateauRule {

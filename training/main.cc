@@ -12,6 +12,8 @@
 //   dedit-train headroom  --target=m/target --drafter=m/drafter
 //                         --data=w/distill-heldout.bin
 //                         --chat_prompts=tasks/heldout.jsonl --report=h.json
+//   dedit-train drafts    --target=m/target --drafter=m/drafter
+//                         --data=toy/heldout.bin --report=drafts.jsonl
 //   dedit-train widen     --from=m/target --out=wide/target --factor=8
 //   dedit-train widen-check --target=m/target --wide=wide/target
 //                         --chat_prompts=tasks/heldout.jsonl
@@ -22,6 +24,7 @@
 #include <ATen/Parallel.h>
 
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -29,6 +32,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/base/file_util.h"
 #include "common/model/cpu/cpu_panels.h"
@@ -162,20 +166,26 @@ ABSL_FLAG(std::string, heldout_data, "",
           "drafter: held-out distilled data (held-out files and values); "
           "empty = the last records of --data");
 ABSL_FLAG(int, heldout_blocks, 16, "drafter: held-out blocks per sequence");
-ABSL_FLAG(std::string, drafter, "", "eval, headroom: drafter folder");
+ABSL_FLAG(std::string, drafter, "", "eval, headroom, drafts: drafter folder");
 ABSL_FLAG(int, num_prompts, 16, "eval: held-out prompts");
 ABSL_FLAG(int, prompt_tokens, 64, "eval: prompt length");
 ABSL_FLAG(int, max_new_tokens, 128,
           "eval, widen-check: tokens generated per prompt");
-ABSL_FLAG(int, window, 16, "eval, headroom: block size W");
+ABSL_FLAG(int, window, 16, "eval, headroom, drafts: block size W");
 ABSL_FLAG(int, anchor_stride, 1,
-          "headroom: a block at every Nth position of each answer");
+          "headroom, drafts: a block at every Nth position of each answer");
 ABSL_FLAG(int, max_instances, 0,
-          "headroom: score the first N distinct answers only (0 = all)");
+          "headroom: score the first N distinct answers only; drafts: the "
+          "first N records (0 = all)");
+ABSL_FLAG(int, draft_passes, 4, "drafts: passes drafted at each anchor");
+ABSL_FLAG(std::string, edit_mask, "as_trained",
+          "drafts: the edit passes' mask: as_trained (the drafter's config), "
+          "causal or bidirectional (the ablation on the same weights)");
 ABSL_FLAG(std::string, passes, "1,2,3,4", "eval: pass counts K");
 ABSL_FLAG(bool, causal_too, true, "eval: also run the causal editor");
 ABSL_FLAG(std::string, report, "",
-          "eval, widen-check, headroom: write the JSON report here");
+          "eval, widen-check, headroom: write the JSON report here; drafts: "
+          "the JSON lines");
 ABSL_FLAG(
     std::string, prompt_split, "heldout",
     "eval: prompts from 'heldout' files (reported) or 'train' (diagnosis)");
@@ -429,6 +439,61 @@ int RunHeadroomCommand() {
   return 0;
 }
 
+// Every pass's drafts and the neighbour oracle at every anchor of each
+// record (DraftBlocks), one JSON line per record: {"anchors": [...],
+// "passes": [[[slot...] per block] per pass], "oracle": [[slot...] per
+// block]}.
+int RunDraftsCommand() {
+  const std::string target = absl::GetFlag(FLAGS_target);
+  const std::string drafter = absl::GetFlag(FLAGS_drafter);
+  const std::string data_path = absl::GetFlag(FLAGS_data);
+  const std::string report = absl::GetFlag(FLAGS_report);
+  if (!Require({{"target", target},
+                {"drafter", drafter},
+                {"data", data_path},
+                {"report", report}})) {
+    return 2;
+  }
+  const std::string mask_name = absl::GetFlag(FLAGS_edit_mask);
+  EditMask mask;
+  if (mask_name == "as_trained") {
+    mask = EditMask::kAsTrained;
+  } else if (mask_name == "causal") {
+    mask = EditMask::kCausal;
+  } else if (mask_name == "bidirectional") {
+    mask = EditMask::kBidirectional;
+  } else {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--edit_mask must be as_trained, causal or "
+                     "bidirectional, got '",
+                     mask_name, "'")));
+  }
+  auto records = ReadDistillData(data_path);
+  if (!records.ok()) return Fail(records.status());
+  std::vector<const DistillRecord*> chosen;
+  const int limit = absl::GetFlag(FLAGS_max_instances);
+  for (const DistillRecord& r : *records) {
+    if (limit > 0 && static_cast<int>(chosen.size()) >= limit) break;
+    chosen.push_back(&r);
+  }
+  auto drafts =
+      DraftBlocks(target, drafter, chosen, absl::GetFlag(FLAGS_window),
+                  absl::GetFlag(FLAGS_anchor_stride),
+                  absl::GetFlag(FLAGS_draft_passes), mask);
+  if (!drafts.ok()) return Fail(drafts.status());
+  std::string out;
+  for (const BlockDrafts& d : *drafts) {
+    out +=
+        nlohmann::json{
+            {"anchors", d.anchors}, {"passes", d.passes}, {"oracle", d.oracle}}
+            .dump() +
+        "\n";
+  }
+  const absl::Status status = dedit::WriteFileAtomically(report, out);
+  if (!status.ok()) return Fail(status);
+  return 0;
+}
+
 int RunWiden() {
   WidenOptions o;
   o.from_dir = absl::GetFlag(FLAGS_from);
@@ -494,13 +559,14 @@ int RunWidenCheck() {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "dedit-train "
-      "<tokenizer|target|distill|drafter|eval|headroom|widen|widen-check> "
+      "<tokenizer|target|distill|drafter|eval|headroom|drafts|widen|"
+      "widen-check> "
       "[--flags]");
   if (argc < 2 || argv[1][0] == '-') {
-    std::cerr
-        << "usage: dedit-train "
-           "<tokenizer|target|distill|drafter|eval|headroom|widen|widen-check> "
-           "[--flags]   (--help for flags)\n";
+    std::cerr << "usage: dedit-train "
+                 "<tokenizer|target|distill|drafter|eval|headroom|drafts|widen|"
+                 "widen-check> "
+                 "[--flags]   (--help for flags)\n";
     return 2;
   }
   const std::string command = argv[1];
@@ -515,6 +581,7 @@ int main(int argc, char** argv) {
   if (command == "drafter") return RunDrafter();
   if (command == "eval") return RunEval();
   if (command == "headroom") return RunHeadroomCommand();
+  if (command == "drafts") return RunDraftsCommand();
   if (command == "widen") return RunWiden();
   if (command == "widen-check") return RunWidenCheck();
   std::cerr << "dedit-train: unknown command '" << command << "'\n";

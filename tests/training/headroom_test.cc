@@ -18,6 +18,7 @@
 #include "common/tokenizer/tokenizer.h"
 #include "training/corpus.h"
 #include "training/distill.h"
+#include "training/drafter_trainer.h"
 #include "training/trainable_models.h"
 
 namespace dedit::training {
@@ -154,6 +155,61 @@ TEST_F(HeadroomTest, FamiliesCountsOraclesAndSharesHold) {
   auto again = RunHeadroom(Options());
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->dump(), r.dump());
+}
+
+// `dedit-train drafts` (DraftBlocks) drafts what the headroom scores: per
+// answer, P1's, P2's and the full oracle's hits at its slots equal
+// MeasureHeadroom's, an anchor per answer position, every pass a full block;
+// the causal mask changes the edit passes only, and the bidirectional one
+// is what the drafter was trained with.
+TEST_F(HeadroomTest, DraftsAgreeWithTheHeadroom) {
+  auto records = ReadDistillData(dir_ + "/answers.bin");
+  ASSERT_TRUE(records.ok()) << records.status();
+  std::vector<const DistillRecord*> seqs;
+  for (int i = 0; i < 3; ++i) seqs.push_back(&(*records)[i]);
+  const std::string target = kTiny + "/target", drafter = kTiny + "/drafter";
+  auto tallies = MeasureHeadroom(target, drafter, seqs, kWindow, 1);
+  auto drafts =
+      DraftBlocks(target, drafter, seqs, kWindow, 1, 3, EditMask::kAsTrained);
+  auto same = DraftBlocks(target, drafter, seqs, kWindow, 1, 3,
+                          EditMask::kBidirectional);
+  auto causal =
+      DraftBlocks(target, drafter, seqs, kWindow, 1, 3, EditMask::kCausal);
+  ASSERT_TRUE(tallies.ok() && drafts.ok() && same.ok() && causal.ok());
+  bool edits_differ = false;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const DistillRecord& r = *seqs[i];
+    const BlockDrafts& d = (*drafts)[i];
+    ASSERT_EQ(d.anchors.size(), answer_lengths_[i] - 1);
+    ASSERT_EQ(d.passes.size(), 3u);
+    ASSERT_EQ(d.oracle.size(), d.anchors.size());
+    std::vector<double> p1(kWindow - 1), p2(kWindow - 1), oracle(kWindow - 1);
+    for (size_t b = 0; b < d.anchors.size(); ++b) {
+      EXPECT_EQ(d.anchors[b], r.prompt_len + static_cast<int64_t>(b));
+      for (int k = 1; k < kWindow; ++k) {
+        const size_t at = d.anchors[b] + k;
+        if (at >= r.tokens.size()) continue;
+        p1[k - 1] += d.passes[0][b][k - 1] == r.tokens[at];
+        p2[k - 1] += d.passes[1][b][k - 1] == r.tokens[at];
+        oracle[k - 1] += d.oracle[b][k - 1] == r.tokens[at];
+      }
+      for (int p = 0; p < 3; ++p) {
+        ASSERT_EQ(d.passes[p][b].size(), kWindow - 1u);
+        EXPECT_EQ((*same)[i].passes[p][b], d.passes[p][b]);
+      }
+      EXPECT_EQ((*causal)[i].passes[0][b], d.passes[0][b]);
+      edits_differ |= (*causal)[i].passes[1][b] != d.passes[1][b];
+    }
+    EXPECT_EQ(p1, (*tallies)[i].p1) << "answer " << i;
+    EXPECT_EQ(p2, (*tallies)[i].p2) << "answer " << i;
+    EXPECT_EQ(oracle, (*tallies)[i].full_oracle) << "answer " << i;
+  }
+  EXPECT_TRUE(edits_differ) << "the causal mask changed no edit pass";
+  EXPECT_EQ(
+      DraftBlocks(target, drafter, seqs, kWindow, 1, 0, EditMask::kAsTrained)
+          .status()
+          .code(),
+      absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(HeadroomTest, AnAnswerToNoTaskIsRefused) {

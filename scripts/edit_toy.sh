@@ -1,0 +1,177 @@
+#!/usr/bin/env bash
+# The editing toy (training/edit_toy.py; docs/RESULTS.md, "The editing
+# toy"): a language of overlapping three-token words whose per-slot most
+# likely tokens spell a non-word, where a drafter's edit passes must help
+# if they work at all. Drafters train with the unchanged `dedit-train
+# drafter`, the shipped target (checkpoints/tiny/target) as the feature
+# extractor.
+#
+#   scripts/edit_toy.sh OUT
+#       regenerates the data: OUT/data/{spec.json,train.bin,heldout.bin}.
+#   scripts/edit_toy.sh --train OUT [RUN...]
+#       the data, then trains each RUN (default: the whole sweep below)
+#       into OUT/RUN/drafter and scores it into OUT/RUN/eval.json. Each
+#       stage resumes: rerun the same command (MAX_MINUTES bounds a call,
+#       exit 75 when it stopped early).
+#   scripts/edit_toy.sh --eval DRAFTER [CAUSAL_TWIN]
+#       fresh held-out toy data (SEED, default the time), every pass's
+#       drafts and the neighbour oracle, scored against the sampled
+#       sequences and the analytic ceiling. CAUSAL_TWIN defaults to
+#       DRAFTER's sibling drafter-causal when there is one. The last line is
+#       one JSON object: p1_tau, p3_tau, oracle_gain_points (at the
+#       ambiguous slots), causal_p3_tau (the causal twin's P3), ceiling_tau,
+#       and more (training/edit_toy.py score).
+#
+# The sweep's runs (NAME = depth, ProposalMix, editor mask, seed):
+#   d2-mix-s1 d2-mix-s2 d2-mix-s3        depth 2, ProposalMix, seeds 1-3
+#   d2-nomix-s1 d2-nomix-s2 d2-nomix-s3  the same without ProposalMix
+#   d2-causal-s1                         depth 2, the causal editor
+#   d1-mix-s1 d4-mix-s1                  depths 1 and 4
+# checkpoints/edit-toy/drafter is d2-mix-s1 and drafter-causal d2-causal-s1.
+#
+# Environment: BUILD (default build; needs training/dedit-train), TARGET
+# (default checkpoints/tiny/target), THREADS (default 1), MAX_MINUTES
+# (default 0, no bound), STEPS (default 600), SEED (--eval's data).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD="${BUILD:-build}"
+[[ "$BUILD" = /* ]] || BUILD="$ROOT/$BUILD"
+TARGET="${TARGET:-$ROOT/checkpoints/tiny/target}"
+THREADS="${THREADS:-1}"
+MAX_MINUTES="${MAX_MINUTES:-0}"
+STEPS="${STEPS:-600}"
+TRAIN="$BUILD/training/dedit-train"
+TOY="python3 $ROOT/training/edit_toy.py"
+SWEEP=(d2-mix-s1 d2-mix-s2 d2-mix-s3 d2-nomix-s1 d2-nomix-s2 d2-nomix-s3
+       d2-causal-s1 d1-mix-s1 d4-mix-s1)
+
+usage() {
+  echo "usage: $0 OUT | --train OUT [RUN...] | --eval DRAFTER [CAUSAL_TWIN]" >&2
+  exit 2
+}
+need_train() {
+  if [[ ! -x "$TRAIN" ]]; then
+    echo "edit_toy: $TRAIN not built (make build, or set BUILD)" >&2
+    exit 1
+  fi
+}
+target_sum() { sha256sum "$TARGET/model.safetensors" | cut -d' ' -f1; }
+
+# The language is fixed (--language_seed 0), the sequences come from $2.
+generate() {  # OUT_DATA SEED TRAIN HELDOUT
+  $TOY generate --tokenizer "$TARGET/tokenizer.json" --out "$1" --seed "$2" \
+    --train "$3" --heldout "$4" >&2
+}
+
+# Drafts of DRAFTER on DATA's held-out sequences into OUT (JSON lines).
+drafts() {  # DRAFTER DATA OUT [MASK]
+  "$TRAIN" drafts --threads="$THREADS" --target="$TARGET" --drafter="$1" \
+    --data="$2/heldout.bin" --window=16 --draft_passes=4 \
+    --edit_mask="${4:-as_trained}" --report="$3"
+}
+
+# Refuses a drafter trained against another target: its features would be
+# another model's.
+check_target() {  # DRAFTER
+  local stamp="$1/edit_toy.json"
+  if [[ -f "$stamp" ]]; then
+    local want
+    want=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["target_sha256"])' "$stamp")
+    if [[ "$want" != "$(target_sum)" ]]; then
+      echo "edit_toy: $1 was trained on another target than $TARGET" \
+           "(retrain: scripts/edit_toy.sh --train OUT)" >&2
+      exit 1
+    fi
+  fi
+}
+
+evaluate() {  # DRAFTER [CAUSAL_TWIN]
+  local drafter="$1" twin="${2:-}"
+  need_train
+  [[ -f "$drafter/config.json" ]] || { echo "edit_toy: no drafter at $drafter" >&2; exit 1; }
+  if [[ -z "$twin" && -f "$(dirname "$drafter")/drafter-causal/config.json" &&
+        "$(cd "$(dirname "$drafter")/drafter-causal" && pwd)" != "$(cd "$drafter" && pwd)" ]]; then
+    twin="$(dirname "$drafter")/drafter-causal"
+  fi
+  check_target "$drafter"
+  [[ -n "$twin" ]] && check_target "$twin"
+  local work
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
+  generate "$work/data" "${SEED:-$(date +%s)}" 0 64
+  drafts "$drafter" "$work/data" "$work/drafts.jsonl"
+  drafts "$drafter" "$work/data" "$work/masked.jsonl" causal
+  local extra=()
+  if [[ -n "$twin" ]]; then
+    drafts "$twin" "$work/data" "$work/twin.jsonl"
+    extra=(--causal_drafts "$work/twin.jsonl")
+  fi
+  $TOY score --spec "$work/data/spec.json" --data "$work/data/heldout.bin" \
+    --drafts "$work/drafts.jsonl" --same_weights_causal "$work/masked.jsonl" \
+    "${extra[@]}"
+}
+
+# One sweep run's trainer flags.
+run_flags() {  # NAME
+  local name="$1" depth mix causal seed
+  [[ "$name" =~ ^d([124])-(mix|nomix|causal)-s([0-9]+)$ ]] || {
+    echo "edit_toy: unknown run $name (d<1|2|4>-<mix|nomix|causal>-s<N>)" >&2
+    exit 2
+  }
+  depth=${BASH_REMATCH[1]}
+  mix=true causal=false seed=${BASH_REMATCH[3]}
+  [[ ${BASH_REMATCH[2]} = nomix ]] && mix=false
+  [[ ${BASH_REMATCH[2]} = causal ]] && causal=true
+  # The chat drafter's recipe (scripts/train_tiny.sh chat) at block 16.
+  echo --drafter_layers="$depth" --proposal_mix="$mix" \
+    --causal_editor="$causal" --seed="$seed" --block_size=16 \
+    --target_layer_ids=0,5,10 --sequences_per_step=4 --blocks_per_sequence=32 \
+    --steps="$STEPS" --p1_only_steps=$((STEPS / 2)) --plateau_delta=0.005 \
+    --gt_selection_ratio=0.875 --lr=2e-3 --eval_every=50 --heldout_blocks=8
+}
+
+train_runs() {  # OUT RUN...
+  local out="$1"
+  shift
+  need_train
+  [[ -f "$out/data/heldout.bin" ]] || generate "$out/data" 1 4096 64
+  local runs=("$@")
+  [[ ${#runs[@]} -gt 0 ]] || runs=("${SWEEP[@]}")
+  local name rc
+  for name in "${runs[@]}"; do
+    local dir="$out/$name"
+    if [[ ! -f "$dir/drafter/model.safetensors" ]]; then
+      mkdir -p "$dir"
+      # shellcheck disable=SC2046  # run_flags prints separate flags
+      set +e
+      "$TRAIN" drafter --threads="$THREADS" --max_minutes="$MAX_MINUTES" \
+        --checkpoint_every_s=120 --target="$TARGET" \
+        --data="$out/data/train.bin" --heldout_data="$out/data/heldout.bin" \
+        --work_dir="$dir/state" --out="$dir/drafter" $(run_flags "$name")
+      rc=$?
+      set -e
+      [[ $rc -eq 0 ]] || exit $rc
+      python3 -c 'import json,sys; json.dump({"target_sha256": sys.argv[1], "run": sys.argv[2], "flags": sys.argv[3]}, open(sys.argv[4], "w"), indent=1)' \
+        "$(target_sum)" "$name" "$(run_flags "$name")" "$dir/drafter/edit_toy.json"
+    fi
+    if [[ ! -f "$dir/eval.json" ]]; then
+      drafts "$dir/drafter" "$out/data" "$dir/drafts.jsonl"
+      drafts "$dir/drafter" "$out/data" "$dir/masked.jsonl" causal
+      $TOY score --spec "$out/data/spec.json" --data "$out/data/heldout.bin" \
+        --drafts "$dir/drafts.jsonl" --same_weights_causal "$dir/masked.jsonl" \
+        > "$dir/eval.json.tmp"
+      mv "$dir/eval.json.tmp" "$dir/eval.json"
+      rm -f "$dir/drafts.jsonl" "$dir/masked.jsonl"
+    fi
+    echo "$name: $(cat "$dir/eval.json")"
+  done
+}
+
+[[ $# -ge 1 ]] || usage
+case "$1" in
+  --eval) [[ $# -ge 2 && $# -le 3 ]] || usage; evaluate "$2" "${3:-}" ;;
+  --train) [[ $# -ge 2 ]] || usage; shift; train_runs "$@" ;;
+  -*) usage ;;
+  *) [[ $# -eq 1 ]] || usage; generate "$1/data" 1 4096 64 ;;
+esac

@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""training/edit_toy.py: the language is what the editing toy needs (per
+group, the per-slot most likely tokens spell no word), the records are
+`dedit-train distill` records, the analytic taus agree with sampling, and
+the scorer counts accepted prefixes, edits and the ambiguous slots.
+
+  edit_toy_test.py REPO_ROOT
+"""
+
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import unittest
+
+ROOT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
+    os.path.dirname(__file__), "..", "..")
+sys.path.insert(0, os.path.join(ROOT, "training"))
+import edit_toy  # noqa: E402
+
+TOKENIZER = os.path.join(ROOT, "checkpoints", "tiny", "target",
+                         "tokenizer.json")
+
+
+class EditToyTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="edit_toy_test_")
+        subprocess.run([sys.executable,
+                        os.path.join(ROOT, "training", "edit_toy.py"),
+                        "generate", "--tokenizer", TOKENIZER, "--out",
+                        cls.dir, "--train", "40", "--heldout", "8",
+                        "--units", "6"], check=True, capture_output=True)
+        with open(os.path.join(cls.dir, "spec.json")) as f:
+            cls.spec = json.load(f)
+
+    def test_the_per_slot_argmax_spells_no_word(self):
+        seen = set()
+        for g in self.spec["groups"]:
+            words = [tuple(w["tokens"]) for w in g["words"]]
+            self.assertAlmostEqual(sum(w["p"] for w in g["words"]), 1.0)
+            argmax = []
+            for k in range(3):
+                votes = {}
+                for w in g["words"]:
+                    votes[w["tokens"][k]] = votes.get(w["tokens"][k], 0) + w["p"]
+                argmax.append(max(votes, key=votes.get))
+            self.assertNotIn(tuple(argmax), words)
+            tokens = {t for w in words for t in w} | set(g["carrier"])
+            self.assertEqual(len(tokens), 7 + 5)
+            self.assertFalse(tokens & seen, "groups share a token")
+            seen |= tokens
+
+    def test_records_are_distill_records_of_units(self):
+        train = edit_toy.read_records(os.path.join(self.dir, "train.bin"))
+        held = edit_toy.read_records(os.path.join(self.dir, "heldout.bin"))
+        self.assertEqual((len(train), len(held)), (40, 8))
+        unit = self.spec["unit"]
+        for prompt_len, tokens in train + held:
+            self.assertEqual(prompt_len, 2 * unit)
+            self.assertEqual(len(tokens), 8 * unit)
+            g = edit_toy.group_at(self.spec, tokens)
+            for u in range(8):
+                grp = self.spec["groups"][(g + u) % len(self.spec["groups"])]
+                piece = tokens[u * unit:(u + 1) * unit]
+                self.assertIn(piece[:3], [w["tokens"] for w in grp["words"]])
+                self.assertEqual(piece[3:], grp["carrier"])
+        self.assertNotEqual(train[:8], held, "held-out repeats training")
+
+    def test_analytic_taus_match_sampling(self):
+        # At every phase of a unit, the ceiling's and the marginal draft's
+        # expected accepted lengths against many sampled continuations.
+        rng = random.Random(7)
+        n = 15
+        base = edit_toy.sample_sequence(self.spec, 6, rng)
+        g0 = edit_toy.group_at(self.spec, base)
+        for anchor in range(16, 24):
+            occ = edit_toy.block_structure(self.spec, g0, anchor, base, n)
+            best, marg = edit_toy.ceiling_and_marginal(occ)
+            self.assertGreater(best, marg - 1e-12)
+            drafts = {}
+            for name, target in (("best", best), ("marginal", marg)):
+                # The draft achieving `target`: search the product again.
+                import itertools
+                cands = itertools.product(*[[t for t, _ in c]
+                                            for _, _, c in occ])
+                if name == "best":
+                    d = max(cands, key=lambda d: edit_toy.expected_accepted(
+                        occ, d))
+                else:
+                    d = []
+                    for _, length, c in occ:
+                        toks = []
+                        for k in range(length):
+                            votes = {}
+                            for t, p in c:
+                                votes[t[k]] = votes.get(t[k], 0) + p
+                            toks.append(max(votes, key=votes.get))
+                        d.append(tuple(toks))
+                drafts[name] = [t for part in d for t in part]
+            total = {"best": 0, "marginal": 0}
+            trials = 3000
+            for _ in range(trials):
+                # Resample the words after the anchor's known prefix.
+                seq = list(base[:anchor + 1])
+                tail = edit_toy.sample_sequence(self.spec, 6, rng)
+                # Align the resampled tail's groups with base's.
+                while edit_toy.group_at(self.spec, tail) != g0:
+                    tail = edit_toy.sample_sequence(self.spec, 6, rng)
+                unit = self.spec["unit"]
+                start = anchor - anchor % unit
+                if anchor % unit < 2:  # inside a word: keep its known part
+                    word = base[start:start + 3]
+                    while tail[start:start + anchor % unit + 1] != \
+                            word[:anchor % unit + 1]:
+                        tail = edit_toy.sample_sequence(self.spec, 6, rng)
+                        while edit_toy.group_at(self.spec, tail) != g0:
+                            tail = edit_toy.sample_sequence(self.spec, 6, rng)
+                seq += tail[anchor + 1:anchor + 1 + n]
+                truth = seq[anchor + 1:]
+                for name in total:
+                    total[name] += edit_toy.accepted(drafts[name], truth)
+            self.assertAlmostEqual(total["best"] / trials, best, delta=0.25,
+                                   msg=f"anchor {anchor}")
+            self.assertAlmostEqual(total["marginal"] / trials, marg,
+                                   delta=0.25, msg=f"anchor {anchor}")
+
+    def test_the_joint_draft_beats_the_per_slot_one(self):
+        out = subprocess.run([sys.executable,
+                              os.path.join(ROOT, "training", "edit_toy.py"),
+                              "ceiling", "--spec",
+                              os.path.join(self.dir, "spec.json")],
+                             check=True, capture_output=True, text=True)
+        r = json.loads(out.stdout)
+        self.assertGreater(r["ceiling_tau"] / r["marginal_tau"], 1.3)
+
+    def test_score_counts_prefixes_edits_and_ambiguous_slots(self):
+        records = edit_toy.read_records(os.path.join(self.dir, "heldout.bin"))
+        n = 15
+        perfect, empty = [], []
+        for prompt_len, tokens in records:
+            anchors = list(range(prompt_len, len(tokens) - 1))
+            truth = [(tokens[a + 1:a + 1 + n] + [0] * n)[:n] for a in anchors]
+            wrong = [[-1] * n for _ in anchors]
+            # P1 wrong everywhere, P2 and P3 right: every edit extends.
+            perfect.append({"anchors": anchors,
+                            "passes": [wrong, truth, truth],
+                            "oracle": truth})
+            empty.append({"anchors": anchors, "passes": [truth, wrong, wrong],
+                          "oracle": wrong})
+        up = edit_toy.score(self.spec, records, perfect)
+        down = edit_toy.score(self.spec, records, empty)
+        blocks = sum(len(t) - 1 - p for p, t in records)
+        self.assertEqual(up["blocks"], blocks)
+        self.assertEqual(up["p1_tau"], 1.0)
+        self.assertEqual(up["extending_edits"], 1.0)
+        self.assertEqual(up["shortening_edits"], 0.0)
+        self.assertEqual(down["shortening_edits"], 1.0)
+        # Truth accepts every slot up to the end of the sequence.
+        mean = sum(min(n, len(t) - 1 - a) for p, t in records
+                   for a in range(p, len(t) - 1)) / blocks
+        self.assertAlmostEqual(up["p3_tau"], 1 + mean)
+        self.assertAlmostEqual(down["p1_tau"], 1 + mean)
+        self.assertEqual(up["oracle_gain_points"], 100.0)
+        self.assertEqual(down["oracle_gain_points"], -100.0)
+        # Ambiguous slots: the word tokens the known prefix leaves open, two
+        # or three per word a block covers, more than one per block.
+        self.assertGreater(up["ambiguous_slots"], blocks)
+        self.assertLessEqual(up["ceiling_tau"], 1 + mean + 1e-9)
+        self.assertGreater(up["ceiling_tau"], up["marginal_tau"])
+
+
+if __name__ == "__main__":
+    unittest.main(argv=sys.argv[:1])

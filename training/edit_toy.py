@@ -1,0 +1,386 @@
+#!/usr/bin/env python3
+"""A toy language where editing must help (docs/RESULTS.md, "The editing
+toy"): generated sequences of overlapping multi-token words in a fixed
+carrier, whose per-slot most likely tokens spell a non-word.
+
+The language. G groups, each with seven tokens of its own (a b c x y z q)
+from the target's vocabulary and four three-token words over them:
+
+    (a, b, c) 0.35   (a, y, z) 0.20   (x, b, z) 0.25   (x, y, q) 0.20
+
+Slot by slot the most likely tokens are a (0.55), b (0.60) and z (0.45):
+(a, b, z), which is no word. A sequence is a chain of units, each a word of
+the current group drawn independently, then the group's carrier: five fixed
+tokens, after which the next group (g + 1 mod G) follows. Only the words
+are random, so everything a drafter can gain past a word depends on
+drafting the word as a whole: a per-slot (marginal) draft never gets past
+one, the joint draft (a, b, c) does 35% of the time.
+
+Sequences are written as `dedit-train distill` records (a prompt of two
+units, then the continuation), so the unchanged drafter trainer trains on
+them with the target as the feature extractor. The language is a pure
+function of the tokenizer and --language_seed; the sequences of --seed.
+
+  edit_toy.py generate --tokenizer TARGET/tokenizer.json --out DIR
+                       [--train 4096] [--heldout 64] [--units 30] [--seed 1]
+      -> DIR/spec.json (the language), DIR/train.bin, DIR/heldout.bin
+  edit_toy.py score --spec DIR/spec.json --data DIR/heldout.bin
+                    --drafts DRAFTS.jsonl [--causal_drafts TWIN.jsonl]
+                    [--same_weights_causal MASKED.jsonl]
+      -> one JSON object: tau per pass, the neighbour oracle's gain at the
+         ambiguous slots, and the analytic ceiling (the Bayes-optimal joint
+         block) and marginal tau (the best per-slot draft) at the same
+         anchors. DRAFTS.jsonl comes from `dedit-train drafts`.
+  edit_toy.py ceiling --spec DIR/spec.json [--window 16]
+      -> the analytic taus averaged over a unit's phases.
+
+tau is the mean accepted length of a block anchored at every position of
+the continuation: the longest prefix of the draft that matches the sampled
+sequence, plus one (the bonus), as `dedit-train drafter`'s held-out tau.
+"""
+
+import argparse
+import itertools
+import json
+import random
+import re
+import struct
+import sys
+
+MAGIC = b"DEDDIS01"  # training/distill.cc
+WORD_SHAPES = [  # (slot-1, slot-2, slot-3 token names), probability
+    (("a", "b", "c"), 0.35),
+    (("a", "y", "z"), 0.20),
+    (("x", "b", "z"), 0.25),
+    (("x", "y", "q"), 0.20),
+]
+WORD_LEN = 3
+CARRIER_LEN = 5
+UNIT = WORD_LEN + CARRIER_LEN
+PROMPT_UNITS = 2
+
+
+def make_language(tokenizer_path, groups, language_seed):
+    """The spec: per group its words (token ids, probability) and carrier."""
+    with open(tokenizer_path, encoding="utf-8") as f:
+        vocab = json.load(f)["model"]["vocab"]
+    # Byte-level BPE: "Ġ" marks a leading space. Words start with a spaced
+    # piece and continue with inner pieces; carriers are spaced pieces.
+    spaced = sorted(t for t in vocab if re.fullmatch("Ġ[a-z]{3,}", t))
+    inner = sorted(t for t in vocab if re.fullmatch("[a-z]{3,}", t))
+    rng = random.Random(language_seed)
+    rng.shuffle(spaced)
+    rng.shuffle(inner)
+    need_spaced = groups * (2 + CARRIER_LEN)
+    need_inner = groups * 5
+    if len(spaced) < need_spaced or len(inner) < need_inner:
+        sys.exit(f"edit_toy: the vocabulary has too few word pieces for "
+                 f"{groups} groups")
+    spec = {"groups": [], "unit": UNIT, "word_len": WORD_LEN,
+            "prompt_units": PROMPT_UNITS, "language_seed": language_seed}
+    for g in range(groups):
+        s = spaced[g * (2 + CARRIER_LEN):(g + 1) * (2 + CARRIER_LEN)]
+        i = inner[g * 5:(g + 1) * 5]
+        names = {"a": s[0], "x": s[1], "b": i[0], "y": i[1], "c": i[2],
+                 "z": i[3], "q": i[4]}
+        spec["groups"].append({
+            "words": [{"tokens": [vocab[names[n]] for n in shape],
+                       "text": "".join(names[n] for n in shape)
+                       .replace("Ġ", " "), "p": p}
+                      for shape, p in WORD_SHAPES],
+            "carrier": [vocab[t] for t in s[2:]],
+            "carrier_text": "".join(s[2:]).replace("Ġ", " "),
+        })
+    return spec
+
+
+def sample_sequence(spec, units, rng):
+    groups = spec["groups"]
+    g = rng.randrange(len(groups))
+    tokens = []
+    for _ in range(PROMPT_UNITS + units):
+        words = groups[g]["words"]
+        word = rng.choices(words, weights=[w["p"] for w in words])[0]
+        tokens += word["tokens"] + groups[g]["carrier"]
+        g = (g + 1) % len(groups)
+    return tokens
+
+
+def write_records(path, records):
+    with open(path, "wb") as f:
+        f.write(MAGIC)
+        for prompt_len, tokens in records:
+            f.write(struct.pack("<II", prompt_len, len(tokens)))
+            f.write(struct.pack(f"<{len(tokens)}i", *tokens))
+
+
+def read_records(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    if data[:8] != MAGIC:
+        sys.exit(f"edit_toy: {path} is no distill file")
+    out, at = [], 8
+    while at + 8 <= len(data):
+        prompt_len, n = struct.unpack_from("<II", data, at)
+        at += 8
+        if at + 4 * n > len(data):
+            break
+        out.append((prompt_len, list(struct.unpack_from(f"<{n}i", data, at))))
+        at += 4 * n
+    return out
+
+
+def cmd_generate(args):
+    spec = make_language(args.tokenizer, args.groups, args.language_seed)
+    spec["units"] = args.units
+    import os
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "spec.json"), "w") as f:
+        json.dump(spec, f, indent=1)
+    prompt_len = PROMPT_UNITS * UNIT
+    for name, n, seed in (("train", args.train, args.seed),
+                          ("heldout", args.heldout, args.seed + 1000003)):
+        if n <= 0:
+            continue
+        rng = random.Random(seed)
+        write_records(os.path.join(args.out, name + ".bin"),
+                      [(prompt_len, sample_sequence(spec, args.units, rng))
+                       for _ in range(n)])
+    print(json.dumps({"out": args.out, "train": args.train,
+                      "heldout": args.heldout, "groups": len(spec["groups"]),
+                      "sample": " | ".join(
+                          w["text"] + " /" + g["carrier_text"]
+                          for g in spec["groups"][:2] for w in g["words"][:1])}))
+
+
+# --- The analytic model --------------------------------------------------
+
+def group_at(spec, tokens):
+    """The group of the sequence's first unit (its first token's group)."""
+    for g, grp in enumerate(spec["groups"]):
+        if any(w["tokens"][0] == tokens[0] for w in grp["words"]):
+            return g
+    raise ValueError("a sequence that does not start with a word")
+
+
+def block_structure(spec, g0, anchor, known, n):
+    """Slots 1..n after `anchor` (a position whose unit-0 group is g0):
+    a list of occurrences, each (first slot, length, candidates) where
+    candidates is [(tokens, p)] of what the occurrence can be, conditioned
+    on the known tokens (a word the anchor is inside of); carrier tokens
+    are occurrences of one certain candidate."""
+    groups = spec["groups"]
+    occ = []
+    slot = 1
+    while slot <= n:
+        pos = anchor + slot
+        unit, phase = divmod(pos, UNIT)
+        grp = groups[(g0 + unit) % len(groups)]
+        if phase < WORD_LEN:
+            start = pos - phase
+            seen = known[start:anchor + 1] if start <= anchor else []
+            cands = [(w["tokens"][phase:], w["p"]) for w in grp["words"]
+                     if w["tokens"][:len(seen)] == seen]
+            total = sum(p for _, p in cands)
+            merged = {}
+            for t, p in cands:
+                merged[tuple(t)] = merged.get(tuple(t), 0) + p / total
+            length = WORD_LEN - phase
+        else:
+            merged = {tuple(grp["carrier"][phase - WORD_LEN:]): 1.0}
+            length = UNIT - phase
+        length = min(length, n - slot + 1)
+        cut = {}
+        for t, p in merged.items():
+            cut[t[:length]] = cut.get(t[:length], 0) + p
+        occ.append((slot, length, sorted(cut.items(), key=lambda c: -c[1])))
+        slot += length
+    return occ
+
+
+def expected_accepted(occ, draft):
+    """E[longest matching prefix] of `draft` (one token tuple per
+    occurrence) against the occurrences' distribution."""
+    total, alive = 0.0, 1.0
+    for (_, length, cands), d in zip(occ, draft):
+        for m in range(1, length + 1):
+            total += alive * sum(p for t, p in cands if t[:m] == d[:m])
+        alive *= sum(p for t, p in cands if t == d)
+        if alive == 0:
+            break
+    return total
+
+
+def ceiling_and_marginal(occ):
+    """The Bayes-optimal joint block's expected accepted length, and that
+    of the per-slot argmax draft (what a perfect P1 proposes)."""
+    best = max(expected_accepted(occ, d)
+               for d in itertools.product(*[[t for t, _ in c]
+                                            for _, _, c in occ]))
+    marginal = []
+    for _, length, cands in occ:
+        d = []
+        for k in range(length):
+            votes = {}
+            for t, p in cands:
+                votes[t[k]] = votes.get(t[k], 0) + p
+            d.append(max(votes, key=votes.get))
+        marginal.append(tuple(d))
+    return best, expected_accepted(occ, marginal)
+
+
+def slot_certainty(occ, n):
+    """Per slot 1..n, the largest marginal probability of its token."""
+    out = [1.0] * n
+    for first, length, cands in occ:
+        for k in range(length):
+            votes = {}
+            for t, p in cands:
+                votes[t[k]] = votes.get(t[k], 0) + p
+            out[first - 1 + k] = max(votes.values())
+    return out
+
+
+def cmd_ceiling(args):
+    with open(args.spec) as f:
+        spec = json.load(f)
+    n = args.window - 1
+    rng = random.Random(0)
+    seq = sample_sequence(spec, 8, rng)
+    best = marg = 0.0
+    for anchor in range(PROMPT_UNITS * UNIT, PROMPT_UNITS * UNIT + UNIT):
+        occ = block_structure(spec, group_at(spec, seq), anchor, seq, n)
+        b, m = ceiling_and_marginal(occ)
+        best += b / UNIT
+        marg += m / UNIT
+    print(json.dumps({"window": args.window, "ceiling_tau": 1 + best,
+                      "marginal_tau": 1 + marg}))
+
+
+# --- Scoring drafts ------------------------------------------------------
+
+def read_drafts(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def accepted(draft, truth):
+    k = 0
+    while k < len(truth) and draft[k] == truth[k]:
+        k += 1
+    return k
+
+
+def score(spec, records, drafts):
+    """tau per pass, and P1's and the oracle's accuracy at the ambiguous
+    slots (the generator's marginal there is below 1), with the analytic
+    taus at the same anchors."""
+    if len(drafts) != len(records):
+        sys.exit(f"edit_toy: {len(drafts)} draft records for "
+                 f"{len(records)} sequences")
+    passes = len(drafts[0]["passes"])
+    acc = [0.0] * passes
+    blocks = 0
+    best = marg = 0.0
+    amb = {"n": 0, "p1": 0, "oracle": 0, "p3": 0}
+    last = min(passes, 3) - 1  # the edits compared: P1 against P3
+    extending = shortening = 0
+    for (prompt_len, tokens), d in zip(records, drafts):
+        g0 = group_at(spec, tokens)
+        for b, anchor in enumerate(d["anchors"]):
+            truth = tokens[anchor + 1:anchor + 1 + len(d["passes"][0][b])]
+            n = len(truth)
+            if n == 0:
+                continue
+            blocks += 1
+            got = [accepted(d["passes"][p][b][:n], truth)
+                   for p in range(passes)]
+            for p in range(passes):
+                acc[p] += got[p]
+            extending += got[last] > got[0]
+            shortening += got[last] < got[0]
+            occ = block_structure(spec, g0, anchor, tokens, n)
+            b_, m_ = ceiling_and_marginal(occ)
+            best += b_
+            marg += m_
+            certain = slot_certainty(occ, n)
+            for k in range(n):
+                if certain[k] < 1.0:
+                    amb["n"] += 1
+                    amb["p1"] += d["passes"][0][b][k] == truth[k]
+                    amb["oracle"] += d["oracle"][b][k] == truth[k]
+                    if passes >= 3:
+                        amb["p3"] += d["passes"][2][b][k] == truth[k]
+    out = {f"p{p + 1}_tau": 1 + acc[p] / blocks for p in range(passes)}
+    out.update({
+        "blocks": blocks,
+        # Blocks whose accepted length the edit passes (P1 -> P3) made
+        # longer or shorter.
+        "extending_edits": extending / blocks,
+        "shortening_edits": shortening / blocks,
+        "ceiling_tau": 1 + best / blocks,
+        "marginal_tau": 1 + marg / blocks,
+        "ambiguous_slots": amb["n"],
+        "ambiguous_p1_accuracy": amb["p1"] / max(amb["n"], 1),
+        "ambiguous_p3_accuracy": amb["p3"] / max(amb["n"], 1),
+        "ambiguous_oracle_accuracy": amb["oracle"] / max(amb["n"], 1),
+    })
+    out["oracle_gain_points"] = 100 * (out["ambiguous_oracle_accuracy"] -
+                                       out["ambiguous_p1_accuracy"])
+    return out
+
+
+def cmd_score(args):
+    with open(args.spec) as f:
+        spec = json.load(f)
+    records = read_records(args.data)
+    out = score(spec, records, read_drafts(args.drafts))
+    if args.causal_drafts:
+        causal = score(spec, records, read_drafts(args.causal_drafts))
+        out["causal_p3_tau"] = causal["p3_tau"]
+        out["causal_twin"] = causal
+    if args.same_weights_causal:
+        masked = score(spec, records, read_drafts(args.same_weights_causal))
+        out["same_weights_causal_p3_tau"] = masked["p3_tau"]
+    p1, p3, ceil = out["p1_tau"], out.get("p3_tau"), out["ceiling_tau"]
+    if p3 is not None:
+        out["p3_over_p1"] = p3 / p1
+        out["headroom_closed"] = (p3 - p1) / (ceil - p1) if ceil > p1 else 0
+    print(json.dumps(out))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    g = sub.add_parser("generate")
+    g.add_argument("--tokenizer", required=True)
+    g.add_argument("--out", required=True)
+    g.add_argument("--train", type=int, default=4096)
+    g.add_argument("--heldout", type=int, default=64)
+    g.add_argument("--units", type=int, default=30,
+                   help="units after the two-unit prompt")
+    g.add_argument("--groups", type=int, default=8)
+    g.add_argument("--seed", type=int, default=1,
+                   help="seed of the sequences (held-out: another stream)")
+    g.add_argument("--language_seed", type=int, default=0,
+                   help="seed of the language (which tokens, which words)")
+    g.set_defaults(fn=cmd_generate)
+    s = sub.add_parser("score")
+    s.add_argument("--spec", required=True)
+    s.add_argument("--data", required=True)
+    s.add_argument("--drafts", required=True)
+    s.add_argument("--causal_drafts", default="",
+                   help="the causal-trained twin's drafts")
+    s.add_argument("--same_weights_causal", default="",
+                   help="the drafter's drafts with the causal edit mask")
+    s.set_defaults(fn=cmd_score)
+    c = sub.add_parser("ceiling")
+    c.add_argument("--spec", required=True)
+    c.add_argument("--window", type=int, default=16)
+    c.set_defaults(fn=cmd_ceiling)
+    args = ap.parse_args()
+    args.fn(args)
+
+
+if __name__ == "__main__":
+    main()
