@@ -33,6 +33,9 @@ function of the tokenizer and --language_seed; the sequences of --seed.
          anchors. DRAFTS.jsonl comes from `dedit-train drafts`.
   edit_toy.py ceiling --spec DIR/spec.json [--window 16]
       -> the analytic taus averaged over a unit's phases.
+  edit_toy.py report --sweep OUT
+      -> markdown tables of a sweep's runs (scripts/edit_toy.sh --train),
+         and per variant the mean and 95% interval over its seeds.
 
 tau is the mean accepted length of a block anchored at every position of
 the continuation: the longest prefix of the draft that matches the sampled
@@ -349,6 +352,55 @@ def cmd_score(args):
     print(json.dumps(out))
 
 
+def mean_and_interval(values):
+    """Mean and the half-width of its 95% t-interval (0 for one value)."""
+    n = len(values)
+    mean = sum(values) / n
+    if n < 2:
+        return mean, 0.0
+    var = sum((v - mean) ** 2 for v in values) / (n - 1)
+    t975 = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776}.get(n, 2.0)
+    return mean, t975 * (var / n) ** 0.5
+
+
+def cmd_report(args):
+    """A markdown table of a sweep's runs (OUT/RUN/eval.json), then each
+    variant over its seeds as mean +- the 95% interval."""
+    import glob
+    import os
+    runs = {}
+    for path in sorted(glob.glob(os.path.join(args.sweep, "*", "eval.json"))):
+        with open(path) as f:
+            runs[os.path.basename(os.path.dirname(path))] = json.load(f)
+    if not runs:
+        sys.exit(f"edit_toy: no */eval.json under {args.sweep}")
+    cols = ["p1_tau", "p2_tau", "p3_tau", "p4_tau", "p3_over_p1",
+            "ceiling_tau", "headroom_closed", "oracle_gain_points",
+            "same_weights_causal_p3_tau", "extending_edits",
+            "shortening_edits"]
+    print("| run | " + " | ".join(cols) + " |")
+    print("|---" * (len(cols) + 1) + "|")
+    for name, r in runs.items():
+        print(f"| {name} | " + " | ".join(
+            f"{r[c]:.3f}" if c in r else "-" for c in cols) + " |")
+    variants = {}
+    for name, r in runs.items():
+        variants.setdefault(re.sub(r"-s[0-9]+$", "", name), []).append(r)
+    print()
+    print("| variant (seeds) | " + " | ".join(cols) + " |")
+    print("|---" * (len(cols) + 1) + "|")
+    for v, rs in variants.items():
+        cells = []
+        for c in cols:
+            vals = [r[c] for r in rs if c in r]
+            if not vals:
+                cells.append("-")
+                continue
+            m, h = mean_and_interval(vals)
+            cells.append(f"{m:.3f} ± {h:.3f}" if len(vals) > 1 else f"{m:.3f}")
+        print(f"| {v} ({len(rs)}) | " + " | ".join(cells) + " |")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -378,6 +430,10 @@ def main():
     c.add_argument("--spec", required=True)
     c.add_argument("--window", type=int, default=16)
     c.set_defaults(fn=cmd_ceiling)
+    r = sub.add_parser("report")
+    r.add_argument("--sweep", required=True,
+                   help="scripts/edit_toy.sh --train's OUT")
+    r.set_defaults(fn=cmd_report)
     args = ap.parse_args()
     args.fn(args)
 
