@@ -27,11 +27,15 @@
 #   d2-nomix-s1 d2-nomix-s2 d2-nomix-s3  the same without ProposalMix
 #   d2-causal-s1                         depth 2, the causal editor
 #   d1-mix-s1 d4-mix-s1                  depths 1 and 4
+#   d2-mix-s1-right d2-causal-s1-right   the "right" words (edit_toy.py
+#                                        --shapes right), whose fix needs
+#                                        the later slots
 # checkpoints/edit-toy/drafter is d2-mix-s1 and drafter-causal d2-causal-s1.
 #
 # Environment: BUILD (default build; needs training/dedit-train), TARGET
 # (default checkpoints/tiny/target), THREADS (default 1), MAX_MINUTES
-# (default 0, no bound), STEPS (default 1500), SEED (--eval's data).
+# (default 0, no bound), STEPS (default 1500), SEED and HELDOUT (--eval's
+# data: its seed, default the time, and its sequences, default 32).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -44,7 +48,7 @@ STEPS="${STEPS:-1500}"
 TRAIN="$BUILD/training/dedit-train"
 TOY="python3 $ROOT/training/edit_toy.py"
 SWEEP=(d2-mix-s1 d2-mix-s2 d2-mix-s3 d2-nomix-s1 d2-nomix-s2 d2-nomix-s3
-       d2-causal-s1 d1-mix-s1 d4-mix-s1)
+       d2-causal-s1 d1-mix-s1 d4-mix-s1 d2-mix-s1-right d2-causal-s1-right)
 
 usage() {
   echo "usage: $0 OUT | --train OUT [RUN...] | --eval DRAFTER [CAUSAL_TWIN]" >&2
@@ -58,10 +62,18 @@ need_train() {
 }
 target_sum() { sha256sum "$TARGET/model.safetensors" | cut -d' ' -f1; }
 
-# The language is fixed (--language_seed 0), the sequences come from $2.
-generate() {  # OUT_DATA SEED TRAIN HELDOUT
+# The language is fixed (--language_seed 0; its word shapes $5, default
+# left), the sequences come from $2.
+generate() {  # OUT_DATA SEED TRAIN HELDOUT [SHAPES]
   $TOY generate --tokenizer "$TARGET/tokenizer.json" --out "$1" --seed "$2" \
-    --train "$3" --heldout "$4" >&2
+    --train "$3" --heldout "$4" --shapes "${5:-left}" >&2
+}
+# The word shapes a drafter was trained on (its edit_toy.json; left when
+# it has none).
+shapes_of() {  # DRAFTER
+  python3 -c 'import json,sys
+try: print(json.load(open(sys.argv[1])).get("shapes", "left"))
+except OSError: print("left")' "$1/edit_toy.json"
 }
 
 # Drafts of DRAFTER on DATA's held-out sequences into OUT (JSON lines).
@@ -99,7 +111,8 @@ evaluate() {  # DRAFTER [CAUSAL_TWIN]
   local work
   work=$(mktemp -d)
   trap 'rm -rf "$work"' EXIT
-  generate "$work/data" "${SEED:-$(date +%s)}" 0 32
+  generate "$work/data" "${SEED:-$(date +%s)}" 0 "${HELDOUT:-32}" \
+    "$(shapes_of "$drafter")"
   drafts "$drafter" "$work/data" "$work/drafts.jsonl"
   drafts "$drafter" "$work/data" "$work/masked.jsonl" causal
   local extra=()
@@ -115,8 +128,8 @@ evaluate() {  # DRAFTER [CAUSAL_TWIN]
 # One sweep run's trainer flags.
 run_flags() {  # NAME
   local name="$1" depth mix causal seed
-  [[ "$name" =~ ^d([124])-(mix|nomix|causal)-s([0-9]+)$ ]] || {
-    echo "edit_toy: unknown run $name (d<1|2|4>-<mix|nomix|causal>-s<N>)" >&2
+  [[ "$name" =~ ^d([124])-(mix|nomix|causal)-s([0-9]+)(-right)?$ ]] || {
+    echo "edit_toy: unknown run $name (d<1|2|4>-<mix|nomix|causal>-s<N>[-right])" >&2
     exit 2
   }
   depth=${BASH_REMATCH[1]}
@@ -139,30 +152,33 @@ train_runs() {  # OUT RUN...
   local out="$1"
   shift
   need_train
-  [[ -f "$out/data/heldout.bin" ]] || generate "$out/data" 1 4096 32
   local runs=("$@")
   [[ ${#runs[@]} -gt 0 ]] || runs=("${SWEEP[@]}")
-  local name rc
+  local name rc shapes data
   for name in "${runs[@]}"; do
     local dir="$out/$name"
+    run_flags "$name" > /dev/null
+    shapes=left data="$out/data"
+    [[ "$name" = *-right ]] && shapes=right data="$out/data-right"
+    [[ -f "$data/heldout.bin" ]] || generate "$data" 1 4096 32 "$shapes"
     if [[ ! -f "$dir/drafter/model.safetensors" ]]; then
       mkdir -p "$dir"
       # shellcheck disable=SC2046  # run_flags prints separate flags
       set +e
       "$TRAIN" drafter --threads="$THREADS" --max_minutes="$MAX_MINUTES" \
         --checkpoint_every_s=120 --target="$TARGET" \
-        --data="$out/data/train.bin" --heldout_data="$out/data/heldout.bin" \
+        --data="$data/train.bin" --heldout_data="$data/heldout.bin" \
         --work_dir="$dir/state" --out="$dir/drafter" $(run_flags "$name")
       rc=$?
       set -e
       [[ $rc -eq 0 ]] || exit $rc
-      python3 -c 'import json,sys; json.dump({"target_sha256": sys.argv[1], "run": sys.argv[2], "flags": sys.argv[3]}, open(sys.argv[4], "w"), indent=1)' \
-        "$(target_sum)" "$name" "$(run_flags "$name")" "$dir/drafter/edit_toy.json"
+      python3 -c 'import json,sys; json.dump({"target_sha256": sys.argv[1], "run": sys.argv[2], "shapes": sys.argv[3], "flags": sys.argv[4]}, open(sys.argv[5], "w"), indent=1)' \
+        "$(target_sum)" "$name" "$shapes" "$(run_flags "$name")" "$dir/drafter/edit_toy.json"
     fi
     if [[ ! -f "$dir/eval.json" ]]; then
-      drafts "$dir/drafter" "$out/data" "$dir/drafts.jsonl"
-      drafts "$dir/drafter" "$out/data" "$dir/masked.jsonl" causal
-      $TOY score --spec "$out/data/spec.json" --data "$out/data/heldout.bin" \
+      drafts "$dir/drafter" "$data" "$dir/drafts.jsonl"
+      drafts "$dir/drafter" "$data" "$dir/masked.jsonl" causal
+      $TOY score --spec "$data/spec.json" --data "$data/heldout.bin" \
         --drafts "$dir/drafts.jsonl" --same_weights_causal "$dir/masked.jsonl" \
         > "$dir/eval.json.tmp"
       mv "$dir/eval.json.tmp" "$dir/eval.json"

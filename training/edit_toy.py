@@ -51,20 +51,27 @@ import struct
 import sys
 
 MAGIC = b"DEDDIS01"  # training/distill.cc
-WORD_SHAPES = [  # (slot-1, slot-2, slot-3 token names), probability
-    (("a", "b", "c"), 0.35),
-    (("a", "y", "z"), 0.20),
-    (("x", "b", "z"), 0.25),
-    (("x", "y", "q"), 0.20),
-]
+SHAPES = {  # (slot-1, slot-2, slot-3 token names), probability
+    # The joint fix of the per-slot draft (a, b, z) reads left to right:
+    # given a and b, c.
+    "left": [(("a", "b", "c"), 0.35), (("a", "y", "z"), 0.20),
+             (("x", "b", "z"), 0.25), (("x", "y", "q"), 0.20)],
+    # The per-slot draft (u, b, z) is best fixed at its first slot, from
+    # the slots after it: (x, b, z) 0.4 is the most likely word, but slot 1
+    # alone says u (0.5). A causal editor cannot see why; the best it can
+    # do from u is (u, b, q).
+    "right": [(("a", "y", "c"), 0.10), (("x", "b", "z"), 0.40),
+              (("u", "b", "q"), 0.30), (("u", "y", "c"), 0.20)],
+}
 WORD_LEN = 3
 CARRIER_LEN = 5
 UNIT = WORD_LEN + CARRIER_LEN
 PROMPT_UNITS = 2
 
 
-def make_language(tokenizer_path, groups, language_seed):
+def make_language(tokenizer_path, groups, language_seed, shapes="left"):
     """The spec: per group its words (token ids, probability) and carrier."""
+    word_shapes = SHAPES[shapes]
     with open(tokenizer_path, encoding="utf-8") as f:
         vocab = json.load(f)["model"]["vocab"]
     # Byte-level BPE: "Ġ" marks a leading space. Words start with a spaced
@@ -74,25 +81,33 @@ def make_language(tokenizer_path, groups, language_seed):
     rng = random.Random(language_seed)
     rng.shuffle(spaced)
     rng.shuffle(inner)
-    need_spaced = groups * (2 + CARRIER_LEN)
-    need_inner = groups * 5
+    # Per group: the spaced pieces start words (a, x, u) and make the
+    # carrier; inner pieces continue words (b, y, c, z, q).
+    used = {n for shape, _ in word_shapes for n in shape}
+    starts = "".join(n for n in "axu" if n in used)
+    inner_names = "byczq"
+    n_spaced, n_inner = len(starts) + CARRIER_LEN, len(inner_names)
+    need_spaced = groups * n_spaced
+    need_inner = groups * n_inner
     if len(spaced) < need_spaced or len(inner) < need_inner:
         sys.exit(f"edit_toy: the vocabulary has too few word pieces for "
                  f"{groups} groups")
     spec = {"groups": [], "unit": UNIT, "word_len": WORD_LEN,
-            "prompt_units": PROMPT_UNITS, "language_seed": language_seed}
+            "prompt_units": PROMPT_UNITS, "language_seed": language_seed,
+            "shapes": shapes}
     for g in range(groups):
-        s = spaced[g * (2 + CARRIER_LEN):(g + 1) * (2 + CARRIER_LEN)]
-        i = inner[g * 5:(g + 1) * 5]
-        names = {"a": s[0], "x": s[1], "b": i[0], "y": i[1], "c": i[2],
-                 "z": i[3], "q": i[4]}
+        s = spaced[g * n_spaced:(g + 1) * n_spaced]
+        i = inner[g * n_inner:(g + 1) * n_inner]
+        names = dict(zip(starts, s))
+        names.update(zip(inner_names, i))
+        carrier = s[len(starts):]
         spec["groups"].append({
             "words": [{"tokens": [vocab[names[n]] for n in shape],
                        "text": "".join(names[n] for n in shape)
                        .replace("Ġ", " "), "p": p}
-                      for shape, p in WORD_SHAPES],
-            "carrier": [vocab[t] for t in s[2:]],
-            "carrier_text": "".join(s[2:]).replace("Ġ", " "),
+                      for shape, p in word_shapes],
+            "carrier": [vocab[t] for t in carrier],
+            "carrier_text": "".join(carrier).replace("Ġ", " "),
         })
     return spec
 
@@ -134,7 +149,8 @@ def read_records(path):
 
 
 def cmd_generate(args):
-    spec = make_language(args.tokenizer, args.groups, args.language_seed)
+    spec = make_language(args.tokenizer, args.groups, args.language_seed,
+                         args.shapes)
     spec["units"] = args.units
     import os
     os.makedirs(args.out, exist_ok=True)
@@ -414,6 +430,9 @@ def main():
     g.add_argument("--groups", type=int, default=8)
     g.add_argument("--seed", type=int, default=1,
                    help="seed of the sequences (held-out: another stream)")
+    g.add_argument("--shapes", choices=sorted(SHAPES), default="left",
+                   help="the words: left (the per-slot draft is fixed left "
+                   "to right) or right (its first slot needs the later ones)")
     g.add_argument("--language_seed", type=int, default=0,
                    help="seed of the language (which tokens, which words)")
     g.set_defaults(fn=cmd_generate)

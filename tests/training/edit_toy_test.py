@@ -7,6 +7,7 @@ the scorer counts accepted prefixes, edits and the ambiguous slots.
   edit_toy_test.py REPO_ROOT
 """
 
+import itertools
 import json
 import os
 import random
@@ -35,10 +36,15 @@ class EditToyTest(unittest.TestCase):
                         "--units", "6"], check=True, capture_output=True)
         with open(os.path.join(cls.dir, "spec.json")) as f:
             cls.spec = json.load(f)
+        cls.right = edit_toy.make_language(TOKENIZER, 8, 0, "right")
 
     def test_the_per_slot_argmax_spells_no_word(self):
+        for spec in (self.spec, self.right):
+            self.check_language(spec)
+
+    def check_language(self, spec):
         seen = set()
-        for g in self.spec["groups"]:
+        for g in spec["groups"]:
             words = [tuple(w["tokens"]) for w in g["words"]]
             self.assertAlmostEqual(sum(w["p"] for w in g["words"]), 1.0)
             argmax = []
@@ -49,9 +55,28 @@ class EditToyTest(unittest.TestCase):
                 argmax.append(max(votes, key=votes.get))
             self.assertNotIn(tuple(argmax), words)
             tokens = {t for w in words for t in w} | set(g["carrier"])
-            self.assertEqual(len(tokens), 7 + 5)
+            self.assertEqual(len(tokens),
+                             {"left": 7, "right": 8}[spec["shapes"]] + 5)
             self.assertFalse(tokens & seen, "groups share a token")
             seen |= tokens
+
+    def test_the_right_words_are_fixed_at_their_first_slot(self):
+        # A block anchored before a word: the Bayes-optimal block starts
+        # with another token than the per-slot draft (u), so an editor
+        # must change slot 1 from what follows it; on the left words it
+        # keeps slot 1 (a) and fixes slot 3.
+        for spec, keeps_first in ((self.spec, True), (self.right, False)):
+            seq = edit_toy.sample_sequence(spec, 4, random.Random(3))
+            g0 = edit_toy.group_at(spec, seq)
+            occ = edit_toy.block_structure(spec, g0, 23, seq, 15)
+            best = max(itertools.product(*[[t for t, _ in c]
+                                           for _, _, c in occ]),
+                       key=lambda d: edit_toy.expected_accepted(occ, d))
+            votes = {}
+            for t, p in occ[0][2]:
+                votes[t[0]] = votes.get(t[0], 0) + p
+            self.assertEqual(best[0][0] == max(votes, key=votes.get),
+                             keeps_first, spec["shapes"])
 
     def test_records_are_distill_records_of_units(self):
         train = edit_toy.read_records(os.path.join(self.dir, "train.bin"))
@@ -83,8 +108,7 @@ class EditToyTest(unittest.TestCase):
             drafts = {}
             for name, target in (("best", best), ("marginal", marg)):
                 # The draft achieving `target`: search the product again.
-                import itertools
-                cands = itertools.product(*[[t for t, _ in c]
+                    cands = itertools.product(*[[t for t, _ in c]
                                             for _, _, c in occ])
                 if name == "best":
                     d = max(cands, key=lambda d: edit_toy.expected_accepted(
