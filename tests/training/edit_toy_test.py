@@ -108,7 +108,7 @@ class EditToyTest(unittest.TestCase):
             drafts = {}
             for name, target in (("best", best), ("marginal", marg)):
                 # The draft achieving `target`: search the product again.
-                    cands = itertools.product(*[[t for t, _ in c]
+                cands = itertools.product(*[[t for t, _ in c]
                                             for _, _, c in occ])
                 if name == "best":
                     d = max(cands, key=lambda d: edit_toy.expected_accepted(
