@@ -108,9 +108,8 @@ evaluate() {  # DRAFTER [CAUSAL_TWIN]
   fi
   check_target "$drafter"
   [[ -n "$twin" ]] && check_target "$twin"
-  local work
-  work=$(mktemp -d)
-  trap 'rm -rf "$work"' EXIT
+  work=$(mktemp -d)  # global: the EXIT trap runs after this function
+  trap 'rm -rf "${work:-}"' EXIT
   generate "$work/data" "${SEED:-$(date +%s)}" 0 "${HELDOUT:-32}" \
     "$(shapes_of "$drafter")"
   drafts "$drafter" "$work/data" "$work/drafts.jsonl"
