@@ -230,6 +230,14 @@ def expected_accepted(occ, draft):
     return total
 
 
+def slot_votes(cands, k):
+    """The probability of each token at position k of an occurrence."""
+    votes = {}
+    for t, p in cands:
+        votes[t[k]] = votes.get(t[k], 0) + p
+    return votes
+
+
 def ceiling_and_marginal(occ):
     """The Bayes-optimal joint block's expected accepted length, and that
     of the per-slot argmax draft (what a perfect P1 proposes)."""
@@ -240,9 +248,7 @@ def ceiling_and_marginal(occ):
     for _, length, cands in occ:
         d = []
         for k in range(length):
-            votes = {}
-            for t, p in cands:
-                votes[t[k]] = votes.get(t[k], 0) + p
+            votes = slot_votes(cands, k)
             d.append(max(votes, key=votes.get))
         marginal.append(tuple(d))
     return best, expected_accepted(occ, marginal)
@@ -253,10 +259,7 @@ def slot_certainty(occ, n):
     out = [1.0] * n
     for first, length, cands in occ:
         for k in range(length):
-            votes = {}
-            for t, p in cands:
-                votes[t[k]] = votes.get(t[k], 0) + p
-            out[first - 1 + k] = max(votes.values())
+            out[first - 1 + k] = max(slot_votes(cands, k).values())
     return out
 
 

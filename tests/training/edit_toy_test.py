@@ -72,9 +72,7 @@ class EditToyTest(unittest.TestCase):
             best = max(itertools.product(*[[t for t, _ in c]
                                            for _, _, c in occ]),
                        key=lambda d: edit_toy.expected_accepted(occ, d))
-            votes = {}
-            for t, p in occ[0][2]:
-                votes[t[0]] = votes.get(t[0], 0) + p
+            votes = edit_toy.slot_votes(occ[0][2], 0)
             self.assertEqual(best[0][0] == max(votes, key=votes.get),
                              keeps_first, spec["shapes"])
 
@@ -118,9 +116,7 @@ class EditToyTest(unittest.TestCase):
                     for _, length, c in occ:
                         toks = []
                         for k in range(length):
-                            votes = {}
-                            for t, p in c:
-                                votes[t[k]] = votes.get(t[k], 0) + p
+                            votes = edit_toy.slot_votes(c, k)
                             toks.append(max(votes, key=votes.get))
                         d.append(tuple(toks))
                 drafts[name] = [t for part in d for t in part]
