@@ -137,8 +137,8 @@ run_flags() {  # NAME
   [[ ${BASH_REMATCH[2]} = causal ]] && causal=true
   # The chat drafter's recipe (scripts/train_tiny.sh chat) at block 16,
   # with the paper's ProposalMix: a fixed eta of 0.5 instead of the chat
-  # recipe's adaptive one (--gt_selection_ratio), under which the editor
-  # never learned to edit here (docs/RESULTS.md, "The editing toy").
+  # recipe's adaptive one (--gt_selection_ratio), with which the editor
+  # learned less here (docs/RESULTS.md, "The editing toy").
   echo --drafter_layers="$depth" --proposal_mix="$mix" \
     --causal_editor="$causal" --seed="$seed" --block_size=16 \
     --target_layer_ids=0,5,10 --sequences_per_step=4 --blocks_per_sequence=32 \
