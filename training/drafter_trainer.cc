@@ -636,6 +636,19 @@ class DrafterRun {
   void ScoreHeadroomBlocks(const std::vector<const DistillRecord*>& seqs,
                            const DrafterContext& ctx, const BlockBatch& batch,
                            SlotHeadroom* tally) const;
+  // Calls `fn` on `record`'s blocks anchored every `anchor_stride`
+  // positions of its answer, kHeadroomBlocks at a time, with the context
+  // computed once.
+  void ForEachAnswerChunk(
+      const DistillRecord& record, int window, int anchor_stride,
+      const std::function<void(const DrafterContext&, const BlockBatch&)>& fn)
+      const;
+  // The editor's argmax at every slot k, each from its own forward whose
+  // input holds P1's argmax `y1` at k and the ground truth at the other
+  // slots (left_only: at the slots before k only).
+  at::Tensor OracleArgmax(const DrafterContext& ctx, const BlockBatch& batch,
+                          const at::Tensor& y1, const at::Tensor& seeds,
+                          bool left_only) const;
 
   const DrafterTrainingOptions& o_;
   const FrozenTarget& target_;
@@ -1032,9 +1045,10 @@ void AddPerSlot(const at::Tensor& values, const at::Tensor& valid,
   }
 }
 
-void DrafterRun::ScoreHeadroom(const DistillRecord& record, int window,
-                               int anchor_stride, SlotHeadroom* tally) const {
-  at::NoGradGuard no_grad;
+void DrafterRun::ForEachAnswerChunk(
+    const DistillRecord& record, int window, int anchor_stride,
+    const std::function<void(const DrafterContext&, const BlockBatch&)>& fn)
+    const {
   const std::vector<const DistillRecord*> seqs = {&record};
   const int64_t len = static_cast<int64_t>(record.tokens.size());
   std::vector<int64_t> anchors;
@@ -1051,8 +1065,36 @@ void DrafterRun::ScoreHeadroom(const DistillRecord& record, int window,
         MakeBlockBatch(seqs, static_cast<int>(last - first), window,
                        target_.mask_id, target_.eot_id, nullptr, chunk);
     if (first == 0) ctx = drafter_.ProjectContext(Features(batch.ids));
-    ScoreHeadroomBlocks(seqs, ctx, batch, tally);
+    fn(ctx, batch);
   }
+}
+
+at::Tensor DrafterRun::OracleArgmax(const DrafterContext& ctx,
+                                    const BlockBatch& batch,
+                                    const at::Tensor& y1,
+                                    const at::Tensor& seeds,
+                                    bool left_only) const {
+  const int64_t w = batch.truth.size(-1), nb = batch.anchors.size(1);
+  at::Tensor out = at::zeros_like(y1);
+  for (int64_t k = 0; k < w - 1; ++k) {
+    at::Tensor at_probe;
+    const at::Tensor input = OracleInput(
+        batch, y1, at::full({nb}, k, at::kLong), left_only, &at_probe);
+    out = at::where(at_probe,
+                    Logits(ctx, input, batch.anchors, true, seeds).argmax(-1),
+                    out);
+  }
+  return out;
+}
+
+void DrafterRun::ScoreHeadroom(const DistillRecord& record, int window,
+                               int anchor_stride, SlotHeadroom* tally) const {
+  at::NoGradGuard no_grad;
+  const std::vector<const DistillRecord*> seqs = {&record};
+  ForEachAnswerChunk(record, window, anchor_stride,
+                     [&](const DrafterContext& ctx, const BlockBatch& batch) {
+                       ScoreHeadroomBlocks(seqs, ctx, batch, tally);
+                     });
 }
 
 // One batch of an answer's blocks: P1, P2 on P1's argmax (both with their
@@ -1060,7 +1102,7 @@ void DrafterRun::ScoreHeadroom(const DistillRecord& record, int window,
 void DrafterRun::ScoreHeadroomBlocks(
     const std::vector<const DistillRecord*>& seqs, const DrafterContext& ctx,
     const BlockBatch& batch, SlotHeadroom* tally) const {
-  const int64_t w = batch.truth.size(-1), nb = batch.anchors.size(1);
+  const int64_t w = batch.truth.size(-1);
   const at::Tensor truth = batch.truth.narrow(-1, 1, w - 1);
   const at::Tensor& valid = batch.valid;
   const at::Tensor seeds = P1Input(seqs, batch);
@@ -1082,20 +1124,8 @@ void DrafterRun::ScoreHeadroomBlocks(
           .expand_as(truth);
   AddPerSlot(uniform, valid, &tally->uniform_block_share);
   for (const bool left_only : {true, false}) {
-    std::vector<double>* hits =
-        left_only ? &tally->left_oracle : &tally->full_oracle;
-    for (int64_t k = 0; k < w - 1; ++k) {
-      at::Tensor at_probe;
-      const at::Tensor input = OracleInput(
-          batch, y1, at::full({nb}, k, at::kLong), left_only, &at_probe);
-      const at::Tensor y = Logits(ctx, input, batch.anchors, true, seeds);
-      (*hits)[k] += y.argmax(-1)
-                        .eq(truth)
-                        .logical_and(at_probe)
-                        .logical_and(valid)
-                        .sum()
-                        .item<double>();
-    }
+    AddPerSlot(OracleArgmax(ctx, batch, y1, seeds, left_only).eq(truth), valid,
+               left_only ? &tally->left_oracle : &tally->full_oracle);
   }
 }
 
@@ -1104,10 +1134,6 @@ void DrafterRun::DraftRecord(const DistillRecord& record, int window,
                              BlockDrafts* out) const {
   at::NoGradGuard no_grad;
   const std::vector<const DistillRecord*> seqs = {&record};
-  const int64_t len = static_cast<int64_t>(record.tokens.size());
-  for (int64_t a = record.prompt_len; a <= len - 2; a += anchor_stride) {
-    out->anchors.push_back(a);
-  }
   out->passes.assign(passes, {});
   const auto append = [](const at::Tensor& drafts,
                          std::vector<std::vector<int32_t>>* to) {
@@ -1117,41 +1143,25 @@ void DrafterRun::DraftRecord(const DistillRecord& record, int window,
       to->emplace_back(row, row + c.size(1));
     }
   };
-  DrafterContext ctx;
-  for (size_t first = 0; first < out->anchors.size();
-       first += kHeadroomBlocks) {
-    const size_t last = std::min(out->anchors.size(),
-                                 first + static_cast<size_t>(kHeadroomBlocks));
-    const std::vector<std::vector<int64_t>> chunk = {
-        {out->anchors.begin() + first, out->anchors.begin() + last}};
-    const BlockBatch batch =
-        MakeBlockBatch(seqs, static_cast<int>(last - first), window,
-                       target_.mask_id, target_.eot_id, nullptr, chunk);
-    if (first == 0) ctx = drafter_.ProjectContext(Features(batch.ids));
-    const int64_t w = batch.truth.size(-1), nb = batch.anchors.size(1);
-    const at::Tensor seeds = P1Input(seqs, batch);
-    const at::Tensor anchor = batch.truth.narrow(-1, 0, 1);
-    at::Tensor input = seeds, y1;
-    for (int pass = 0; pass < passes; ++pass) {
-      const at::Tensor y =
-          Logits(ctx, input, batch.anchors, pass > 0, seeds).argmax(-1);
-      if (pass == 0) y1 = y;
-      append(y, &out->passes[pass]);
-      input = at::cat({anchor, y}, -1);
-    }
-    // The full oracle, one probe slot per forward: slot k keeps P1's
-    // argmax, every other slot holds the ground truth.
-    at::Tensor oracle = at::zeros_like(y1);
-    for (int64_t k = 0; k < w - 1; ++k) {
-      at::Tensor at_probe;
-      const at::Tensor in = OracleInput(batch, y1, at::full({nb}, k, at::kLong),
-                                        /*left_only=*/false, &at_probe);
-      oracle = at::where(at_probe,
-                         Logits(ctx, in, batch.anchors, true, seeds).argmax(-1),
-                         oracle);
-    }
-    append(oracle, &out->oracle);
-  }
+  ForEachAnswerChunk(
+      record, window, anchor_stride,
+      [&](const DrafterContext& ctx, const BlockBatch& batch) {
+        const at::Tensor a = batch.anchors.squeeze(0).contiguous();
+        out->anchors.insert(out->anchors.end(), a.data_ptr<int64_t>(),
+                            a.data_ptr<int64_t>() + a.numel());
+        const at::Tensor seeds = P1Input(seqs, batch);
+        const at::Tensor anchor = batch.truth.narrow(-1, 0, 1);
+        at::Tensor input = seeds, y1;
+        for (int pass = 0; pass < passes; ++pass) {
+          const at::Tensor y =
+              Logits(ctx, input, batch.anchors, pass > 0, seeds).argmax(-1);
+          if (pass == 0) y1 = y;
+          append(y, &out->passes[pass]);
+          input = at::cat({anchor, y}, -1);
+        }
+        append(OracleArgmax(ctx, batch, y1, seeds, /*left_only=*/false),
+               &out->oracle);
+      });
 }
 
 absl::Status ExportDrafter(const DrafterTrainingOptions& o,
