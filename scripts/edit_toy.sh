@@ -83,6 +83,19 @@ drafts() {  # DRAFTER DATA OUT [MASK]
     --edit_mask="${4:-as_trained}" --report="$3"
 }
 
+# DRAFTER's drafts and, on the same weights, the causal mask's, on DATA,
+# scored (edit_toy.py score; further arguments go to it) into stdout;
+# the drafts go to WORK.
+score_drafter() {  # DRAFTER DATA WORK [SCORE_ARGS...]
+  local drafter="$1" data="$2" work="$3"
+  shift 3
+  drafts "$drafter" "$data" "$work/drafts.jsonl"
+  drafts "$drafter" "$data" "$work/masked.jsonl" causal
+  $TOY score --spec "$data/spec.json" --data "$data/heldout.bin" \
+    --drafts "$work/drafts.jsonl" --same_weights_causal "$work/masked.jsonl" \
+    "$@"
+}
+
 # Refuses a drafter trained against another target: its features would be
 # another model's.
 check_target() {  # DRAFTER
@@ -112,16 +125,12 @@ evaluate() {  # DRAFTER [CAUSAL_TWIN]
   trap 'rm -rf "${work:-}"' EXIT
   generate "$work/data" "${SEED:-$(date +%s)}" 0 "${HELDOUT:-32}" \
     "$(shapes_of "$drafter")"
-  drafts "$drafter" "$work/data" "$work/drafts.jsonl"
-  drafts "$drafter" "$work/data" "$work/masked.jsonl" causal
   local extra=()
   if [[ -n "$twin" ]]; then
     drafts "$twin" "$work/data" "$work/twin.jsonl"
     extra=(--causal_drafts "$work/twin.jsonl")
   fi
-  $TOY score --spec "$work/data/spec.json" --data "$work/data/heldout.bin" \
-    --drafts "$work/drafts.jsonl" --same_weights_causal "$work/masked.jsonl" \
-    "${extra[@]}"
+  score_drafter "$drafter" "$work/data" "$work" "${extra[@]}"
 }
 
 # One sweep run's trainer flags.
@@ -153,33 +162,25 @@ train_runs() {  # OUT RUN...
   need_train
   local runs=("$@")
   [[ ${#runs[@]} -gt 0 ]] || runs=("${SWEEP[@]}")
-  local name rc shapes data
+  local name flags shapes data
   for name in "${runs[@]}"; do
     local dir="$out/$name"
-    run_flags "$name" > /dev/null
+    flags=$(run_flags "$name")
     shapes=left data="$out/data"
     [[ "$name" = *-right ]] && shapes=right data="$out/data-right"
     [[ -f "$data/heldout.bin" ]] || generate "$data" 1 4096 32 "$shapes"
     if [[ ! -f "$dir/drafter/model.safetensors" ]]; then
       mkdir -p "$dir"
-      # shellcheck disable=SC2046  # run_flags prints separate flags
-      set +e
+      # shellcheck disable=SC2086  # $flags holds separate flags
       "$TRAIN" drafter --threads="$THREADS" --max_minutes="$MAX_MINUTES" \
         --checkpoint_every_s=120 --target="$TARGET" \
         --data="$data/train.bin" --heldout_data="$data/heldout.bin" \
-        --work_dir="$dir/state" --out="$dir/drafter" $(run_flags "$name")
-      rc=$?
-      set -e
-      [[ $rc -eq 0 ]] || exit $rc
+        --work_dir="$dir/state" --out="$dir/drafter" $flags
       python3 -c 'import json,sys; json.dump({"target_sha256": sys.argv[1], "run": sys.argv[2], "shapes": sys.argv[3], "flags": sys.argv[4]}, open(sys.argv[5], "w"), indent=1)' \
-        "$(target_sum)" "$name" "$shapes" "$(run_flags "$name")" "$dir/drafter/edit_toy.json"
+        "$(target_sum)" "$name" "$shapes" "$flags" "$dir/drafter/edit_toy.json"
     fi
     if [[ ! -f "$dir/eval.json" ]]; then
-      drafts "$dir/drafter" "$data" "$dir/drafts.jsonl"
-      drafts "$dir/drafter" "$data" "$dir/masked.jsonl" causal
-      $TOY score --spec "$data/spec.json" --data "$data/heldout.bin" \
-        --drafts "$dir/drafts.jsonl" --same_weights_causal "$dir/masked.jsonl" \
-        > "$dir/eval.json.tmp"
+      score_drafter "$dir/drafter" "$data" "$dir" > "$dir/eval.json.tmp"
       mv "$dir/eval.json.tmp" "$dir/eval.json"
       rm -f "$dir/drafts.jsonl" "$dir/masked.jsonl"
     fi

@@ -43,8 +43,10 @@ sequence, plus one (the bonus), as `dedit-train drafter`'s held-out tau.
 """
 
 import argparse
+import glob
 import itertools
 import json
+import os
 import random
 import re
 import struct
@@ -152,7 +154,6 @@ def cmd_generate(args):
     spec = make_language(args.tokenizer, args.groups, args.language_seed,
                          args.shapes)
     spec["units"] = args.units
-    import os
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "spec.json"), "w") as f:
         json.dump(spec, f, indent=1)
@@ -385,8 +386,6 @@ def mean_and_interval(values):
 def cmd_report(args):
     """A markdown table of a sweep's runs (OUT/RUN/eval.json), then each
     variant over its seeds as mean +- the 95% interval."""
-    import glob
-    import os
     runs = {}
     for path in sorted(glob.glob(os.path.join(args.sweep, "*", "eval.json"))):
         with open(path) as f:
