@@ -27,6 +27,10 @@
 #   d2-nomix-s1 d2-nomix-s2 d2-nomix-s3  the same without ProposalMix
 #   d2-causal-s1                         depth 2, the causal editor
 #   d1-mix-s1 d4-mix-s1                  depths 1 and 4
+#   d2-truth-s1                          ProposalMix that hands the editor
+#                                        the ground truth at a uniform half
+#                                        of the slots (--edit_truth_share
+#                                        0.5) instead of where P1 is sure
 #   d2-mix-s1-right d2-causal-s1-right   the "right" words (edit_toy.py
 #                                        --shapes right), whose fix needs
 #                                        the later slots
@@ -48,7 +52,8 @@ STEPS="${STEPS:-1500}"
 TRAIN="$BUILD/training/dedit-train"
 TOY="python3 $ROOT/training/edit_toy.py"
 SWEEP=(d2-mix-s1 d2-mix-s2 d2-mix-s3 d2-nomix-s1 d2-nomix-s2 d2-nomix-s3
-       d2-causal-s1 d1-mix-s1 d4-mix-s1 d2-mix-s1-right d2-causal-s1-right)
+       d2-causal-s1 d1-mix-s1 d4-mix-s1 d2-truth-s1 d2-mix-s1-right
+       d2-causal-s1-right)
 
 usage() {
   echo "usage: $0 OUT | --train OUT [RUN...] | --eval DRAFTER [CAUSAL_TWIN]" >&2
@@ -135,15 +140,16 @@ evaluate() {  # DRAFTER [CAUSAL_TWIN]
 
 # One sweep run's trainer flags.
 run_flags() {  # NAME
-  local name="$1" depth mix causal seed
-  [[ "$name" =~ ^d([124])-(mix|nomix|causal)-s([0-9]+)(-right)?$ ]] || {
-    echo "edit_toy: unknown run $name (d<1|2|4>-<mix|nomix|causal>-s<N>[-right])" >&2
+  local name="$1" depth mix causal seed truth=0
+  [[ "$name" =~ ^d([124])-(mix|nomix|causal|truth)-s([0-9]+)(-right)?$ ]] || {
+    echo "edit_toy: unknown run $name (d<1|2|4>-<mix|nomix|causal|truth>-s<N>[-right])" >&2
     exit 2
   }
   depth=${BASH_REMATCH[1]}
   mix=true causal=false seed=${BASH_REMATCH[3]}
   [[ ${BASH_REMATCH[2]} = nomix ]] && mix=false
   [[ ${BASH_REMATCH[2]} = causal ]] && causal=true
+  [[ ${BASH_REMATCH[2]} = truth ]] && truth=0.5
   # The chat drafter's recipe (scripts/train_tiny.sh chat) at block 16,
   # with the paper's ProposalMix: a fixed eta of 0.5 instead of the chat
   # recipe's adaptive one (--gt_selection_ratio), with which the editor
@@ -152,8 +158,8 @@ run_flags() {  # NAME
     --causal_editor="$causal" --seed="$seed" --block_size=16 \
     --target_layer_ids=0,5,10 --sequences_per_step=4 --blocks_per_sequence=32 \
     --steps="$STEPS" --p1_only_steps=$((STEPS / 5)) --plateau_delta=0.005 \
-    --gt_selection_ratio=0 --eta=0.5 --lr=2e-3 --eval_every=100 \
-    --heldout_blocks=8
+    --gt_selection_ratio=0 --eta=0.5 --edit_truth_share="$truth" --lr=2e-3 \
+    --eval_every=100 --heldout_blocks=8
 }
 
 train_runs() {  # OUT RUN...
