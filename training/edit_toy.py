@@ -341,6 +341,9 @@ def score(spec, records, drafts):
         # longer or shorter.
         "extending_edits": extending / blocks,
         "shortening_edits": shortening / blocks,
+        # Of the blocks whose accepted length changed, the share made
+        # shorter: how often an edit that matters is a harmful one.
+        "shortening_share": shortening / max(extending + shortening, 1),
         "ceiling_tau": 1 + best / blocks,
         "marginal_tau": 1 + marg / blocks,
         "ambiguous_slots": amb["n"],
@@ -389,13 +392,17 @@ def cmd_report(args):
     runs = {}
     for path in sorted(glob.glob(os.path.join(args.sweep, "*", "eval.json"))):
         with open(path) as f:
-            runs[os.path.basename(os.path.dirname(path))] = json.load(f)
+            r = json.load(f)
+        changed = r["extending_edits"] + r["shortening_edits"]
+        r.setdefault("shortening_share",  # eval.json written before it
+                     r["shortening_edits"] / changed if changed else 0.0)
+        runs[os.path.basename(os.path.dirname(path))] = r
     if not runs:
         sys.exit(f"edit_toy: no */eval.json under {args.sweep}")
     cols = ["p1_tau", "p2_tau", "p3_tau", "p4_tau", "p3_over_p1",
             "ceiling_tau", "headroom_closed", "oracle_gain_points",
             "same_weights_causal_p3_tau", "extending_edits",
-            "shortening_edits"]
+            "shortening_edits", "shortening_share"]
     print("| run | " + " | ".join(cols) + " |")
     print("|---" * (len(cols) + 1) + "|")
     for name, r in runs.items():
