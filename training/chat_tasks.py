@@ -31,7 +31,8 @@ from held-out files and with fresh values (another seed).
 
   chat_tasks.py generate --out DIR [--train 20000] [--heldout 35]
                         [--weights sort=3,rename=3,add=0.25]
-                        [--fixed_share 0.2] [--rename_min_uses 3] ...
+                        [--fixed_share 0.2] [--rename_min_uses 3]
+                        [--reverse_min_words 5] ...
       -> DIR/train.jsonl, DIR/heldout.jsonl: one instance per line,
          {"family", "user", "answer", "text"} where text is the rendered
          conversation (prompt + answer + <|im_end|>), what the target
@@ -302,7 +303,7 @@ def name_uses(text):
 
 
 def make_instance(family, rng, funcs, words=FIXED_WORDS, keys=FIXED_KEYS,
-                  rename_min_uses=1):
+                  rename_min_uses=1, reverse_min_words=3):
     if family == "add":
         a, b = rng.randint(0, 99999), rng.randint(0, 99999)
         return f"Add {a} and {b}.", answer_add(a, b)
@@ -314,7 +315,8 @@ def make_instance(family, rng, funcs, words=FIXED_WORDS, keys=FIXED_KEYS,
         return ("Sort: " + ", ".join(map(str, xs)),
                 ", ".join(map(str, sorted(xs))))
     if family == "reverse":
-        ws = [rng.choice(words) for _ in range(rng.randint(3, 8))]
+        ws = [rng.choice(words)
+              for _ in range(rng.randint(reverse_min_words, 8))]
         return "Reverse: " + " ".join(ws), " ".join(reversed(ws))
     if family == "json":
         picked = rng.sample(keys, rng.randint(2, 5))
@@ -412,7 +414,8 @@ def generate(args):
                     w, k = fixed
                 user, answer = make_instance(
                     family, rng, funcs, w, k,
-                    args.rename_min_uses if train else 1)
+                    args.rename_min_uses if train else 1,
+                    args.reverse_min_words if train else 3)
                 f.write(json.dumps({"family": family, "user": user,
                                     "answer": answer,
                                     "text": render_chat(user, answer)}) + "\n")
@@ -563,6 +566,10 @@ def main():
     g.add_argument("--rename_min_uses", type=int, default=1,
                    help="training rename instances rename a name used at "
                         "least this often in the function (held-out: any)")
+    g.add_argument("--reverse_min_words", type=int, default=3,
+                   choices=range(3, 9), metavar="{3..8}",
+                   help="training reverse instances list this many to 8 "
+                        "words (held-out: 3 to 8)")
     s = sub.add_parser("score")
     s.add_argument("heldout")
     s.add_argument("answers")

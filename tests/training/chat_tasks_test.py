@@ -171,7 +171,8 @@ def main():
         # leave the held-out split byte-identical and still unseen.
         e = os.path.join(d, "knobs")
         run("generate", "--out", e, "--train", "200", "--heldout", "40",
-            "--fixed_share", "0.5", "--rename_min_uses", "3")
+            "--fixed_share", "0.5", "--rename_min_uses", "3",
+            "--reverse_min_words", "6")
         check(open(os.path.join(e, "heldout.jsonl")).read() ==
               open(os.path.join(d, "heldout.jsonl")).read(),
               "training knobs change the held-out split")
@@ -182,6 +183,10 @@ def main():
         fixed_in = set(chat_tasks.FIXED_WORDS) & knob_words
         check(len(fixed_in) >= 10, f"--fixed_share used {len(fixed_in)} "
               "original words")
+        reversed_lengths = {len(i["user"].split()) - 1 for i in knob
+                            if i["family"] == "reverse"}
+        check(reversed_lengths and min(reversed_lengths) >= 6,
+              f"--reverse_min_words 6 listed {sorted(reversed_lengths)} words")
         for inst in knob:
             if inst["family"] != "rename":
                 continue
