@@ -45,7 +45,7 @@ def main():
     for inst in instances:
         if inst["family"] != "rename":
             continue
-        old, new = re.match(r"Rename (\w+) to (\w+):", inst["user"]).groups()
+        old, new = chat_tasks.rename_names(inst["user"])
         ref = inst["answer"]
         for n, m in enumerate(re.finditer(r"\b%s\b" % re.escape(new), ref)):
             cut = m.start()

@@ -302,6 +302,12 @@ def name_uses(text):
     return uses
 
 
+def rename_names(user):
+    """(old, new) of a rename instance's user message."""
+    head = user.split("\n", 1)[0]
+    return re.fullmatch(r"Rename (\w+) to (\w+):", head).groups()
+
+
 def make_instance(family, rng, funcs, words=FIXED_WORDS, keys=FIXED_KEYS,
                   rename_min_uses=1, reverse_min_words=3):
     if family == "add":
@@ -475,8 +481,7 @@ def correct(instance, answer, user=None):
     if family == "json":
         return first_json_object(answer) == json.loads(ref)
     if family == "rename":
-        head = (user or instance["user"]).split("\n", 1)[0]
-        old, new = re.fullmatch(r"Rename (\w+) to (\w+):", head).groups()
+        old, new = rename_names(user or instance["user"])
         return (_contains(answer, new) and
                 _count(answer, old) <= _count(ref, old))
     return None  # continue: loss only
@@ -504,9 +509,8 @@ def reference(family, user):
             pairs[k] = int(v) if re.fullmatch(r"\d+", v) else v
         return json.dumps(pairs)
     if family == "rename":
-        head, text = user.split("\n", 1)
-        old, new = re.fullmatch(r"Rename (\w+) to (\w+):", head).groups()
-        return rename(text, old, new)
+        old, new = rename_names(user)
+        return rename(user.split("\n", 1)[1], old, new)
     return None
 
 

@@ -13,22 +13,20 @@ import subprocess
 import sys
 import tempfile
 
+from script_checks import SKIP, Checks, have_corpus
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..", "..")
 SCRIPT = os.path.join(ROOT, "scripts", "rename_points.py")
+sys.path.insert(0, os.path.join(ROOT, "training"))
+import chat_tasks  # noqa: E402
 
 
 def main():
     build, checkpoints = sys.argv[1], sys.argv[2]
-    if not os.path.isdir("/usr/lib/python3.11"):
-        print("SKIP: no /usr/lib/python3.11 corpus for chat_tasks.py")
-        return 77
-    failures = []
-
-    def check(cond, what):
-        if not cond:
-            failures.append(what)
-            print("FAIL:", what)
+    if not have_corpus():
+        return SKIP
+    check = Checks()
 
     with tempfile.TemporaryDirectory() as d:
         tasks = os.path.join(d, "tasks")
@@ -42,7 +40,7 @@ def main():
         for inst in held:
             if inst["family"] != "rename":
                 continue
-            new = re.match(r"Rename (\w+) to (\w+):", inst["user"]).group(2)
+            new = chat_tasks.rename_names(inst["user"])[1]
             n = len(re.findall(r"\b%s\b" % re.escape(new), inst["answer"]))
             first += n > 0
             later += max(n - 1, 0)
@@ -70,8 +68,7 @@ def main():
                             "--tasks", none], capture_output=True, text=True)
         check(p.returncode != 0 and "no rename instance" in p.stderr
               and none in p.stderr, f"no renames: {p.returncode} {p.stderr}")
-    print("FAIL" if failures else "PASS")
-    return 1 if failures else 0
+    return check.exit_code()
 
 
 if __name__ == "__main__":
