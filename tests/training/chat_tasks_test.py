@@ -14,6 +14,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "..", "..", "training", "chat_tasks.py")
 sys.path.insert(0, os.path.dirname(SCRIPT))
 import chat_tasks  # noqa: E402
+from script_checks import SKIP, Checks, have_corpus  # noqa: E402
 
 
 def run(*args):
@@ -93,14 +94,9 @@ def check_user_scoring(check):
 
 
 def main():
-    if not os.path.isdir("/usr/lib/python3.11"):
-        print("SKIP: no /usr/lib/python3.11 corpus")
-        return 77
-    failures = []
-
-    def check(cond, what):
-        if not cond:
-            failures.append(what)
+    if not have_corpus():
+        return SKIP
+    check = Checks()
 
     with tempfile.TemporaryDirectory() as d:
         run("generate", "--out", d, "--train", "20", "--heldout", "10")
@@ -236,10 +232,7 @@ def main():
     check(m is not None and int(m.group(1)) == chat_tasks.FNV_OFFSET
           and int(m.group(2)) == chat_tasks.FNV_PRIME, "hash as in corpus.cc")
 
-    for f in failures:
-        print("FAIL:", f)
-    print("ok" if not failures else f"{len(failures)} failures")
-    return 1 if failures else 0
+    return check.exit_code()
 
 
 if __name__ == "__main__":

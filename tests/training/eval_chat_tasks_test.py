@@ -13,6 +13,8 @@ import subprocess
 import sys
 import tempfile
 
+from script_checks import SKIP, Checks, have_corpus
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..", "..")
 SCRIPT = os.path.join(ROOT, "scripts", "eval_chat_tasks.py")
@@ -20,15 +22,9 @@ SCRIPT = os.path.join(ROOT, "scripts", "eval_chat_tasks.py")
 
 def main():
     build, checkpoints = sys.argv[1], sys.argv[2]
-    if not os.path.isdir("/usr/lib/python3.11"):
-        print("SKIP: no /usr/lib/python3.11 corpus for chat_tasks.py")
-        return 77
-    failures = []
-
-    def check(cond, what):
-        if not cond:
-            failures.append(what)
-            print("FAIL:", what)
+    if not have_corpus():
+        return SKIP
+    check = Checks()
 
     with tempfile.TemporaryDirectory() as d:
         tasks = os.path.join(d, "tasks")
@@ -79,11 +75,7 @@ def main():
              "--interleave", "0"], capture_output=True, text=True)
         check(bad.returncode != 0 and "--interleave" in bad.stderr,
               f"--interleave 0 is refused by name: {bad.stderr[-300:]}")
-    if failures:
-        print(f"{len(failures)} failure(s)")
-        return 1
-    print("OK")
-    return 0
+    return check.exit_code()
 
 
 if __name__ == "__main__":

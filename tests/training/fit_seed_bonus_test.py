@@ -13,6 +13,8 @@ import subprocess
 import sys
 import tempfile
 
+from script_checks import SKIP, Checks, have_corpus
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..", "..")
 SCRIPT = os.path.join(ROOT, "scripts", "fit_seed_bonus.py")
@@ -20,15 +22,9 @@ SCRIPT = os.path.join(ROOT, "scripts", "fit_seed_bonus.py")
 
 def main():
     build, checkpoints = sys.argv[1], sys.argv[2]
-    if not os.path.isdir("/usr/lib/python3.11"):
-        print("SKIP: no /usr/lib/python3.11 corpus for chat_tasks.py")
-        return 77
-    failures = []
-
-    def check(cond, what):
-        if not cond:
-            failures.append(what)
-            print("FAIL:", what)
+    if not have_corpus():
+        return SKIP
+    check = Checks()
 
     with tempfile.TemporaryDirectory() as d:
         tasks = os.path.join(d, "tasks")
@@ -82,8 +78,7 @@ def main():
         p = fit(os.path.join(checkpoints, "drafter"), "0,8", False)
         check(p.returncode != 0 and "not lookup-seeded" in p.stderr,
               f"an unseeded drafter is refused: {p.stderr[-300:]}")
-    print("OK" if not failures else f"{len(failures)} failure(s)")
-    return 1 if failures else 0
+    return check.exit_code()
 
 
 if __name__ == "__main__":
