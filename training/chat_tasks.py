@@ -22,7 +22,9 @@ assistant turn's content.
 Answers (the format is ours): arithmetic shows its column steps before the
 result in a fixed, zero-padded layout (see `columns`), so that a small model
 computes rather than recalls and every digit it reads sits at a fixed
-distance; the other families answer with the result alone.
+distance. reverse shows its steps too (see `answer_reverse`): the words
+numbered in order, then numbered backwards, then the reversed list. The
+other families answer with the result alone.
 
 Functions come from the same corpus files and the same train/held-out
 split as `dedit-train` (FNV-1a of the path, 1 file in `heldout_every` held
@@ -112,6 +114,24 @@ def answer_add(a, b):
     clauses, total = columns(a, b, 5)
     return (f"A={a:05d} B={b:05d}. {' '.join(clauses)}. "
             f"A+B={total}")
+
+
+def answer_reverse(words):
+    """`1 a 2 b 3 c. 3 c 2 b 1 a. Reversed: c b a`. Reversing a list of
+    words it has never seen is copying from the prompt: the numbered copy
+    turns each backward step into "find the word after the number one
+    less than the last", which a small model does from the numbers alone,
+    where the bare list asks it to count words of 1-4 BPE pieces backwards
+    (docs/log/2026-12-06-target-continuations.md, "Reverse by length")."""
+    numbered = [f"{i} {w}" for i, w in enumerate(words, 1)]
+    backward = " ".join(reversed(words))
+    return (f"{' '.join(numbered)}. {' '.join(reversed(numbered))}. "
+            f"Reversed: {backward}")
+
+
+def reversed_list(user):
+    """The reversed word list a `Reverse: ...` message asks for."""
+    return " ".join(reversed(user[len("Reverse: "):].split()))
 
 
 def partial_product(a, d):
@@ -323,7 +343,7 @@ def make_instance(family, rng, funcs, words=FIXED_WORDS, keys=FIXED_KEYS,
     if family == "reverse":
         ws = [rng.choice(words)
               for _ in range(rng.randint(reverse_min_words, 8))]
-        return "Reverse: " + " ".join(ws), " ".join(reversed(ws))
+        return "Reverse: " + " ".join(ws), answer_reverse(ws)
     if family == "json":
         picked = rng.sample(keys, rng.randint(2, 5))
         pairs = {}
@@ -468,7 +488,8 @@ def correct(instance, answer, user=None):
     """Whether `answer` is right, judged as a user would read it:
     add, multiply: the answer's last number is the result (leading zeros
     allowed: the suite's answers are zero-padded);
-    sort, reverse: the reference string appears in it; json: the first
+    sort: the reference string appears in it; reverse: the reversed list
+    appears in it (with or without the steps); json: the first
     {...} in it parses to the reference object; rename: the new name
     appears and the old one does not, as whole words, except where the
     reference keeps it (strings and comments are not renamed; `user`, the
@@ -476,8 +497,10 @@ def correct(instance, answer, user=None):
     family, ref = instance["family"], instance["answer"]
     if family in ("add", "multiply"):
         return last_number(answer) == last_number(ref)
-    if family in ("sort", "reverse"):
+    if family == "sort":
         return _contains(answer, ref.strip())
+    if family == "reverse":
+        return _contains(answer, reversed_list(user or instance["user"]))
     if family == "json":
         return first_json_object(answer) == json.loads(ref)
     if family == "rename":
@@ -501,7 +524,7 @@ def reference(family, user):
         xs = numbers(user[len("Sort: "):])
         return ", ".join(map(str, sorted(xs)))
     if family == "reverse":
-        return " ".join(reversed(user[len("Reverse: "):].split()))
+        return answer_reverse(user[len("Reverse: "):].split())
     if family == "json":
         pairs = {}
         for item in user[len("To JSON: "):].split("; "):

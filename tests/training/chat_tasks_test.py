@@ -35,8 +35,10 @@ def wrong(inst):
         return ", ".join([xs[-1]] + xs[1:-1] + [xs[0]]) if xs[0] != xs[-1] \
             else answer + ", 1000"
     if family == "reverse":
-        ws = answer.split()
-        return " ".join(ws[1:] + ws[:1]) if len(set(ws)) > 1 else "nothing"
+        steps, _, listed = answer.rpartition("Reversed: ")
+        ws = listed.split()
+        return (steps + "Reversed: " + " ".join(ws[1:] + ws[:1])
+                if len(set(ws)) > 1 else "nothing")
     if family == "json":
         obj = json.loads(answer)
         key = next(iter(obj))
@@ -78,6 +80,15 @@ def check_user_scoring(check):
     srt = {"family": "sort", "answer": "3, 9, 12", "user": "Sort: 12, 3, 9"}
     check(c(srt, "Sorted: 3, 9, 12"), "sort: the list in a sentence")
     check(not c(srt, "13, 9, 12"), "sort: a different list")
+    rev = {"family": "reverse", "user": "Reverse: ab cd ef",
+           "answer": chat_tasks.answer_reverse(["ab", "cd", "ef"])}
+    check(rev["answer"] == "1 ab 2 cd 3 ef. 3 ef 2 cd 1 ab. Reversed: ef cd ab",
+          f"reverse: the steps, then the list: {rev['answer']!r}")
+    check(c(rev, "ef cd ab"), "reverse: the bare list, without the steps")
+    check(c(rev, "Reversed, it reads ef cd ab."), "reverse: the list in a sentence")
+    check(not c(rev, "1 ab 2 cd 3 ef. 3 ef 2 cd 1 ab. Reversed: ef ab cd"),
+          "reverse: right steps, a wrong list")
+    check(not c(rev, "ef cd abx"), "reverse: a longer last word is not it")
     js = {"family": "json", "answer": json.dumps({"mode": "teal", "n": 88}),
           "user": "To JSON: mode=teal; n=88"}
     check(c(js, 'Here: {"n": 88, "mode": "teal"} done'),
