@@ -31,6 +31,10 @@
 #                                        the ground truth at a uniform half
 #                                        of the slots (--edit_truth_share
 #                                        0.5) instead of where P1 is sure
+#   d2-blend-s1                          half of the blocks take the truth
+#                                        at a uniform 75% of their slots,
+#                                        the others ProposalMix at eta 0.5
+#                                        (--edit_truth_blocks 0.5)
 #   d2-mix-s1-right d2-causal-s1-right   the "right" words (edit_toy.py
 #                                        --shapes right), whose fix needs
 #                                        the later slots
@@ -52,8 +56,8 @@ STEPS="${STEPS:-1500}"
 TRAIN="$BUILD/training/dedit-train"
 TOY="python3 $ROOT/training/edit_toy.py"
 SWEEP=(d2-mix-s1 d2-mix-s2 d2-mix-s3 d2-nomix-s1 d2-nomix-s2 d2-nomix-s3
-       d2-causal-s1 d1-mix-s1 d4-mix-s1 d2-truth-s1 d2-mix-s1-right
-       d2-causal-s1-right)
+       d2-causal-s1 d1-mix-s1 d4-mix-s1 d2-truth-s1 d2-blend-s1
+       d2-mix-s1-right d2-causal-s1-right)
 
 usage() {
   echo "usage: $0 OUT | --train OUT [RUN...] | --eval DRAFTER [CAUSAL_TWIN]" >&2
@@ -140,9 +144,9 @@ evaluate() {  # DRAFTER [CAUSAL_TWIN]
 
 # One sweep run's trainer flags.
 run_flags() {  # NAME
-  local name="$1" depth mix causal seed truth=0
-  [[ "$name" =~ ^d([124])-(mix|nomix|causal|truth)-s([0-9]+)(-right)?$ ]] || {
-    echo "edit_toy: unknown run $name (d<1|2|4>-<mix|nomix|causal|truth>-s<N>[-right])" >&2
+  local name="$1" depth mix causal seed truth=0 blocks=()
+  [[ "$name" =~ ^d([124])-(mix|nomix|causal|truth|blend)-s([0-9]+)(-right)?$ ]] || {
+    echo "edit_toy: unknown run $name (d<1|2|4>-<mix|nomix|causal|truth|blend>-s<N>[-right])" >&2
     exit 2
   }
   depth=${BASH_REMATCH[1]}
@@ -150,6 +154,7 @@ run_flags() {  # NAME
   [[ ${BASH_REMATCH[2]} = nomix ]] && mix=false
   [[ ${BASH_REMATCH[2]} = causal ]] && causal=true
   [[ ${BASH_REMATCH[2]} = truth ]] && truth=0.5
+  [[ ${BASH_REMATCH[2]} = blend ]] && truth=0.75 blocks=(--edit_truth_blocks=0.5)
   # The chat drafter's recipe (scripts/train_tiny.sh chat) at block 16,
   # with the paper's ProposalMix: a fixed eta of 0.5 instead of the chat
   # recipe's adaptive one (--gt_selection_ratio), with which the editor
@@ -159,7 +164,7 @@ run_flags() {  # NAME
     --target_layer_ids=0,5,10 --sequences_per_step=4 --blocks_per_sequence=32 \
     --steps="$STEPS" --p1_only_steps=$((STEPS / 5)) --plateau_delta=0.005 \
     --gt_selection_ratio=0 --eta=0.5 --edit_truth_share="$truth" --lr=2e-3 \
-    --eval_every=100 --heldout_blocks=8
+    --eval_every=100 --heldout_blocks=8 "${blocks[@]}"
 }
 
 train_runs() {  # OUT RUN...

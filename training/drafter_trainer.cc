@@ -79,6 +79,9 @@ std::string Fingerprint(const DrafterTrainingOptions& o,
           : "",
       o.edit_truth_share > 0
           ? absl::StrCat(" edit_truth_share=", o.edit_truth_share)
+          : "",
+      o.edit_truth_blocks != 1.0
+          ? absl::StrCat(" edit_truth_blocks=", o.edit_truth_blocks)
           : "");
 }
 
@@ -251,6 +254,15 @@ absl::Status CheckDrafterOptions(const DrafterTrainingOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--edit_truth_share must be in [0, 1], got ", o.edit_truth_share));
   }
+  if (!(o.edit_truth_blocks > 0 && o.edit_truth_blocks <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--edit_truth_blocks must be in (0, 1], got ", o.edit_truth_blocks));
+  }
+  if (o.edit_truth_blocks != 1.0 && o.edit_truth_share == 0) {
+    return absl::InvalidArgumentError(
+        "--edit_truth_blocks picks the blocks that take --edit_truth_share: "
+        "it needs --edit_truth_share > 0");
+  }
   if (o.edit_truth_share > 0 && !o.proposal_mix) {
     return absl::InvalidArgumentError(
         "--edit_truth_share builds the ProposalMix input: it needs "
@@ -397,7 +409,12 @@ void DescribeRun(const DrafterTrainingOptions& o, const DrafterConfig& dc,
       o.heldout_path.empty() ? "last records" : o.heldout_path,
       absl::StrJoin(dc.target_layer_ids, ","), absl::StrJoin(windows, ","),
       o.proposal_mix ? "on" : "off",
-      o.edit_truth_share > 0
+      o.edit_truth_share > 0 && o.edit_truth_blocks < 1
+          ? absl::StrFormat(
+                "ground truth at a random %.0f%% of the slots in %.0f%% of "
+                "the blocks, eta %.2f in the others",
+                100 * o.edit_truth_share, 100 * o.edit_truth_blocks, o.eta)
+      : o.edit_truth_share > 0
           ? absl::StrFormat("ground truth at a random %.0f%% of the slots",
                             100 * o.edit_truth_share)
       : o.gt_selection_ratio > 0
@@ -877,7 +894,7 @@ EditInput DrafterRun::MakeEditInput(const at::Tensor& logits1,
   *eta = o_.eta;
   at::Tensor c1;
   ArgmaxAndConfidence(logits1.detach(), y1, &c1);
-  if (o_.edit_truth_share > 0) {
+  if (o_.edit_truth_share > 0 && o_.edit_truth_blocks == 1.0) {
     // The slots whose draw is at or above 1 - share take the ground truth.
     std::uniform_real_distribution<float> u(0.0f, 1.0f);
     std::vector<float> draw(static_cast<size_t>(c1.numel()));
@@ -886,6 +903,27 @@ EditInput DrafterRun::MakeEditInput(const at::Tensor& logits1,
     *eta = 1.0 - o_.edit_truth_share;
   } else if (o_.gt_selection_ratio > 0) {
     *eta = AdaptiveEta(*y1, c1, targets, batch.valid, o_.gt_selection_ratio);
+  }
+  if (o_.edit_truth_share > 0 && o_.edit_truth_blocks < 1.0) {
+    // Blocks drawn below edit_truth_blocks replace their confidence with a
+    // uniform draw shifted so that `eta` selects a draw at or above
+    // 1 - share; the other blocks keep P1's confidence against the same eta.
+    std::uniform_real_distribution<float> u(0.0f, 1.0f);
+    const int64_t slots = c1.size(-1), blocks = c1.numel() / slots;
+    std::vector<float> draw(static_cast<size_t>(c1.numel()));
+    std::vector<uint8_t> pick(static_cast<size_t>(blocks));
+    for (auto& p : pick) p = u(*rng) < o_.edit_truth_blocks;
+    for (float& d : draw) d = u(*rng) + static_cast<float>(*eta) - 1.0f +
+                              static_cast<float>(o_.edit_truth_share);
+    const at::Tensor in_truth_block =
+        at::tensor(std::vector<int64_t>(pick.begin(), pick.end()))
+            .to(at::kBool)
+            .view({blocks, 1})
+            .expand({blocks, slots})
+            .reshape(c1.sizes())
+            .to(c1.device());
+    c1 = at::where(in_truth_block,
+                   at::tensor(draw).view(c1.sizes()).to(c1.device()), c1);
   }
   return BuildEditInput(batch.truth, *y1, c1, batch.valid, *eta,
                         o_.proposal_mix);

@@ -99,6 +99,13 @@ struct DrafterTrainingOptions {
   // gt_selection_ratio are then not used. An oracle-like input: the editor
   // sees mostly right neighbours whatever P1's confidence.
   double edit_truth_share = 0;
+  // With edit_truth_share > 0: the share of blocks (drawn per block and
+  // step) that take that uniform ground truth; the others keep ProposalMix
+  // by P1's confidence (eta or gt_selection_ratio). 1 = every block. A
+  // blend: some blocks teach the editor to use right neighbours (what the
+  // neighbour oracle asks), the rest its own confident draft (what it meets
+  // at inference).
+  double edit_truth_blocks = 1.0;
   // The share of each sequence's anchors taken where the engine's rounds
   // land (RoundAnchors: kRoundAnchorWalk rounds of the current drafter's P1
   // from uniform starts) instead of uniformly; 0 = all uniform.

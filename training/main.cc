@@ -136,6 +136,9 @@ ABSL_FLAG(double, edit_truth_share, 0,
           "drafter: > 0 puts the ground truth at this random share of the "
           "edit pass's slots instead of P1's confident ones (eta and "
           "--gt_selection_ratio unused)");
+ABSL_FLAG(double, edit_truth_blocks, 1.0,
+          "drafter: with --edit_truth_share, the share of blocks that take "
+          "it; the others keep ProposalMix by P1's confidence (1 = all)");
 ABSL_FLAG(int, sequences_per_step, 4, "drafter: sequences per step");
 ABSL_FLAG(int, blocks_per_sequence, 32, "drafter: blocks per sequence");
 ABSL_FLAG(std::string, train_windows, "",
@@ -361,6 +364,7 @@ int RunDrafter() {
   o.edit_loss_weight = absl::GetFlag(FLAGS_edit_loss_weight);
   o.edit_selected_weight = absl::GetFlag(FLAGS_edit_selected_weight);
   o.edit_truth_share = absl::GetFlag(FLAGS_edit_truth_share);
+  o.edit_truth_blocks = absl::GetFlag(FLAGS_edit_truth_blocks);
   o.sequences_per_step = absl::GetFlag(FLAGS_sequences_per_step);
   o.blocks_per_sequence = absl::GetFlag(FLAGS_blocks_per_sequence);
   o.train_windows = IntList(absl::GetFlag(FLAGS_train_windows));

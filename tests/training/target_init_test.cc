@@ -385,6 +385,54 @@ TEST_F(TargetInitTest, DrafterEditLossOptions) {
   }
 }
 
+// --edit_truth_blocks: the uniform ground truth goes to whole blocks, drawn
+// per block, and the other blocks keep ProposalMix by P1's confidence. With
+// every slot of a truth block selected and an eta no confidence reaches,
+// the selected share of a step is the share of its blocks drawn: about half
+// over the run, and within a step neither all nor none of 16 blocks. Out of
+// range, or without a truth share, it is refused by name.
+TEST_F(TargetInitTest, DrafterEditTruthInSomeBlocks) {
+  ASSERT_NO_FATAL_FAILURE(MakeTargetAndDistill());
+  DrafterTrainingOptions blend = DrafterOptions("tb", 2e-3);
+  blend.steps = 24;
+  blend.sequences_per_step = 4;
+  blend.blocks_per_sequence = 4;
+  blend.eta = 1.0;  // a softmax over the vocabulary stays below 1 here
+  blend.edit_truth_share = 1.0;
+  blend.edit_truth_blocks = 0.5;
+  auto trained = RunDrafterTraining(blend);
+  ASSERT_TRUE(trained.ok()) << trained.status();
+  auto log = ReadFileToString(root_ + "/tb-work/log.jsonl");
+  ASSERT_TRUE(log.ok());
+  double sum = 0;
+  int steps = 0, mixed_steps = 0;
+  for (absl::string_view line : absl::StrSplit(*log, '\n', absl::SkipEmpty())) {
+    const auto rec = nlohmann::json::parse(line);
+    if (!rec.contains("gt_selection")) continue;
+    const double g = rec["gt_selection"].get<double>();
+    sum += g;
+    ++steps;
+    mixed_steps += g > 0 && g < 1;
+  }
+  ASSERT_EQ(steps, 24);
+  EXPECT_GT(sum / steps, 0.3);
+  EXPECT_LT(sum / steps, 0.7);
+  EXPECT_GE(mixed_steps, 20);  // P(all or none of 16 blocks) = 2^-15
+  struct Bad {
+    double share, blocks;
+  };
+  for (const Bad& bad : {Bad{0.5, 0}, Bad{0.5, 1.5}, Bad{0, 0.5}}) {
+    DrafterTrainingOptions o = DrafterOptions("tc", 2e-3);
+    o.edit_truth_share = bad.share;
+    o.edit_truth_blocks = bad.blocks;
+    auto refused = RunDrafterTraining(o);
+    ASSERT_FALSE(refused.ok()) << bad.share << " " << bad.blocks;
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(refused.status().message(), HasSubstr("--edit_truth_blocks"));
+    EXPECT_FALSE(std::filesystem::exists(root_ + "/tc/model.safetensors"));
+  }
+}
+
 // --seed_logit_bonus: a lookup-seeded run trains with the trust in its
 // seed and exports it in the drafter's config, where the engine reads it;
 // a bonus without seeds, or outside [0, 64], is refused by name before
