@@ -266,15 +266,64 @@ _VOWELS = "a e i o u ai ea ou oo".split()
 _CODAS = ["", "", "", "n", "r", "l", "s", "t", "x", "m", "nd", "rk", "st"]
 
 
-def pseudo_words(count, seed=11):
-    """`count` distinct pronounceable non-words of 1-3 syllables (1-4 BPE
-    pieces under a small tokenizer), the same on every machine."""
+# The tokenizer that counts a pseudo-word's pieces: the shipped pair's (a
+# continuation keeps its model's tokenizer, train_tiny.sh).
+PIECES_TOKENIZER = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "checkpoints", "tiny", "target",
+                                "tokenizer.json")
+MAX_PSEUDO_PIECES = 4
+
+
+def bpe_merge_ranks(tokenizer_path=PIECES_TOKENIZER):
+    """{(left, right): rank} of a byte-level BPE tokenizer.json's merges."""
+    with open(tokenizer_path, encoding="utf-8") as f:
+        merges = json.load(f)["model"]["merges"]
+    return {tuple(m.split(" ") if isinstance(m, str) else m): i
+            for i, m in enumerate(merges)}
+
+
+def word_pieces(word, ranks):
+    """How many BPE pieces " word" (lower-case ASCII letters, after a space
+    as in a sentence) encodes to. A few lines of byte-level BPE rather than
+    a library: Debian packages no Python binding of HF tokenizers, and the
+    suite must be generated without a build (dedit-cli tokenize, the
+    engine's tokenizer, checks it: tests/training/chat_tasks_test.py). For
+    ASCII letters the byte-level alphabet is the letters themselves and the
+    space is "\u0120"."""
+    symbols = ["\u0120"] + list(word)
+    while len(symbols) > 1:
+        pairs = [(ranks.get(p, len(ranks)), i)
+                 for i, p in enumerate(zip(symbols, symbols[1:]))]
+        rank, _ = min(pairs)
+        if rank == len(ranks):
+            break
+        merged, i = [], 0
+        while i < len(symbols):
+            if (i + 1 < len(symbols) and
+                    ranks.get((symbols[i], symbols[i + 1])) == rank):
+                merged.append(symbols[i] + symbols[i + 1])
+                i += 2
+            else:
+                merged.append(symbols[i])
+                i += 1
+        symbols = merged
+    return len(symbols)
+
+
+def pseudo_words(count, seed=11, max_pieces=MAX_PSEUDO_PIECES):
+    """`count` distinct pronounceable non-words of 1-3 syllables and 1 to
+    `max_pieces` BPE pieces under the shipped tokenizer (a drawn word with
+    more is skipped: untrimmed, two thirds of them had 5-11), the same on
+    every machine."""
+    ranks = bpe_merge_ranks()
     rng = random.Random(seed)
     out = set()
     while len(out) < count:
         syllables = rng.randint(1, 3)
-        out.add("".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) +
-                        rng.choice(_CODAS) for _ in range(syllables)))
+        word = "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) +
+                       rng.choice(_CODAS) for _ in range(syllables))
+        if word_pieces(word, ranks) <= max_pieces:
+            out.add(word)
     return sorted(out)
 
 

@@ -162,6 +162,26 @@ def main():
     held_pool = set(chat_tasks.vocabulary("pool", "heldout")[0])
     check(len(held_pool) > 1000 and len(train_pool) > 1000, "pool sizes")
     check(not (train_pool & held_pool), "disjoint word pools")
+    # Generated pseudo-words are 1-4 BPE pieces (after a space, as in a
+    # message), counted by the generator's own BPE and, where the build is
+    # given, by the engine's tokenizer.
+    pseudo = chat_tasks.pseudo_words(chat_tasks.PSEUDO_WORDS)
+    ranks = chat_tasks.bpe_merge_ranks()
+    counted = [chat_tasks.word_pieces(w, ranks) for w in pseudo]
+    check(len(pseudo) == chat_tasks.PSEUDO_WORDS and
+          set(counted) <= {1, 2, 3, 4} and counted.count(4) > 1000,
+          f"pseudo-word pieces {sorted(set(counted))}")
+    check(chat_tasks.word_pieces("noost", ranks) == 3 and
+          chat_tasks.word_pieces("faiflourk", ranks) == 5,
+          "pieces of ' noost' (' no','o','st') and ' faiflourk'")
+    if len(sys.argv) > 1:
+        cli = os.path.join(sys.argv[1], "cli", "dedit-cli")
+        ids = json.loads(subprocess.run(
+            [cli, "tokenize", "--tokenizer", chat_tasks.PIECES_TOKENIZER],
+            input=json.dumps([" " + w for w in pseudo]), capture_output=True,
+            text=True, check=True).stdout)
+        off = [w for w, i, n in zip(pseudo, ids, counted) if len(i) != n]
+        check(not off, f"the engine's tokenizer counts other pieces: {off[:5]}")
     with tempfile.TemporaryDirectory() as d:
         run("generate", "--out", d, "--train", "200", "--heldout", "40")
         train = [json.loads(l) for l in open(os.path.join(d, "train.jsonl"))]
