@@ -313,7 +313,7 @@ def word_pieces(word, ranks):
 def pseudo_words(count, seed=11, max_pieces=MAX_PSEUDO_PIECES):
     """`count` distinct pronounceable non-words of 1-3 syllables and 1 to
     `max_pieces` BPE pieces under the shipped tokenizer (a drawn word with
-    more is skipped: untrimmed, two thirds of them had 5-11), the same on
+    more is skipped: untrimmed, 59% of them had 5-11), the same on
     every machine."""
     ranks = bpe_merge_ranks()
     rng = random.Random(seed)
