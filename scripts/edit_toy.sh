@@ -35,6 +35,7 @@
 #                                        at a uniform 75% of their slots,
 #                                        the others ProposalMix at eta 0.5
 #                                        (--edit_truth_blocks 0.5)
+#   d2-blend-s2 d2-blend-s3 d4-blend-s1  its other seeds, and depth 4
 #   d2-mix-s1-right d2-causal-s1-right   the "right" words (edit_toy.py
 #                                        --shapes right), whose fix needs
 #                                        the later slots
@@ -57,7 +58,7 @@ TRAIN="$BUILD/training/dedit-train"
 TOY="python3 $ROOT/training/edit_toy.py"
 SWEEP=(d2-mix-s1 d2-mix-s2 d2-mix-s3 d2-nomix-s1 d2-nomix-s2 d2-nomix-s3
        d2-causal-s1 d1-mix-s1 d4-mix-s1 d2-truth-s1 d2-blend-s1
-       d2-mix-s1-right d2-causal-s1-right)
+       d2-blend-s2 d2-blend-s3 d4-blend-s1 d2-mix-s1-right d2-causal-s1-right)
 
 usage() {
   echo "usage: $0 OUT | --train OUT [RUN...] | --eval DRAFTER [CAUSAL_TWIN]" >&2
