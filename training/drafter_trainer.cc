@@ -913,8 +913,9 @@ EditInput DrafterRun::MakeEditInput(const at::Tensor& logits1,
     std::vector<float> draw(static_cast<size_t>(c1.numel()));
     std::vector<uint8_t> pick(static_cast<size_t>(blocks));
     for (auto& p : pick) p = u(*rng) < o_.edit_truth_blocks;
-    for (float& d : draw) d = u(*rng) + static_cast<float>(*eta) - 1.0f +
-                              static_cast<float>(o_.edit_truth_share);
+    for (float& d : draw)
+      d = u(*rng) + static_cast<float>(*eta) - 1.0f +
+          static_cast<float>(o_.edit_truth_share);
     const at::Tensor in_truth_block =
         at::tensor(std::vector<int64_t>(pick.begin(), pick.end()))
             .to(at::kBool)
