@@ -894,37 +894,41 @@ EditInput DrafterRun::MakeEditInput(const at::Tensor& logits1,
   *eta = o_.eta;
   at::Tensor c1;
   ArgmaxAndConfidence(logits1.detach(), y1, &c1);
-  if (o_.edit_truth_share > 0 && o_.edit_truth_blocks == 1.0) {
-    // The slots whose draw is at or above 1 - share take the ground truth.
-    std::uniform_real_distribution<float> u(0.0f, 1.0f);
-    std::vector<float> draw(static_cast<size_t>(c1.numel()));
-    for (float& d : draw) d = u(*rng);
-    c1 = at::tensor(draw).view(c1.sizes());
+  const bool every_block = o_.edit_truth_blocks == 1.0;
+  if (o_.edit_truth_share > 0 && every_block) {
     *eta = 1.0 - o_.edit_truth_share;
   } else if (o_.gt_selection_ratio > 0) {
     *eta = AdaptiveEta(*y1, c1, targets, batch.valid, o_.gt_selection_ratio);
   }
-  if (o_.edit_truth_share > 0 && o_.edit_truth_blocks < 1.0) {
-    // Blocks drawn below edit_truth_blocks replace their confidence with a
-    // uniform draw shifted so that `eta` selects a draw at or above
-    // 1 - share; the other blocks keep P1's confidence against the same eta.
+  if (o_.edit_truth_share > 0) {
+    // A uniform draw per slot stands in for the confidence: the slots whose
+    // draw is at or above 1 - share take the ground truth. Shifted so that
+    // `eta` selects them (no shift when every block takes them, where eta
+    // is 1 - share); with edit_truth_blocks < 1 only the blocks drawn below
+    // it take the draws, the others keep P1's confidence against eta.
     std::uniform_real_distribution<float> u(0.0f, 1.0f);
     const int64_t slots = c1.size(-1), blocks = c1.numel() / slots;
+    std::vector<uint8_t> pick;
+    if (!every_block) {
+      pick.resize(static_cast<size_t>(blocks));
+      for (auto& p : pick) p = u(*rng) < o_.edit_truth_blocks;
+    }
+    const float shift = static_cast<float>(*eta - (1.0 - o_.edit_truth_share));
     std::vector<float> draw(static_cast<size_t>(c1.numel()));
-    std::vector<uint8_t> pick(static_cast<size_t>(blocks));
-    for (auto& p : pick) p = u(*rng) < o_.edit_truth_blocks;
-    for (float& d : draw)
-      d = u(*rng) + static_cast<float>(*eta) - 1.0f +
-          static_cast<float>(o_.edit_truth_share);
-    const at::Tensor in_truth_block =
-        at::tensor(std::vector<int64_t>(pick.begin(), pick.end()))
-            .to(at::kBool)
-            .view({blocks, 1})
-            .expand({blocks, slots})
-            .reshape(c1.sizes())
-            .to(c1.device());
-    c1 = at::where(in_truth_block,
-                   at::tensor(draw).view(c1.sizes()).to(c1.device()), c1);
+    for (float& d : draw) d = u(*rng) + shift;
+    const at::Tensor draws = at::tensor(draw).view(c1.sizes()).to(c1.device());
+    if (every_block) {
+      c1 = draws;
+    } else {
+      const at::Tensor in_truth_block =
+          at::tensor(std::vector<int64_t>(pick.begin(), pick.end()))
+              .to(at::kBool)
+              .view({blocks, 1})
+              .expand({blocks, slots})
+              .reshape(c1.sizes())
+              .to(c1.device());
+      c1 = at::where(in_truth_block, draws, c1);
+    }
   }
   return BuildEditInput(batch.truth, *y1, c1, batch.valid, *eta,
                         o_.proposal_mix);
