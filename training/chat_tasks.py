@@ -129,9 +129,14 @@ def answer_reverse(words):
             f"Reversed: {backward}")
 
 
+def reverse_words(user):
+    """The words of a `Reverse: ...` message, in its order."""
+    return user[len("Reverse: "):].split()
+
+
 def reversed_list(user):
     """The reversed word list a `Reverse: ...` message asks for."""
-    return " ".join(reversed(user[len("Reverse: "):].split()))
+    return " ".join(reversed(reverse_words(user)))
 
 
 def partial_product(a, d):
@@ -573,7 +578,7 @@ def reference(family, user):
         xs = numbers(user[len("Sort: "):])
         return ", ".join(map(str, sorted(xs)))
     if family == "reverse":
-        return answer_reverse(user[len("Reverse: "):].split())
+        return answer_reverse(reverse_words(user))
     if family == "json":
         pairs = {}
         for item in user[len("To JSON: "):].split("; "):

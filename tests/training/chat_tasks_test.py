@@ -53,7 +53,7 @@ def vocab_words(inst):
     """The words an instance drew from the vocabulary."""
     user = inst["user"]
     if inst["family"] == "reverse":
-        return set(user[len("Reverse: "):].split())
+        return set(chat_tasks.reverse_words(user))
     if inst["family"] == "json":
         words = set()
         for item in user[len("To JSON: "):].split("; "):
