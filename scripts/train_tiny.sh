@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Trains the bundled tiny model pair end to end with dedit-train, on CPU:
 #   tokenizer -> target -> distill -> drafter (+ the no-ProposalMix ablation)
-#   -> eval -> copy into checkpoints/tiny/{target,drafter}.
+#   -> eval -> copy into checkpoints/tiny/{target,drafter[,drafter-seeded]}.
 #
 #   scripts/train_tiny.sh [full|smoke|chat]
 #
@@ -84,6 +84,13 @@
 #                train a shipped drafter further, with a new WORK; one of
 #                fewer layers than DRAFTER_LAYERS is grown (its new layers
 #                start as identities)
+#   SEEDED_INIT_FROM  (chat profile) also train the lookup-seeded variant,
+#                drafter-seeded, from this exported seeded drafter
+#                (e.g. checkpoints/tiny/drafter-seeded): the shipped recipe's
+#                last stage, a continuation with its trust in the seed
+#                (lookup_seed_ngram 2, seed_logit_bonus 8, lr 5e-4, joint
+#                from step 0, SEEDED_STEPS steps, default 400), then the
+#                trust refitted on training prompts (fit_seed_bonus.py)
 #   DRAFTER_EVAL_EVERY steps between the chat drafter's held-out
 #                evaluations (default 100; each is slow, so a long run
 #                evaluates less often)
@@ -291,6 +298,8 @@ if [ "$ABLATION" = 1 ]; then
   fi
 fi
 [ "$W32" = 1 ] && drafters+=(drafter-w32)
+[ "$profile" = chat ] && [ -n "${SEEDED_INIT_FROM:-}" ] &&
+  drafters+=(drafter-seeded)
 for d in "${drafters[@]}"; do
   extra=(--proposal_mix=true)
   window=16
@@ -301,6 +310,12 @@ for d in "${drafters[@]}"; do
       extra=(--proposal_mix=$([ "$d" = drafter-mix ] && echo true || echo false)
              --steps="$ablation_steps" --p1_only_steps=$((ablation_steps / 2))) ;;
     drafter-w32) extra=(--proposal_mix=true --block_size=32); window=32 ;;
+    # Later flags win: the seeded variant's recipe over drafter_args'.
+    drafter-seeded)
+      extra=(--proposal_mix=true --seed=5 --lookup_seed_ngram=2
+             --seed_logit_bonus=8 --lr=5e-4 --steps="${SEEDED_STEPS:-400}"
+             --p1_only_steps=0
+             --init_from="$(cd "$SEEDED_INIT_FROM" && pwd)") ;;
   esac
   [ "$d" = drafter ] && [ -n "${DRAFTER_INIT_FROM:-}" ] &&
     extra+=(--init_from="$(cd "$DRAFTER_INIT_FROM" && pwd)")
@@ -312,7 +327,10 @@ for d in "${drafters[@]}"; do
   fi
   # A lookup-seeded chat drafter: its trust in the seed, fitted on training
   # prompts and written into its config (scripts/fit_seed_bonus.py).
-  if [ "$profile" = chat ] && [ "${DRAFTER_LOOKUP_SEED:-0}" -gt 0 ] &&
+  seeded=0
+  [ "$d" = drafter-seeded ] && seeded=1
+  [ "$d" = drafter ] && [ "${DRAFTER_LOOKUP_SEED:-0}" -gt 0 ] && seeded=1
+  if [ "$profile" = chat ] && [ "$seeded" = 1 ] &&
      [ ! -f "$WORK/fit-seed-$d.json" ]; then
     stage "fit-seed-$d" python3 "$repo/scripts/fit_seed_bonus.py" \
       --build="$BUILD" --target="$WORK/target" --drafter="$WORK/$d" \
@@ -341,6 +359,10 @@ if [ "$profile" = chat ] && [ ! -f "$WORK/dedit-eval.json" ]; then
   for k in 2 3; do
     configs+=",causal16k${k}=model:w=16:k=$k:causal:drafter=$WORK/drafter"
   done
+  if [ -f "$WORK/drafter-seeded/model.safetensors" ]; then
+    configs+=",seeded16=model:w=16:k=1:drafter=$WORK/drafter-seeded"
+    configs+=",hybrid16=hybrid:w=16:k=1:drafter=$WORK/drafter"
+  fi
   if [ "$ABLATION" = 1 ]; then
     for d in drafter-mix drafter-nomix; do
       for k in 1 2 3; do
@@ -355,12 +377,14 @@ if [ "$profile" = chat ] && [ ! -f "$WORK/dedit-eval.json" ]; then
 fi
 
 if [ -n "$OUT" ]; then
-  for m in target drafter; do
+  models=(target drafter)
+  [ -f "$WORK/drafter-seeded/model.safetensors" ] && models+=(drafter-seeded)
+  for m in "${models[@]}"; do
     mkdir -p "$OUT/$m"
     cp "$WORK/$m/config.json" "$WORK/$m/model.safetensors" \
        "$WORK/$m/tokenizer.json" "$OUT/$m/"
+    [ "$m" = target ] || cp "$WORK/eval-$m.json" "$OUT/$m/eval.json"
   done
-  cp "$WORK/eval-drafter.json" "$OUT/drafter/eval.json"
   if [ "$profile" = chat ]; then
     # The distillation sets the drafter trains and evaluates on, and
     # the task accuracy of the target.
