@@ -36,6 +36,11 @@
 #                                        the others ProposalMix at eta 0.5
 #                                        (--edit_truth_blocks 0.5)
 #   d2-blend-s2 d2-blend-s3 d4-blend-s1  its other seeds, and depth 4
+#   d2-blend90-s1 d2-blend90-s2 d2-blend90-s3
+#                                        the blend with the truth at 90% of
+#                                        a uniform block's slots, nearer
+#                                        the oracle's probe (one slot P1's,
+#                                        the rest the truth)
 #   d2-mix-s1-right d2-causal-s1-right   the "right" words (edit_toy.py
 #                                        --shapes right), whose fix needs
 #                                        the later slots
@@ -58,7 +63,8 @@ TRAIN="$BUILD/training/dedit-train"
 TOY="python3 $ROOT/training/edit_toy.py"
 SWEEP=(d2-mix-s1 d2-mix-s2 d2-mix-s3 d2-nomix-s1 d2-nomix-s2 d2-nomix-s3
        d2-causal-s1 d1-mix-s1 d4-mix-s1 d2-truth-s1 d2-blend-s1
-       d2-blend-s2 d2-blend-s3 d4-blend-s1 d2-mix-s1-right d2-causal-s1-right)
+       d2-blend-s2 d2-blend-s3 d4-blend-s1 d2-blend90-s1 d2-blend90-s2
+       d2-blend90-s3 d2-mix-s1-right d2-causal-s1-right)
 
 usage() {
   echo "usage: $0 OUT | --train OUT [RUN...] | --eval DRAFTER [CAUSAL_TWIN]" >&2
@@ -146,16 +152,18 @@ evaluate() {  # DRAFTER [CAUSAL_TWIN]
 # One sweep run's trainer flags.
 run_flags() {  # NAME
   local name="$1" depth mix causal seed truth=0 blocks=()
-  [[ "$name" =~ ^d([124])-(mix|nomix|causal|truth|blend)-s([0-9]+)(-right)?$ ]] || {
-    echo "edit_toy: unknown run $name (d<1|2|4>-<mix|nomix|causal|truth|blend>-s<N>[-right])" >&2
+  [[ "$name" =~ ^d([124])-(mix|nomix|causal|truth|blend([0-9][0-9])?)-s([0-9]+)(-right)?$ ]] || {
+    echo "edit_toy: unknown run $name (d<1|2|4>-<mix|nomix|causal|truth|blend[NN]>-s<N>[-right])" >&2
     exit 2
   }
   depth=${BASH_REMATCH[1]}
-  mix=true causal=false seed=${BASH_REMATCH[3]}
-  [[ ${BASH_REMATCH[2]} = nomix ]] && mix=false
-  [[ ${BASH_REMATCH[2]} = causal ]] && causal=true
-  [[ ${BASH_REMATCH[2]} = truth ]] && truth=0.5
-  [[ ${BASH_REMATCH[2]} = blend ]] && truth=0.75 blocks=(--edit_truth_blocks=0.5)
+  mix=true causal=false seed=${BASH_REMATCH[4]}
+  local kind=${BASH_REMATCH[2]} share=${BASH_REMATCH[3]}
+  [[ $kind = nomix ]] && mix=false
+  [[ $kind = causal ]] && causal=true
+  [[ $kind = truth ]] && truth=0.5
+  # blendNN: the uniform truth at NN% of the slots (blend: 75%).
+  [[ $kind = blend* ]] && truth=0.${share:-75} blocks=(--edit_truth_blocks=0.5)
   # The chat drafter's recipe (scripts/train_tiny.sh chat) at block 16,
   # with the paper's ProposalMix: a fixed eta of 0.5 instead of the chat
   # recipe's adaptive one (--gt_selection_ratio), with which the editor
