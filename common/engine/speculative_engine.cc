@@ -284,6 +284,10 @@ bool SpeculativeEngine::Emit(Sequence& seq,
   return false;
 }
 
+double SpeculativeEngine::Now() const {
+  return options_.clock ? options_.clock() : NowSeconds();
+}
+
 void SpeculativeEngine::Finish(SequenceId id, FinishReason reason,
                                absl::Status status) {
   auto it = sequences_.find(id);
@@ -292,7 +296,7 @@ void SpeculativeEngine::Finish(SequenceId id, FinishReason reason,
   seq.result.finish = reason;
   seq.result.status = std::move(status);
   if (seq.first_token_time > 0) {
-    seq.result.decode_seconds = NowSeconds() - seq.first_token_time;
+    seq.result.decode_seconds = Now() - seq.first_token_time;
   }
   // A session's sequence stays (with its drafter context) when the request
   // ends normally: with what it holds once prefilled, else, for a
@@ -344,9 +348,9 @@ absl::Status SpeculativeEngine::Step() {
   const std::vector<PrefillWork> prefills = PrefillWorkFor(prefill_ids);
   const std::vector<VerifyWork> verifies = VerifyWorkFor(rounds);
   if (prefills.empty() && verifies.empty()) return absl::OkStatus();
-  const double t0 = NowSeconds();
+  const double t0 = Now();
   auto step = verifier_->Step(prefills, verifies);
-  const double verify_seconds = NowSeconds() - t0;
+  const double verify_seconds = Now() - t0;
   last_step_.prefills = static_cast<int>(prefills.size());
   last_step_.verifies = static_cast<int>(verifies.size());
   last_step_.verify_seconds = verify_seconds;
@@ -431,9 +435,9 @@ void SpeculativeEngine::DraftRounds(std::vector<Round>& rounds) {
     asked[drafter].push_back(&round);
   }
   for (auto& [drafter, batch] : requests) {
-    const double t0 = NowSeconds();
+    const double t0 = Now();
     auto result = drafter->Draft(batch);
-    const double seconds = NowSeconds() - t0;
+    const double seconds = Now() - t0;
     last_step_.drafts += static_cast<int>(batch.size());
     last_step_.draft_seconds += seconds;
     const bool batch_ok = result.ok() && result->size() == batch.size();
@@ -504,7 +508,7 @@ std::vector<VerifyWork> SpeculativeEngine::VerifyWorkFor(
 void SpeculativeEngine::CommitPrefills(const std::vector<SequenceId>& ids,
                                        const TargetStepResult& step,
                                        double seconds) {
-  const double now = NowSeconds();
+  const double now = Now();
   for (size_t i = 0; i < ids.size(); ++i) {
     Sequence& seq = sequences_.at(ids[i]);
     if (!step.prefill_status.empty() && !step.prefill_status[i].ok()) {

@@ -142,6 +142,12 @@ class SpeculativeEngine {
     // record is complete, before its tokens are emitted), e.g. to update
     // per-round metrics while requests are still running. May be empty.
     std::function<void(SequenceId, const RoundRecord&)> on_round;
+    // Seconds on a monotonic clock, read around each Draft call and target
+    // step: the round timings, and what adaptive_speculation compares.
+    // Empty = std::chrono::steady_clock. Tests set a fake clock so that a
+    // timing-driven policy does the same on a loaded machine as on an
+    // idle one.
+    std::function<double()> clock;
   };
 
   // What the last Step() did, for per-step metrics.
@@ -239,6 +245,8 @@ class SpeculativeEngine {
   // true when the sequence finished.
   bool Emit(Sequence& seq, const std::vector<int32_t>& tokens);
   void Finish(SequenceId id, FinishReason reason, absl::Status status = {});
+  // Options::clock, or the steady clock.
+  double Now() const;
   int WindowFor(const Sequence& seq) const;
   // The n-gram and hybrid methods propose from `Sequence::known`.
   static bool LooksUp(DraftMethod method);
