@@ -306,6 +306,11 @@ def score(spec, records, drafts):
     blocks = 0
     best = marg = 0.0
     amb = {"n": 0, "p1": 0, "oracle": 0, "p3": 0}
+    # The same per slot of a word (1..WORD_LEN): where the editor revises
+    # and where it keeps its input (a ProposalMix editor learns to trust
+    # the slots P1 is sure of, which the oracle probes too).
+    by_slot = {j: {"n": 0, "p1": 0, "oracle": 0, "p3": 0}
+               for j in range(1, WORD_LEN + 1)}
     last = min(passes, 3) - 1  # the edits compared: P1 against P3
     extending = shortening = 0
     for (prompt_len, tokens), d in zip(records, drafts):
@@ -329,11 +334,16 @@ def score(spec, records, drafts):
             certain = slot_certainty(occ, n)
             for k in range(n):
                 if certain[k] < 1.0:
-                    amb["n"] += 1
-                    amb["p1"] += d["passes"][0][b][k] == truth[k]
-                    amb["oracle"] += d["oracle"][b][k] == truth[k]
-                    if passes >= 3:
-                        amb["p3"] += d["passes"][2][b][k] == truth[k]
+                    hits = {"n": 1,
+                            "p1": d["passes"][0][b][k] == truth[k],
+                            "oracle": d["oracle"][b][k] == truth[k],
+                            "p3": (passes >= 3 and
+                                   d["passes"][2][b][k] == truth[k])}
+                    # Only word slots are ever uncertain.
+                    slot = by_slot[(anchor + 1 + k) % UNIT + 1]
+                    for key, hit in hits.items():
+                        amb[key] += hit
+                        slot[key] += hit
     out = {f"p{p + 1}_tau": 1 + acc[p] / blocks for p in range(passes)}
     out.update({
         "blocks": blocks,
@@ -353,6 +363,13 @@ def score(spec, records, drafts):
     })
     out["oracle_gain_points"] = 100 * (out["ambiguous_oracle_accuracy"] -
                                        out["ambiguous_p1_accuracy"])
+    out["ambiguous_by_word_slot"] = {
+        str(j): {"slots": c["n"],
+                 **{f"{key}_accuracy": c[key] / max(c["n"], 1)
+                    for key in ("p1", "p3", "oracle")},
+                 "oracle_gain_points": 100 * (c["oracle"] - c["p1"]) /
+                 max(c["n"], 1)}
+        for j, c in by_slot.items()}
     return out
 
 

@@ -188,6 +188,17 @@ class EditToyTest(unittest.TestCase):
         # Ambiguous slots: the word tokens the known prefix leaves open, two
         # or three per word a block covers, more than one per block.
         self.assertGreater(up["ambiguous_slots"], blocks)
+        # Per slot of a word: every word slot is open somewhere, and the
+        # counts add up to the whole.
+        slots = up["ambiguous_by_word_slot"]
+        self.assertEqual(sorted(slots), ["1", "2", "3"])
+        self.assertEqual(sum(c["slots"] for c in slots.values()),
+                         up["ambiguous_slots"])
+        for c in slots.values():
+            self.assertGreater(c["slots"], 0)
+            self.assertEqual(c["oracle_gain_points"], 100.0)
+            self.assertEqual(c["p1_accuracy"], 0.0)
+            self.assertEqual(c["p3_accuracy"], 1.0)
         self.assertLessEqual(up["ceiling_tau"], 1 + mean + 1e-9)
         self.assertGreater(up["ceiling_tau"], up["marginal_tau"])
 
