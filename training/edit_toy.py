@@ -305,10 +305,10 @@ def score(spec, records, drafts):
     acc = [0.0] * passes
     blocks = 0
     best = marg = 0.0
-    amb = {"n": 0, "p1": 0, "oracle": 0, "p3": 0}
-    # The same per slot of a word (1..WORD_LEN): where the editor revises
-    # and where it keeps its input (a ProposalMix editor learns to trust
-    # the slots P1 is sure of, which the oracle probes too).
+    # Per slot of a word (1..WORD_LEN; their sums are the totals): where
+    # the editor revises and where it keeps its input (a ProposalMix
+    # editor learns to trust the slots P1 is sure of, which the oracle
+    # probes too).
     by_slot = {j: {"n": 0, "p1": 0, "oracle": 0, "p3": 0}
                for j in range(1, WORD_LEN + 1)}
     last = min(passes, 3) - 1  # the edits compared: P1 against P3
@@ -342,8 +342,9 @@ def score(spec, records, drafts):
                     # Only word slots are ever uncertain.
                     slot = by_slot[(anchor + 1 + k) % UNIT + 1]
                     for key, hit in hits.items():
-                        amb[key] += hit
                         slot[key] += hit
+    amb = {key: sum(c[key] for c in by_slot.values())
+           for key in ("n", "p1", "oracle", "p3")}
     out = {f"p{p + 1}_tau": 1 + acc[p] / blocks for p in range(passes)}
     out.update({
         "blocks": blocks,
