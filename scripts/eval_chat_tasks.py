@@ -101,6 +101,10 @@ def main():
                     help="dedit-generate --kv_cache_dtype (auto or bf16) for "
                          "every configuration; like --cpu-products, compare "
                          "in runs of their own")
+    ap.add_argument("--answers_out", default="",
+                    help="also write the target-only answers there, one "
+                    "JSON line per held-out instance with its family, "
+                    "prompt, reference and whether it scored")
     ap.add_argument("--limit", type=int, default=0,
                     help="first N instances per family (0 = all)")
     ap.add_argument("--interleave", type=int, default=5,
@@ -187,6 +191,14 @@ def main():
                                    os.path.join(a.tasks, "heldout.jsonl")
                                    if a.limit == 0 else _write(d, heldout),
                                    answers], ""))
+        if a.answers_out:
+            with open(a.answers_out, "w") as f:
+                for inst, row in zip(heldout, base):
+                    f.write(json.dumps({
+                        "family": inst["family"], "user": inst["user"],
+                        "reference": inst["answer"], "answer": row["text"],
+                        "correct": chat_tasks.correct(inst, row["text"])})
+                            + "\n")
 
     def rate(rows):
         tokens = sum(max(len(r["tokens"]) - 1, 0) for r in rows)

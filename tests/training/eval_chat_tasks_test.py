@@ -36,12 +36,15 @@ def main():
                    f"seeded=model:w=8:k=2:drafter={checkpoints}/drafter-seeded,"
                    f"cut=model:w=8:k=1:conf=0.3:drafter={checkpoints}/drafter")
 
+        answers = os.path.join(d, "answers.jsonl")
+
         def report(interleave):
             p = subprocess.run(
                 [sys.executable, SCRIPT, "--build", build, "--target",
                  os.path.join(checkpoints, "target"), "--tasks", tasks,
                  "--configs", configs, "--max_tokens", "40",
-                 "--interleave", str(interleave)],
+                 "--interleave", str(interleave)] +
+                (["--answers_out", answers] if interleave == 3 else []),
                 capture_output=True, text=True)
             check(p.returncode == 0,
                   f"--interleave {interleave} exits 0: {p.stderr[-500:]}")
@@ -67,6 +70,21 @@ def main():
             slices = b["overall"]["speedup_per_slice"]
             check(len(slices) == 3 and all(s > 0 for s in slices),
                   f"{cfg}: a positive speedup for each of 3 slices: {slices}")
+        # --answers_out: one line per held-out instance, in order, whose
+        # verdicts are the ones the accuracy report counts.
+        rows = [json.loads(l) for l in open(answers)]
+        heldout = [json.loads(l)
+                   for l in open(os.path.join(tasks, "heldout.jsonl"))]
+        check([r["user"] for r in rows] == [h["user"] for h in heldout],
+              "--answers_out: one line per held-out instance, in order")
+        for family, acc in three["accuracy"].items():
+            if family == "overall":
+                continue
+            got = sum(bool(r["correct"]) for r in rows
+                      if r["family"] == family)
+            check(got == acc["correct"],
+                  f"--answers_out {family}: {got} correct lines, "
+                  f"{acc['correct']} in the report")
         check(three["speculation"]["seeded"]["overall"]["tau"] > 1,
               "the seeded drafter gets drafts accepted")
         bad = subprocess.run(
