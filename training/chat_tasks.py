@@ -287,15 +287,14 @@ def bpe_merge_ranks(tokenizer_path=PIECES_TOKENIZER):
             for i, m in enumerate(merges)}
 
 
-def word_pieces(word, ranks):
-    """How many BPE pieces " word" (lower-case ASCII letters, after a space
-    as in a sentence) encodes to. A few lines of byte-level BPE rather than
+def bpe_pieces(text, ranks):
+    """The byte-level BPE pieces of one pre-token `text` (lower-case ASCII
+    letters, "\u0120" for a leading space). A few lines of BPE rather than
     a library: Debian packages no Python binding of HF tokenizers, and the
     suite must be generated without a build (dedit-cli tokenize, the
     engine's tokenizer, checks it: tests/training/chat_tasks_test.py). For
-    ASCII letters the byte-level alphabet is the letters themselves and the
-    space is "\u0120"."""
-    symbols = ["\u0120"] + list(word)
+    ASCII letters the byte-level alphabet is the letters themselves."""
+    symbols = list(text)
     while len(symbols) > 1:
         pairs = [(ranks.get(p, len(ranks)), i)
                  for i, p in enumerate(zip(symbols, symbols[1:]))]
@@ -312,7 +311,24 @@ def word_pieces(word, ranks):
                 merged.append(symbols[i])
                 i += 1
         symbols = merged
-    return len(symbols)
+    return symbols
+
+
+def word_pieces(word, ranks):
+    """How many BPE pieces " word" (after a space, as in a sentence)
+    encodes to."""
+    return len(bpe_pieces("\u0120" + word, ranks))
+
+
+def retokenized(word, ranks):
+    """Whether `word` bare (after a quote, as a JSON key) is not " word"
+    (after a space, as in a json request) with the space taken off its
+    first piece: copying such a key means writing other tokens than the
+    request's, the one kind of key the pool targets got wrong (6 of the 12
+    such keys of the held-out split, none of the 123 others;
+    docs/log/2026-12-06-target-continuations.md, "Continuation 9")."""
+    spaced = bpe_pieces("\u0120" + word, ranks)
+    return bpe_pieces(word, ranks) != [spaced[0][1:]] + spaced[1:]
 
 
 def pseudo_words(count, seed=11, max_pieces=MAX_PSEUDO_PIECES):
@@ -352,6 +368,18 @@ def word_split(word):
             else "train")
 
 
+def retokenized_groups(words):
+    """The words of `words` that are retokenized(), grouped by the first
+    piece of " word", groups and words sorted."""
+    ranks = bpe_merge_ranks()
+    groups = {}
+    for w in words:
+        if retokenized(w, ranks):
+            groups.setdefault(bpe_pieces("\u0120" + w, ranks)[0],
+                              []).append(w)
+    return [sorted(groups[p]) for p in sorted(groups)]
+
+
 _POOLS = {}
 
 
@@ -383,7 +411,7 @@ def rename_names(user):
 
 
 def make_instance(family, rng, funcs, words=FIXED_WORDS, keys=FIXED_KEYS,
-                  rename_min_uses=1, reverse_min_words=3):
+                  rename_min_uses=1, reverse_min_words=3, hard_keys=()):
     if family == "add":
         a, b = rng.randint(0, 99999), rng.randint(0, 99999)
         return f"Add {a} and {b}.", answer_add(a, b)
@@ -400,6 +428,14 @@ def make_instance(family, rng, funcs, words=FIXED_WORDS, keys=FIXED_KEYS,
         return "Reverse: " + " ".join(ws), answer_reverse(ws)
     if family == "json":
         picked = rng.sample(keys, rng.randint(2, 5))
+        if hard_keys:
+            # Training only: one key that tokenizes otherwise bare, its
+            # spaced first piece drawn uniformly (hard_keys: the words
+            # grouped by that piece), so that every piece's bare spelling
+            # is shown, not mostly those of the common pieces.
+            hard = rng.choice(rng.choice(hard_keys))
+            if hard not in picked:
+                picked[rng.randrange(len(picked))] = hard
         pairs = {}
         for k in picked:
             pairs[k] = (rng.randint(0, 9999) if rng.random() < 0.5
@@ -480,6 +516,8 @@ def generate(args):
         fixed = ([w for w in FIXED_WORDS if w in set(words)],
                  [k for k in FIXED_KEYS if k in set(keys)])
         mix = random.Random(seed + 7)
+        hard = random.Random(seed + 13)
+        hard_pools = {}
         path = os.path.join(args.out, f"{split}.jsonl")
         # Held-out sets stay balanced (the same number per family) and
         # identical whatever the training weights are.
@@ -492,10 +530,17 @@ def generate(args):
                 if (train and args.fixed_share > 0 and args.vocab == "pool"
                         and mix.random() < args.fixed_share):
                     w, k = fixed
+                hard_keys = ()
+                if (train and family == "json" and
+                        args.json_retokenized_share > 0 and
+                        hard.random() < args.json_retokenized_share):
+                    if id(k) not in hard_pools:
+                        hard_pools[id(k)] = retokenized_groups(k)
+                    hard_keys = hard_pools[id(k)]
                 user, answer = make_instance(
                     family, rng, funcs, w, k,
                     args.rename_min_uses if train else 1,
-                    args.reverse_min_words if train else 3)
+                    args.reverse_min_words if train else 3, hard_keys)
                 f.write(json.dumps({"family": family, "user": user,
                                     "answer": answer,
                                     "text": render_chat(user, answer)}) + "\n")
@@ -651,6 +696,10 @@ def main():
                    choices=range(3, 9), metavar="{3..8}",
                    help="training reverse instances list this many to 8 "
                         "words (held-out: 3 to 8)")
+    g.add_argument("--json_retokenized_share", type=float, default=0.0,
+                   help="this share of the training json instances has a "
+                        "key that tokenizes otherwise bare than after a "
+                        "space (held-out is unchanged)")
     s = sub.add_parser("score")
     s.add_argument("heldout")
     s.add_argument("answers")

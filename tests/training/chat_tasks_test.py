@@ -171,6 +171,13 @@ def main():
     check(len(pseudo) == chat_tasks.PSEUDO_WORDS and
           set(counted) <= {1, 2, 3, 4} and counted.count(4) > 1000,
           f"pseudo-word pieces {sorted(set(counted))}")
+    # A key is retokenized when its bare spelling (after a quote) is not
+    # the spaced one (after "; " in the request) less the space.
+    check(chat_tasks.bpe_pieces("\u0120memory", ranks) == ["\u0120memory"]
+          and chat_tasks.bpe_pieces("memory", ranks) == ["me", "mory"] and
+          chat_tasks.retokenized("memory", ranks) and
+          not chat_tasks.retokenized("noost", ranks),
+          "' memory' is one piece and 'memory' two; 'noost' keeps its pieces")
     check(chat_tasks.word_pieces("noost", ranks) == 3 and
           chat_tasks.word_pieces("faiflourk", ranks) == 5,
           "pieces of ' noost' (' no','o','st') and ' faiflourk'")
@@ -199,7 +206,7 @@ def main():
         e = os.path.join(d, "knobs")
         run("generate", "--out", e, "--train", "200", "--heldout", "40",
             "--fixed_share", "0.5", "--rename_min_uses", "3",
-            "--reverse_min_words", "6")
+            "--reverse_min_words", "6", "--json_retokenized_share", "1")
         check(open(os.path.join(e, "heldout.jsonl")).read() ==
               open(os.path.join(d, "heldout.jsonl")).read(),
               "training knobs change the held-out split")
@@ -210,6 +217,19 @@ def main():
         fixed_in = set(chat_tasks.FIXED_WORDS) & knob_words
         check(len(fixed_in) >= 10, f"--fixed_share used {len(fixed_in)} "
               "original words")
+        # --json_retokenized_share 1: every training json instance has a
+        # key that tokenizes otherwise bare (without the knob, some not).
+        def has_hard_key(inst):
+            return any(chat_tasks.retokenized(k, ranks)
+                       for k in json.loads(inst["answer"]))
+        knob_json = [i for i in knob if i["family"] == "json"]
+        plain_json = [i for i in train if i["family"] == "json"]
+        check(knob_json and all(map(has_hard_key, knob_json)),
+              "--json_retokenized_share 1: a retokenized key in every "
+              "json instance")
+        check(not all(map(has_hard_key, plain_json)),
+              "without --json_retokenized_share some json instances have "
+              "no retokenized key")
         reversed_lengths = {len(i["user"].split()) - 1 for i in knob
                             if i["family"] == "reverse"}
         check(reversed_lengths and min(reversed_lengths) >= 6,
