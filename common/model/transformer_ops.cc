@@ -185,11 +185,28 @@ at::Tensor NormAndRotateHeads(const at::Tensor& projected, int heads,
   return Rotary::Apply(RmsNorm(x, norm_weight, eps), cos, sin);
 }
 
+namespace {
+
+// The [k, n] right operand of x @ w^T for a [n, k] CPU weight w. float
+// weights: a contiguous transposed copy (what CpuPanels pack, and the
+// layout of the column-block splits). Other dtypes: the transposed view
+// of w's own [n, k] rows. libtorch 1.13's CPU gemm, where oneDNN has no
+// bf16 kernel (AVX2-only CPUs, e.g. an AVX2 EPYC), sums a contiguous
+// [k, n] operand's products into the bf16 output one at a time, and its
+// error grows with k: 1.09 at k=128 against 0.12 for rounding once; on
+// the transposed view it takes its dot-product path, which sums in float.
+at::Tensor CpuRightOperand(const at::Tensor& w) {
+  return w.scalar_type() == at::kFloat ? w.t().contiguous()
+                                       : w.contiguous().t();
+}
+
+}  // namespace
+
 OutputHead OutputHead::Pack(const at::Tensor& weight) {
   OutputHead h;
   h.weight = weight;
   if (weight.device().is_cpu()) {
-    h.weight_t = weight.t().contiguous();
+    h.weight_t = CpuRightOperand(weight);
     h.panels = CpuPanels::PackForThisProcess(h.weight_t);
   }
   return h;
@@ -202,19 +219,21 @@ at::Tensor OutputHead::Logits(const at::Tensor& x) const {
 
 void PackDecoderLayer(const Qwen3Config& c, DecoderLayerWeights* w) {
   const at::ScalarType dt = w->q_proj.scalar_type();
+  // [n, k] -> the [k, n] right operand of a product.
+  auto right = [](const at::Tensor& nk) {
+    return nk.device().is_cpu() ? CpuRightOperand(nk) : nk.t().contiguous();
+  };
   // Folding is done in fp32, then cast once.
   auto fold = [&](const at::Tensor& proj, const at::Tensor& norm) {
-    return (proj.to(at::kFloat) * norm.to(at::kFloat).unsqueeze(0))
-        .to(dt)
-        .t()
-        .contiguous();
+    return right(
+        (proj.to(at::kFloat) * norm.to(at::kFloat).unsqueeze(0)).to(dt));
   };
   at::Tensor qkv = at::cat({w->q_proj, w->k_proj, w->v_proj}, 0);
   w->qkv_t = fold(qkv, w->input_layernorm);
-  w->o_t = w->o_proj.t().contiguous();
+  w->o_t = right(w->o_proj);
   w->gate_up_t =
       fold(at::cat({w->gate_proj, w->up_proj}, 0), w->post_attention_layernorm);
-  w->down_t = w->down_proj.t().contiguous();
+  w->down_t = right(w->down_proj);
   w->qkv_p = CpuPanels::PackForThisProcess(w->qkv_t);
   w->o_p = CpuPanels::PackForThisProcess(w->o_t);
   w->gate_up_p = CpuPanels::PackForThisProcess(w->gate_up_t);

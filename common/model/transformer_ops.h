@@ -119,8 +119,9 @@ struct QkvProjection {
 // models). On CUDA cuBLAS reads either layout alike and a copy would double a
 // large vocabulary's memory, so none is made there.
 struct OutputHead {
-  at::Tensor weight;                        // [V, D]
-  at::Tensor weight_t;                      // [D, V] contiguous; CPU only
+  at::Tensor weight;    // [V, D]
+  at::Tensor weight_t;  // [D, V], CPU only: contiguous for float weights,
+                        // else weight's transposed view (CpuRightOperand)
   std::shared_ptr<const CpuPanels> panels;  // weight_t's, or null
 
   static OutputHead Pack(const at::Tensor& weight);
@@ -138,7 +139,10 @@ struct DecoderLayerWeights {
   // folded in, o_proj, [gate; up] with post_attention_layernorm folded in,
   // down_proj; and the q and k norm weights per head ([heads + kv_heads,
   // head_dim]), the q rows scaled by 1/sqrt(head_dim) (the attention
-  // scale, which commutes with RoPE).
+  // scale, which commutes with RoPE). On the CPU the [in, out] matrices
+  // of reduced-precision weights are transposed views of [out, in] rows,
+  // on which libtorch's bf16 gemm sums in float (transformer_ops.cc,
+  // CpuRightOperand).
   at::Tensor qkv_t, o_t, gate_up_t, down_t, qk_norm;
   // The same four packed for the process's --cpu_products kernel
   // (common/model/cpu/cpu_panels.h), or null (CUDA, bf16 tensors, "blas").
