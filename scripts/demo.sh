@@ -100,6 +100,10 @@ stop_services() {
   fi
 }
 trap stop_services EXIT
+# A TERM or INT (ctest's timeout, ^C) exits through the EXIT trap too, so
+# the detached services do not outlive the demo.
+trap 'exit 143' TERM
+trap 'exit 130' INT
 
 echo "== starting dedit-drafter, dedit-target, dedit-router (CPU, --threads $THREADS each) =="
 bash "$ROOT/scripts/serve.sh" --build-dir "$BUILD" --run-dir "$RUN_DIR" --detach \
