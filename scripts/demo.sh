@@ -100,8 +100,9 @@ stop_services() {
   fi
 }
 trap stop_services EXIT
-# A TERM or INT (ctest's timeout, ^C) exits through the EXIT trap too, so
-# the detached services do not outlive the demo.
+# A TERM or INT (kill, ^C) exits through the EXIT trap too, so the
+# detached services do not outlive the demo (a KILL, as ctest's timeout
+# sends, still leaves them running).
 trap 'exit 143' TERM
 trap 'exit 130' INT
 
