@@ -324,9 +324,9 @@ def retokenized(word, ranks):
     """Whether `word` bare (after a quote, as a JSON key) is not " word"
     (after a space, as in a json request) with the space taken off its
     first piece: copying such a key means writing other tokens than the
-    request's, the one kind of key the pool targets got wrong (6 of the 12
-    such keys of the held-out split, none of the 123 others;
-    docs/log/2026-12-06-target-continuations.md, "Continuation 9")."""
+    request's. Every key the continuation-8 target got wrong on unseen
+    words was one (8 of the held-out split's 41; none of its 94 others;
+    docs/log/2026-12-06-target-continuations.md, "2026-12-07")."""
     spaced = bpe_pieces("\u0120" + word, ranks)
     return bpe_pieces(word, ranks) != [spaced[0][1:]] + spaced[1:]
 
