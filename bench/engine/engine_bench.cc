@@ -268,7 +268,9 @@ __attribute__((target("avx512f,avx512bf16"))) uint32_t Bf16DotSteps(
 // may share one core's vector units.
 double Bf16PeakGmacPerS(int threads, int reps) {
 #if defined(__x86_64__) && defined(__GNUC__)
-  if (!CpuRuns(CpuProducts::kBf16)) return 0;
+  // VDPBF16PS: AVX512_BF16 itself, not the AVX2 kernels that also run
+  // kBf16.
+  if (CpuIsaOf(CpuProducts::kBf16) != CpuIsa::kAvx512) return 0;
   constexpr int64_t kIters = 4000000;  // ~0.1 s per thread at full rate
   double best = 0;
   const double macs =

@@ -76,7 +76,8 @@ absl::StatusOr<at::ScalarType> KvPoolDtype(at::ScalarType model_dtype,
   return absl::FailedPreconditionError(absl::StrCat(
       "--kv_cache_dtype=bf16 on the CPU needs an fp32 model on the row "
       "attention kernel: --cpu_products f32 or bf16 (now ",
-      std::string(CpuProductsName(GetCpuProducts())), "), AVX512_BF16 (",
+      std::string(CpuProductsName(GetCpuProducts())),
+      "), a CPU with its bf16 kernel (AVX2 and FMA, or AVX512_BF16: ",
       CpuRuns(CpuProducts::kBf16) ? "present" : "absent",
       ") and a head_dim that is a multiple of 32 (", head_dim, ")"));
 }

@@ -83,8 +83,8 @@ std::string_view KvCacheDtypeName(KvCacheDtype dtype);
 // The dtype of a pool for a model of `model_dtype` on `device` with heads
 // of `head_dim`, under GetKvCacheDtype(): FAILED_PRECONDITION, naming the
 // flag and what is missing, for a bf16 cache asked for that this model
-// cannot attend over (on the CPU: --cpu_products blas, no AVX512_BF16, or
-// a head_dim not a multiple of 32; on a GPU: an fp32 model).
+// cannot attend over (on the CPU: --cpu_products blas, a CPU without AVX2
+// and FMA, or a head_dim not a multiple of 32; on a GPU: an fp32 model).
 absl::StatusOr<at::ScalarType> KvPoolDtype(at::ScalarType model_dtype,
                                            c10::Device device,
                                            int64_t head_dim);

@@ -42,15 +42,23 @@ at::Tensor ToKeyBlocks(const at::Tensor& rows) {
       .view({s, kv, slab, hd});
 }
 
-// Sets the process's products and K/V dtype for one test, and back.
-class Bf16KvCacheTest : public ::testing::Test {
+// Sets the process's products, K/V dtype and ISA (the parameter: each
+// test runs on the AVX2 kernels and, where this CPU has AVX512_BF16, on the
+// AVX-512 ones) for one test, and back.
+class Bf16KvCacheTest : public ::testing::TestWithParam<CpuIsa> {
  protected:
   void SetUp() override {
-    if (!CpuAttentionBf16Runs(32)) GTEST_SKIP() << "needs AVX512_BF16";
+    SetCpuIsaCapForTesting(GetParam());
+    if (CpuIsaOf(CpuProducts::kBf16) != GetParam() ||
+        !CpuAttentionBf16Runs(32)) {
+      GTEST_SKIP() << "this CPU does not run the bf16 kernels on "
+                   << CpuIsaName(GetParam());
+    }
     SetCpuProducts(CpuProducts::kBf16);
     SetKvCacheDtype(KvCacheDtype::kBf16);
   }
   void TearDown() override {
+    SetCpuIsaCapForTesting(CpuIsa::kAvx512);
     SetCpuProducts(CpuProducts::kBlas);
     SetKvCacheDtype(KvCacheDtype::kAuto);
   }
@@ -117,7 +125,7 @@ TEST(KvCacheDtypeFlag, NamesTheFlagAndWhatIsMissing) {
 
 // The row path's writes round to bf16 as ATen does (nearest even), the
 // same cache as Write's conversion.
-TEST_F(Bf16KvCacheTest, WriteRowsRoundsAsAten) {
+TEST_P(Bf16KvCacheTest, WriteRowsRoundsAsAten) {
   KvPool::Shape shape{2, 2, 32, 16};
   KvPool by_rows(shape, at::kBFloat16, at::kCPU, 4);
   KvPool by_index(shape, at::kBFloat16, at::kCPU, 4);
@@ -156,7 +164,7 @@ TEST_F(Bf16KvCacheTest, WriteRowsRoundsAsAten) {
 // and slab growth must keep every live position's key where KeyRows
 // finds it, as a row-layout pool given the same operations does, and a
 // new occupant must find its positions zeroed.
-TEST_F(Bf16KvCacheTest, BlockedKeysSurviveMovesClearsAndGrowth) {
+TEST_P(Bf16KvCacheTest, BlockedKeysSurviveMovesClearsAndGrowth) {
   KvPool::Shape row_shape{2, 2, 32, 200};
   KvPool::Shape blocked_shape = row_shape;
   blocked_shape.bf16_row_kernel = true;
@@ -257,7 +265,7 @@ TEST_F(Bf16KvCacheTest, BlockedKeysSurviveMovesClearsAndGrowth) {
 // of the bf16-rounded query over the cached (bf16) keys and values, for
 // prefill chunks, decode rows, verify blocks and bidirectional blocks in
 // one batch, on head sizes of one to four 32-element pieces.
-TEST_F(Bf16KvCacheTest, AttentionEqualsThePerSequenceReference) {
+TEST_P(Bf16KvCacheTest, AttentionEqualsThePerSequenceReference) {
   for (const int64_t hd : {32, 64, 128}) {
     KvPool::Shape shape{1, 2, static_cast<int>(hd), 40,
                         /*bf16_row_kernel=*/true};
@@ -321,7 +329,7 @@ TEST_F(Bf16KvCacheTest, AttentionEqualsThePerSequenceReference) {
 
 // As for the fp32 kernel: heads that share a kv head run together, and
 // each head's output equals, to the bit, the one it gets alone.
-TEST_F(Bf16KvCacheTest, GroupedHeadsEqualOneHeadAtATimeToTheBit) {
+TEST_P(Bf16KvCacheTest, GroupedHeadsEqualOneHeadAtATimeToTheBit) {
   const int heads = 4, kv_heads = 2, slots = 3;
   const int64_t slab = 48;
   const std::vector<int32_t> slot = {2, 0, 1, 2, 0, 1};
@@ -389,7 +397,7 @@ TinyModelSpec SpecWithHeadsOf32() {
 // A verify block's logits equal the decode steps of the same tokens to the
 // bit over a bf16 cache too (the verify block shares its forward with
 // another sequence's prefill): what keeps speculation lossless.
-TEST_F(Bf16KvCacheTest, VerifyRowsEqualDecodeStepsToTheBit) {
+TEST_P(Bf16KvCacheTest, VerifyRowsEqualDecodeStepsToTheBit) {
   const auto pair = testing::MakeTinyPair(SpecWithHeadsOf32(), 43);
   testing::ExpectVerifyRowsEqualDecodeSteps(*pair->target);
 }
@@ -398,7 +406,7 @@ TEST_F(Bf16KvCacheTest, VerifyRowsEqualDecodeStepsToTheBit) {
 // near the fp32 cache's (--kv_cache_dtype model), and speculation (windows 4
 // and 16, one and three passes, one and two threads) lossless against the
 // bf16-cache target's own greedy decoding.
-TEST_F(Bf16KvCacheTest, ModelsStayLossless) {
+TEST_P(Bf16KvCacheTest, ModelsStayLossless) {
   const TinyModelSpec spec = SpecWithHeadsOf32();
   const std::vector<int32_t> prompt = testing::RandomPrompt(23, 128, 9);
   SetKvCacheDtype(KvCacheDtype::kModel);
@@ -425,7 +433,7 @@ TEST_F(Bf16KvCacheTest, ModelsStayLossless) {
 
 // A model whose heads the bf16 kernel does not take refuses to load, with
 // the flag named, rather than falling back silently.
-TEST_F(Bf16KvCacheTest, AModelTheKernelCannotServeRefusesToLoad) {
+TEST_P(Bf16KvCacheTest, AModelTheKernelCannotServeRefusesToLoad) {
   TinyModelSpec spec = DefaultTinySpec();  // head_dim 16
   const std::string dir = ::testing::TempDir() + "/bf16_kv_hd16";
   ASSERT_TRUE(WriteRandomQwen3(dir, spec.target, 5).ok());
@@ -440,7 +448,7 @@ TEST_F(Bf16KvCacheTest, AModelTheKernelCannotServeRefusesToLoad) {
 // A bf16 model on the CPU keeps its bf16 pool on the ATen path (its queries
 // are bf16; the row kernel reads fp32 queries): it loads and decodes under
 // bf16 products and the default K/V dtype, as before the bf16 cache.
-TEST_F(Bf16KvCacheTest, ABf16ModelKeepsTheAtenPath) {
+TEST_P(Bf16KvCacheTest, ABf16ModelKeepsTheAtenPath) {
   SetKvCacheDtype(KvCacheDtype::kAuto);
   const std::string dir = ::testing::TempDir() + "/bf16_model_hd32";
   ASSERT_TRUE(WriteRandomQwen3(dir, SpecWithHeadsOf32().target, 6).ok());
@@ -452,6 +460,12 @@ TEST_F(Bf16KvCacheTest, ABf16ModelKeepsTheAtenPath) {
       testing::GreedyReference(**model, testing::RandomPrompt(9, 128, 4), 6);
   EXPECT_EQ(greedy.size(), 6u);
 }
+
+INSTANTIATE_TEST_SUITE_P(Isas, Bf16KvCacheTest,
+                         ::testing::Values(CpuIsa::kAvx2, CpuIsa::kAvx512),
+                         [](const auto& info) {
+                           return std::string(CpuIsaName(info.param));
+                         });
 
 }  // namespace
 }  // namespace dedit

@@ -104,7 +104,7 @@ TEST(DEditDrafterTest, MatchesIndependentPythonReference) {
 // logits, to the same tolerance.
 TEST(DEditDrafterTest, MatchesIndependentPythonReferenceOnF32Panels) {
   if (TestDevice().is_cuda() || !CpuRuns(CpuProducts::kF32)) {
-    GTEST_SKIP() << "f32 panels need a CPU with AVX-512";
+    GTEST_SKIP() << "f32 panels need a CPU with AVX2+FMA or AVX-512";
   }
   SetCpuProducts(CpuProducts::kF32);
   absl::Cleanup blas = [] { SetCpuProducts(CpuProducts::kBlas); };

@@ -371,63 +371,75 @@ TEST(PackedAttentionTest, EqualsPerSequenceReference) {
 }
 
 // Under --cpu_products f32|bf16 an fp32 CPU pool runs the row kernel: the
-// same attention, for head sizes of one and several 16-lane chunks.
+// same attention, for head sizes of one and several 16-lane chunks, on each
+// ISA this CPU runs it on.
 TEST(PackedAttentionTest, CpuRowKernelEqualsPerSequenceReference) {
   if (!TestDevice().is_cpu() || !CpuAttentionRuns(16)) {
-    GTEST_SKIP() << "needs the CPU and AVX-512";
+    GTEST_SKIP() << "needs the CPU and AVX2+FMA or AVX-512";
   }
   SetCpuProducts(CpuProducts::kF32);
   absl::Cleanup blas = [] { SetCpuProducts(CpuProducts::kBlas); };
-  CheckAgainstPerSequenceReference(16, true);
-  CheckAgainstPerSequenceReference(32, true);
-  CheckAgainstPerSequenceReference(128, true);
-  // A head size the kernel does not take keeps the matmul path.
-  CheckAgainstPerSequenceReference(8, false);
+  for (CpuIsa isa : testing::CpuIsasRunning(CpuProducts::kF32)) {
+    SCOPED_TRACE(CpuIsaName(isa));
+    testing::ScopedCpuIsaCap cap(isa);
+    CheckAgainstPerSequenceReference(16, true);
+    CheckAgainstPerSequenceReference(32, true);
+    CheckAgainstPerSequenceReference(128, true);
+    // A head size the kernel does not take keeps the matmul path.
+    CheckAgainstPerSequenceReference(8, false);
+  }
 }
 
 // Query heads that share a kv head run together (each key and value
 // loaded once for the group): every head's output must equal, to the bit,
 // the one it gets alone, here with each head given its own copy of its kv
 // head (kv_heads = heads, one head per call). Head sizes of one, two,
-// four and seven 16-lane chunks (two heads a call), and eight (one head a
-// call either way); key counts around the 16-key blocks.
+// four and seven 16-lane chunks (two heads a call on AVX-512; on AVX2 only
+// one chunk), and eight (one head a call either way); key counts around the
+// 8- and 16-key blocks. On each ISA this CPU runs the kernel on.
 TEST(PackedAttentionTest, CpuRowKernelGroupedHeadsEqualOneHeadAtATimeToTheBit) {
-  if (!CpuAttentionRuns(16)) GTEST_SKIP() << "needs AVX-512";
+  if (!CpuAttentionRuns(16)) GTEST_SKIP() << "needs AVX2+FMA or AVX-512";
   const int heads = 4, kv_heads = 2, slots = 3;
   const int64_t slab = 48;
-  const std::vector<int32_t> slot = {2, 0, 1, 2, 0, 1};
-  const std::vector<int64_t> visible = {1, 15, 16, 17, 33, 48};
+  const std::vector<int32_t> slot = {2, 0, 1, 2, 0, 1, 0};
+  const std::vector<int64_t> visible = {1, 15, 16, 17, 33, 48, 9};
   const int64_t n = static_cast<int64_t>(slot.size());
-  for (const int64_t hd : {16, 32, 64, 112, 128}) {
-    at::Tensor q = at::randn({n, heads * hd});
-    at::Tensor keys = at::randn({slots, kv_heads, slab, hd});
-    at::Tensor values = at::randn({slots, kv_heads, slab, hd});
-    CpuAttentionRows rows{n, slot.data(), visible.data()};
-    at::Tensor grouped = at::empty({n, heads * hd});
-    CpuAttention(q.data_ptr<float>(), q.stride(0), rows, heads, kv_heads, hd,
-                 keys.data_ptr<float>(), values.data_ptr<float>(), slab,
-                 grouped.data_ptr<float>(), nullptr);
-    // Head h's own copy of kv head h / 2.
-    at::Tensor head_of =
-        at::arange(heads, at::kLong).div(heads / kv_heads, "floor");
-    at::Tensor keys1 = keys.index_select(1, head_of).contiguous();
-    at::Tensor values1 = values.index_select(1, head_of).contiguous();
-    at::Tensor alone = at::empty({n, heads * hd});
-    CpuAttention(q.data_ptr<float>(), q.stride(0), rows, heads, heads, hd,
-                 keys1.data_ptr<float>(), values1.data_ptr<float>(), slab,
-                 alone.data_ptr<float>(), nullptr);
-    EXPECT_TRUE(at::equal(grouped, alone)) << "head size " << hd;
-    // And both are attention.
-    for (int64_t r = 0; r < n; ++r) {
-      for (int h = 0; h < heads; ++h) {
-        at::Tensor k = keys[slot[r]][h / 2].narrow(0, 0, visible[r]);
-        at::Tensor v = values[slot[r]][h / 2].narrow(0, 0, visible[r]);
-        at::Tensor qh = q[r].narrow(0, h * hd, hd);
-        at::Tensor ref = at::softmax(at::mv(k, qh), 0).matmul(v);
-        EXPECT_LT(
-            (grouped[r].narrow(0, h * hd, hd) - ref).abs().max().item<float>(),
-            1e-5)
-            << "row " << r << " head " << h << " head size " << hd;
+  for (CpuIsa isa : testing::CpuIsasRunning(CpuProducts::kF32)) {
+    for (const int64_t hd : {16, 32, 64, 112, 128}) {
+      SCOPED_TRACE(CpuIsaName(isa));
+      testing::ScopedCpuIsaCap cap(isa);
+      at::Tensor q = at::randn({n, heads * hd});
+      at::Tensor keys = at::randn({slots, kv_heads, slab, hd});
+      at::Tensor values = at::randn({slots, kv_heads, slab, hd});
+      CpuAttentionRows rows{n, slot.data(), visible.data()};
+      at::Tensor grouped = at::empty({n, heads * hd});
+      CpuAttention(q.data_ptr<float>(), q.stride(0), rows, heads, kv_heads, hd,
+                   keys.data_ptr<float>(), values.data_ptr<float>(), slab,
+                   grouped.data_ptr<float>(), nullptr);
+      // Head h's own copy of kv head h / 2.
+      at::Tensor head_of =
+          at::arange(heads, at::kLong).div(heads / kv_heads, "floor");
+      at::Tensor keys1 = keys.index_select(1, head_of).contiguous();
+      at::Tensor values1 = values.index_select(1, head_of).contiguous();
+      at::Tensor alone = at::empty({n, heads * hd});
+      CpuAttention(q.data_ptr<float>(), q.stride(0), rows, heads, heads, hd,
+                   keys1.data_ptr<float>(), values1.data_ptr<float>(), slab,
+                   alone.data_ptr<float>(), nullptr);
+      EXPECT_TRUE(at::equal(grouped, alone)) << "head size " << hd;
+      // And both are attention.
+      for (int64_t r = 0; r < n; ++r) {
+        for (int h = 0; h < heads; ++h) {
+          at::Tensor k = keys[slot[r]][h / 2].narrow(0, 0, visible[r]);
+          at::Tensor v = values[slot[r]][h / 2].narrow(0, 0, visible[r]);
+          at::Tensor qh = q[r].narrow(0, h * hd, hd);
+          at::Tensor ref = at::softmax(at::mv(k, qh), 0).matmul(v);
+          EXPECT_LT((grouped[r].narrow(0, h * hd, hd) - ref)
+                        .abs()
+                        .max()
+                        .item<float>(),
+                    1e-5)
+              << "row " << r << " head " << h << " head size " << hd;
+        }
       }
     }
   }

@@ -131,6 +131,15 @@ bool BitEqual(const at::Tensor& a, const at::Tensor& b) {
                                                a.numel() * sizeof(float)) == 0;
 }
 
+std::vector<CpuIsa> CpuIsasRunning(CpuProducts kind) {
+  std::vector<CpuIsa> isas;
+  for (CpuIsa cap : {CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    ScopedCpuIsaCap scoped(cap);
+    if (CpuIsaOf(kind) == cap) isas.push_back(cap);
+  }
+  return isas;
+}
+
 void ExpectVerifyRowsEqualDecodeSteps(Qwen3Model& target) {
   const int64_t kPrompt = 150;
   const std::vector<int32_t> prompt = RandomPrompt(kPrompt, 128, 17);

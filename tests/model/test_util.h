@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/model/cpu/cpu_panels.h"
 #include "common/model/dedit_drafter.h"
 #include "common/model/qwen3_model.h"
 #include "common/model/tiny_model.h"
@@ -48,6 +49,21 @@ std::vector<int32_t> GreedyReference(Qwen3Model& target,
 
 // a and b hold the same fp32 bits.
 bool BitEqual(const at::Tensor& a, const at::Tensor& b);
+
+// The vector ISAs this CPU runs `kind`'s kernels on, narrowest first: AVX2,
+// and AVX-512 where it has that too (common/model/cpu/cpu_panels.h). A test
+// that runs under each (ScopedCpuIsaCap) covers the AVX2 kernels on every
+// x86 CI machine, whatever its widest ISA.
+std::vector<CpuIsa> CpuIsasRunning(CpuProducts kind);
+
+// SetCpuIsaCapForTesting(cap) for a scope, the cap lifted after.
+class ScopedCpuIsaCap {
+ public:
+  explicit ScopedCpuIsaCap(CpuIsa cap) { SetCpuIsaCapForTesting(cap); }
+  ~ScopedCpuIsaCap() { SetCpuIsaCapForTesting(CpuIsa::kAvx512); }
+  ScopedCpuIsaCap(const ScopedCpuIsaCap&) = delete;
+  ScopedCpuIsaCap& operator=(const ScopedCpuIsaCap&) = delete;
+};
 
 // A verify block's logits must equal, to the bit, the decode steps of the
 // same tokens (what keeps speculation lossless when activations or the

@@ -270,8 +270,8 @@ TEST_P(DrafterEquivalenceTest, ExportedDrafterMatchesEngineDraft) {
     SetCpuProducts(saved);
     return d.ok() ? *d : std::vector<DraftResult>();
   };
-  // The loops need a kernel other than blas (f32 panels, AVX-512F); without
-  // one both runs take the ATen composition.
+  // The loops need a kernel other than blas (f32 panels: AVX2+FMA or AVX-512);
+  // without one both runs take the ATen composition.
   const std::vector<DraftResult> drafts = engine_drafts(
       CpuRuns(CpuProducts::kF32) ? CpuProducts::kF32 : CpuProducts::kBlas);
   const std::vector<DraftResult> blas_drafts =

@@ -58,7 +58,7 @@ std::string RenderChat(const std::string& user) {
 }
 
 // The kernels to compare under: the binaries' default on this CPU (bf16
-// panels where AVX512_BF16 runs) and the fp32 ones.
+// panels where AVX2+FMA or AVX512_BF16 runs) and the fp32 ones.
 std::vector<CpuProducts> Kernels() {
   std::vector<CpuProducts> kinds = {CpuProducts::kBlas};
   if (CpuRuns(CpuProducts::kF32)) kinds.push_back(CpuProducts::kF32);

@@ -1,5 +1,6 @@
-// Attention on the CPU one query row at a time, with AVX-512 (the
-// --cpu_products f32|bf16 path; common/model/cpu/cpu_panels.h).
+// Attention on the CPU one query row at a time, with AVX-512 or AVX2+FMA
+// (the --cpu_products f32|bf16 path; common/model/cpu/cpu_panels.h: the ISA
+// is CpuIsaOf the kind of the K/V, f32 or bf16).
 //
 // PackedAttention's matmul path pads a batch's queries and keys and runs
 // bmm / softmax / bmm over them, so a row's sums depend on the shapes
@@ -17,7 +18,9 @@
 // registers fit (head sizes to 112, even group): each key and value is
 // loaded once for two heads, and each head's sums stay the ones it gets
 // alone, in the same order (docs/log/2026-12-06-bench-notebook.md,
-// "Grouped-query heads in one pass").
+// "Grouped-query heads in one pass"). The AVX2 kernels keep that contract
+// in orders of their own (8-key score blocks; a 16-key bf16 block as two
+// halves), and pair two heads only at head size 16.
 #ifndef DEDIT_MODEL_CPU_ATTENTION_H_
 #define DEDIT_MODEL_CPU_ATTENTION_H_
 
@@ -27,12 +30,12 @@ namespace dedit {
 
 class CpuProductPool;
 
-// Whether CpuAttention runs on this CPU for head_dim `head_dim` (AVX-512
-// and a multiple of 16).
+// Whether CpuAttention runs on this CPU for head_dim `head_dim`
+// (CpuRuns(kF32): AVX-512 or AVX2+FMA; a multiple of 16, at most 128).
 bool CpuAttentionRuns(int64_t head_dim);
 
-// Whether CpuAttentionBf16 runs: CpuAttentionRuns, AVX512_BF16, and
-// head_dim a multiple of 32.
+// Whether CpuAttentionBf16 runs: CpuAttentionRuns, CpuRuns(kBf16)
+// (AVX512_BF16 or AVX2+FMA), and head_dim a multiple of 32.
 bool CpuAttentionBf16Runs(int64_t head_dim);
 
 struct CpuAttentionRows {
@@ -65,10 +68,12 @@ inline int64_t Bf16KeyOffset(int64_t p, int64_t d, int64_t hd) {
 // CpuAttention over a bf16 pool (--kv_cache_dtype bf16,
 // common/model/kv_pool.h): keys and values are bf16 bits, keys in the blocked
 // layout above (slab a multiple of 16), values as rows. Each query is rounded
-// to bf16 (to nearest even) and a block's 16 scores are VDPBF16PS sums in f32,
-// then the same softmax; the values are widened to f32 (exactly) and summed
-// with the f32 weights. A row's output is still the same to the bit
-// whatever the batch. REQUIRES CpuAttentionBf16Runs(hd).
+// to bf16 (to nearest even) and a block's 16 scores are VDPBF16PS sums in f32
+// (on AVX2: each bf16 widened to f32 and the pair's two products added by
+// FMA, odd then even, as VDPBF16PS defines it), then the same softmax; the
+// values are widened to f32 (exactly) and summed with the f32 weights. A row's
+// output is still the same to the bit whatever the batch. REQUIRES
+// CpuAttentionBf16Runs(hd).
 void CpuAttentionBf16(const float* q, int64_t q_row_stride,
                       const CpuAttentionRows& rows, int heads, int kv_heads,
                       int64_t hd, const uint16_t* keys, const uint16_t* values,

@@ -14,7 +14,8 @@
 ABSL_FLAG(
     std::string, cpu_products, "auto",
     "CPU kernels for fp32 weight products and attention: bf16 or f32 "
-    "(this project's AVX-512 kernels; common/model/cpu/cpu_panels.h), blas "
+    "(this project's AVX-512 or AVX2+FMA kernels, the widest this CPU runs; "
+    "common/model/cpu/cpu_panels.h), blas "
     "(libtorch/OpenBLAS), auto (the fastest this CPU runs)");
 ABSL_FLAG(
     int, product_threads, 0,

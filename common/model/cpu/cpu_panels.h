@@ -1,5 +1,5 @@
 // Weight products on the CPU over weights packed once at load ("panels"),
-// with AVX-512 kernels written here.
+// with AVX-512 and AVX2+FMA kernels written here.
 //
 // Why by hand: a model forward of the tiny pair is 49 products of a few
 // rows (a decode step, a verify block, a drafter block) by a weight of
@@ -13,16 +13,26 @@
 // panels beat f32 panels again (docs/log/2026-12-06-bench-notebook.md, "Weight
 // panels and row attention").
 //
-// bf16 panels use AVX512_BF16's dot product (VDPBF16PS): weights and the
-// activation row are rounded to bf16 (round to nearest even), products
-// summed in f32. That is what a GPU serving the same bf16 checkpoint does,
-// and it halves the weight bytes a forward streams. f32 panels keep f32
-// operands; their sums run in another order than OpenBLAS's, so results
-// differ from at::mm by float rounding only.
+// bf16 panels round weights and the activation row to bf16 (round to
+// nearest even) and sum products in f32. That is what a GPU serving the
+// same bf16 checkpoint does, and it halves the weight bytes a forward
+// streams. With AVX512_BF16 a pair of k is one dot product (VDPBF16PS);
+// AVX2 has none and widens each bf16 to f32 (a 16-bit shift, exact), then
+// adds the pair's odd product and its even one with two FMAs, the order of
+// VDPBF16PS's definition (each product of two bf16 is exact in f32). f32
+// panels keep f32 operands, each output one FMA chain in k order on either
+// ISA (so AVX2 and AVX-512 f32 panels agree to the bit); their sums run in
+// another order than OpenBLAS's, so results differ from at::mm by float
+// rounding only.
 //
 // Every output row is summed in the same order whatever the number of rows
 // in the product and whichever columns a thread takes, so a verify row is
 // bit-identical to the decode step of the same token.
+//
+// Both ISAs read one packed layout: columns in groups of 16, one zmm or
+// two ymm. kF32 and kBf16 name a precision; each runs on the widest ISA
+// this CPU has for it (CpuIsaOf), chosen per call, so a process on one CPU
+// always sums a row one way.
 //
 // Which kernel a process uses is process-wide (the binaries'
 // --cpu_products), read when a model is loaded (PackForThisProcess): set it
@@ -47,13 +57,30 @@ class CpuProductPool;
 
 enum class CpuProducts {
   kBlas,  // libtorch's mm (OpenBLAS), the reference
-  kF32,   // f32 panels (AVX-512F)
-  kBf16,  // bf16 panels (AVX512_BF16)
+  kF32,   // f32 panels (AVX-512F, else AVX2+FMA)
+  kBf16,  // bf16 panels (AVX512_BF16, else AVX2+FMA)
 };
 
 std::string_view CpuProductsName(CpuProducts kind);
 // Whether this CPU runs `kind` (kBlas: always).
 bool CpuRuns(CpuProducts kind);
+
+// The x86 vector extensions a kind's kernels run on, narrowest first.
+enum class CpuIsa {
+  kNone,    // none: kBlas, or a CPU without AVX2 and FMA
+  kAvx2,    // AVX2 and FMA
+  kAvx512,  // AVX-512F/BW/VL, and AVX512_BF16 for kBf16
+};
+std::string_view CpuIsaName(CpuIsa isa);
+// The ISA of `kind`'s kernels on this CPU: the widest it runs, within the
+// cap below. The kernels around the panels follow the kind whose values
+// they handle: PanelSiluMul, CpuArgmaxConfidence and CpuAttention that of
+// kF32; CpuFloatsToBf16 and CpuAttentionBf16 that of kBf16.
+CpuIsa CpuIsaOf(CpuProducts kind);
+// Tests: no kernel runs on an ISA wider than `cap` (kAvx512, the default,
+// caps nothing), so a CPU with AVX-512 runs the AVX2 kernels too; kNone
+// leaves only kBlas. Set it while no product runs, as SetCpuProducts.
+void SetCpuIsaCapForTesting(CpuIsa cap);
 
 void SetCpuProducts(CpuProducts kind);
 CpuProducts GetCpuProducts();
@@ -67,23 +94,23 @@ absl::Status SetCpuProductsFlag(std::string_view name,
                                 std::string_view flag = "--cpu_products");
 
 // silu(gu[:, :I]) * gu[:, I:] for gu [n, 2I] (the packed gate/up
-// product), row-major, into out [n, I], with AVX-512 and the exp of
-// common/model/cpu/cpu_avx512_math.h: each element from its own inputs alone,
-// so a row is the same in any batch. What the decoder layers run on panels.
-// REQUIRES CpuRuns(CpuProducts::kF32).
+// product), row-major, into out [n, I], with the vectorised exp of
+// common/model/cpu/cpu_avx512_math.h (or its AVX2 twin, the same to the bit):
+// each element from its own inputs alone, so a row is the same in any batch.
+// What the decoder layers run on panels. REQUIRES CpuRuns(CpuProducts::kF32).
 void PanelSiluMul(const float* gu, int64_t n, int64_t inter, float* out);
 
-// out[i] = x[i] rounded to bf16 (to nearest even, as VCVTNE2PS2BF16),
-// i < n: how bf16 panels round their activation rows and a bf16 K/V pool
-// its keys and values (common/model/kv_pool.h). REQUIRES
-// CpuRuns(CpuProducts::kBf16).
+// out[i] = x[i] rounded to bf16 (to nearest even, denormals to zero, as
+// VCVTNE2PS2BF16; the AVX2 kernel gives the same bits), i < n: how bf16
+// panels round their activation rows and a bf16 K/V pool its keys and values
+// (common/model/kv_pool.h). REQUIRES CpuRuns(CpuProducts::kBf16).
 void CpuFloatsToBf16(const float* x, int64_t n, uint16_t* out);
 
 // For each of n rows of `vocab` finite fp32 logits: argmax[r], the first
 // index of the row's largest logit (at::max's choice), and confidence[r]
 // = 1 / sum(exp(l - max)), the largest softmax probability (the drafter's
-// confidence), in one AVX-512 pass for each, with
-// common/model/cpu/cpu_avx512_math.h's exp. REQUIRES
+// confidence), in one vector pass for each, with
+// common/model/cpu/cpu_avx512_math.h's exp (or its AVX2 twin). REQUIRES
 // CpuRuns(CpuProducts::kF32).
 void CpuArgmaxConfidence(const float* logits, int64_t n, int64_t vocab,
                          int64_t* argmax, float* confidence);
@@ -115,9 +142,10 @@ class CpuPanels {
 
  private:
   CpuPanels(CpuProducts kind, int64_t k, int64_t n);
-  // Columns [16 * g0, 16 * g1) of every row.
-  void MultiplyGroups(const float* x, const uint32_t* pairs, int64_t m,
-                      const float* bias, float* y, int64_t g0,
+  // Columns [16 * g0, 16 * g1) of every row on `isa`'s kernels; bf16
+  // panels read `rounded`, the rows rounded to bf16 (Multiply).
+  void MultiplyGroups(CpuIsa isa, const float* x, const void* rounded,
+                      int64_t m, const float* bias, float* y, int64_t g0,
                       int64_t g1) const;
 
   CpuProducts kind_;
