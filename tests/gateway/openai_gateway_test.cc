@@ -403,7 +403,16 @@ TEST_F(OpenAiGatewayTest, MetricsPassPromtool) {
       "application/json");
   ASSERT_TRUE(done);
   ASSERT_EQ(done->status, 200);
+  // The server counts a response once it is written, so the client can
+  // scrape before the count: poll, bounded.
   auto text = ServiceCluster::Scrape(gateway_->metrics_port());
+  for (int i = 0; i < 100 && text.ok() &&
+                  ServiceCluster::MetricValue(
+                      *text, "dedit_http_requests_total", "code=\"200\"") < 1;
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    text = ServiceCluster::Scrape(gateway_->metrics_port());
+  }
   ASSERT_TRUE(text.ok()) << text.status();
   for (const char* name :
        {"dedit_http_requests_total", "dedit_http_request_duration_seconds",
