@@ -11,6 +11,8 @@
 
 #include <cstdint>
 
+#include "common/model/cpu/cpu_exp_constants.h"
+
 // As DEDIT_AVX512: the kernels alone are built for AVX2 and FMA.
 #define DEDIT_AVX2 __attribute__((target("avx2,fma")))
 
@@ -57,24 +59,23 @@ DEDIT_AVX2 inline float ReduceMax(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-// e^x per lane: avx512::Exp's clamp, reduction and polynomial, with 2^n
+// e^x per lane: avx512::Exp's clamp, reduction and polynomial (the
+// constants of common/model/cpu/cpu_exp_constants.h), with 2^n
 // built in the exponent field (n is in [-126, 127] after the clamp, so the
 // field never overflows) where AVX-512 has VSCALEFPS. Both multiply p by
 // an exact 2^n with one rounding, so the two agree to the bit.
 DEDIT_AVX2 inline __m256 Exp(__m256 x) {
-  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)),
-                    _mm256_set1_ps(88.0f));
+  using namespace cpu_exp;
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(kMin)),
+                    _mm256_set1_ps(kMax));
   const __m256 n =
-      _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+      _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(kLog2e)),
                       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2High), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Low), r);
+  __m256 p = _mm256_set1_ps(kPoly[0]);
+  for (int i = 1; i < kPolyDegree; ++i)
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kPoly[i]));
   p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r,
                       _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
   const __m256i two_n = _mm256_slli_epi32(
