@@ -47,6 +47,14 @@
 #   TASK_ARGS    further chat_tasks.py generate options for the target
 #                stage's training instances ($WORK/tasks-weighted, with
 #                TASK_WEIGHTS), e.g. "--fixed_share 0.25 --rename_min_uses 3"
+#   DISTILL_FIXED (chat profile) records of the target's answers to
+#                training prompts in the original suite's words
+#                (chat_tasks.py --fixed_share 1: the fixed words of the
+#                training pool) distilled besides the 4,096 and appended to
+#                them (default 1024, about a fifth of the records, as the
+#                target's --fixed_share 0.25): a drafter trained on pool
+#                words alone copies the original words no better than new
+#                ones, and loses what the old split measures. 0 = none
 #   TARGET_STEPS steps of the chat profile's target stage (default 3000)
 #   TARGET_RESCHEDULE_FROM  the TARGET_STEPS a paused target stage was
 #                started with: resume it on a schedule of TARGET_STEPS
@@ -286,6 +294,33 @@ if [ "$profile" = chat ] && [ ! -f "$WORK/distill-heldout.done" ]; then
   touch "$WORK/distill-heldout.done"
 fi
 
+# The original words' share of the drafter's records (DISTILL_FIXED above):
+# distill-fixed.bin, appended to distill.bin as distill-drafter.bin (a
+# distillation file is a magic followed by records, so the second file's
+# records follow the first's without its magic).
+drafter_data="$WORK/distill.bin"
+if [ "$profile" = chat ] && [ "${DISTILL_FIXED:-1024}" -gt 0 ]; then
+  if [ ! -f "$WORK/tasks-fixed/train.jsonl" ]; then
+    stage tasks-fixed python3 "$repo/training/chat_tasks.py" generate \
+      --out="$WORK/tasks-fixed" "${chat_tasks[@]}" --fixed_share=1
+  fi
+  if [ ! -f "$WORK/distill-fixed.done" ]; then
+    stage distill-fixed "$train" distill "${common[@]}" \
+      --max_minutes="$MAX_MINUTES" --target="$WORK/target" \
+      --work_dir="$WORK/target-state" --out="$WORK/distill-fixed.bin" \
+      --seed=6 --num_sequences="${DISTILL_FIXED:-1024}" --continuation=448 \
+      --distill_batch=64 --chat_prompts="$WORK/tasks-fixed/train.jsonl" \
+      --chat_fraction=1
+    touch "$WORK/distill-fixed.done"
+  fi
+  drafter_data="$WORK/distill-drafter.bin"
+  if [ ! -f "$drafter_data" ]; then
+    { cat "$WORK/distill.bin"; tail -c +9 "$WORK/distill-fixed.bin"; } \
+      > "$drafter_data.tmp"
+    mv "$drafter_data.tmp" "$drafter_data"
+  fi
+fi
+
 # drafter: the shipped one. drafter-1l / drafter-1l-nomix: the ProposalMix
 # ablation (1 layer, with and without; in the chat profile the reduced-step
 # twins drafter-mix / drafter-nomix). drafter-w32: block 32.
@@ -321,7 +356,7 @@ for d in "${drafters[@]}"; do
     extra+=(--init_from="$(cd "$DRAFTER_INIT_FROM" && pwd)")
   if [ ! -f "$WORK/$d/model.safetensors" ]; then
     stage "$d" "$train" drafter "${common[@]}" --max_minutes="$MAX_MINUTES" \
-      --target="$WORK/target" --data="$WORK/distill.bin" \
+      --target="$WORK/target" --data="$drafter_data" \
       --work_dir="$WORK/$d-state" --out="$WORK/$d" --seed=3 \
       "${drafter_args[@]}" "${extra[@]}"
   fi
@@ -390,6 +425,7 @@ if [ -n "$OUT" ]; then
     # the task accuracy of the target.
     mkdir -p "$OUT/distill"
     cp "$WORK/distill.bin" "$WORK/distill-heldout.bin" "$OUT/distill/"
+    [ -f "$WORK/distill-fixed.bin" ] && cp "$WORK/distill-fixed.bin" "$OUT/distill/"
     cp "$WORK/chat-eval.json" "$OUT/target/chat_eval.json"
     cp "$WORK/dedit-eval.json" "$OUT/drafter/dedit_eval.json"
   fi
