@@ -10,9 +10,12 @@
 #
 #   scripts/compare_pairs.sh BUILD_DIR OLD_PAIR NEW_PAIR OUT_DIR
 #
-# Writes OUT_DIR/{old,new}-{pool,fixed}.json and prints one table: tau and
-# speedup per configuration, and the answers right, for each pair and
-# split. Splits: pool (held-out words never seen in training, the
+# Writes OUT_DIR/{old,new}-{pool,fixed}.json and prints, for each split,
+# the answers right, tau and speedup per configuration, and tau per
+# family (scripts/compare_pairs_summary.py: the overall tau weighs each
+# family by its target's answer tokens, so it also gives both pairs on
+# the old target's answer mix, and without reverse, whose answer format
+# the continued target changed). Splits: pool (held-out words never seen in training, the
 # default of training/chat_tasks.py) and fixed (the original suite's
 # words). Environment: THREADS (default 1), LIMIT (instances per family,
 # default 0 = all 35), MAX_TOKENS (448), CONFIGS (default below; DRAFTER
@@ -59,26 +62,4 @@ for split in pool fixed; do
   done
 done
 
-python3 - "$OUT" <<'PY'
-import json, os, sys
-out = sys.argv[1]
-for split in ("pool", "fixed"):
-    r = {s: json.load(open(os.path.join(out, f"{s}-{split}.json")))
-         for s in ("old", "new")}
-    print(f"\n{split} split: answers right old {r['old']['accuracy']['overall']['correct']}"
-          f"/{r['old']['accuracy']['overall']['instances']}, new "
-          f"{r['new']['accuracy']['overall']['correct']}"
-          f"/{r['new']['accuracy']['overall']['instances']}; lossless old "
-          f"{r['old']['lossless']}, new {r['new']['lossless']}")
-    print("| configuration | old tau | new tau | old speedup | new speedup "
-          "| old per slice | new per slice |")
-    print("|---|---|---|---|---|---|---|")
-    for name in r["old"]["speculation"]:
-        o = r["old"]["speculation"][name]["overall"]
-        n = r["new"]["speculation"].get(name, {}).get("overall", {})
-        def sl(x):
-            s = x.get("speedup_per_slice") or []
-            return f"{min(s):.2f}-{max(s):.2f}" if s else ""
-        print(f"| {name} | {o['tau']:.2f} | {n.get('tau', 0):.2f} | "
-              f"{o['speedup']:.2f}x | {n.get('speedup', 0):.2f}x | {sl(o)} | {sl(n)} |")
-PY
+python3 "$ROOT/scripts/compare_pairs_summary.py" "$OUT"
