@@ -15,9 +15,9 @@
 # family (scripts/compare_pairs_summary.py: the overall tau weighs each
 # family by its target's answer tokens, so it also gives both pairs on
 # the old target's answer mix, and without reverse, whose answer format
-# the continued target changed). Splits: pool (held-out words never seen in training, the
-# default of training/chat_tasks.py) and fixed (the original suite's
-# words). Environment: THREADS (default 1), LIMIT (instances per family,
+# the continued target changed). Splits: pool (held-out words never seen
+# in training, the default of training/chat_tasks.py) and fixed (the
+# original suite's words). Environment: THREADS (default 1), LIMIT (instances per family,
 # default 0 = all 35), MAX_TOKENS (448), CONFIGS (default below; DRAFTER
 # and SEEDED in it are replaced by each pair's drafters). Nothing else
 # should run meanwhile.

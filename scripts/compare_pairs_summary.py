@@ -25,9 +25,11 @@ reads OUT_DIR/{old,new}-{pool,fixed}.json.
 import argparse
 import json
 import os
+import sys
 
-FAMILIES = ("add", "multiply", "sort", "reverse", "json", "rename",
-            "continue")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "training"))
+from chat_tasks import FAMILIES  # noqa: E402
 
 
 def overall_tau(spec, families, weights=None):
