@@ -50,7 +50,7 @@
 #   DISTILL_FIXED (chat profile) records of the target's answers to
 #                training prompts in the original suite's words
 #                (chat_tasks.py --fixed_share 1: the fixed words of the
-#                training pool) distilled besides the 4,096 and appended to
+#                training pool) distilled besides the 4,096 and read after
 #                them (default 1024, about a fifth of the records, as the
 #                target's --fixed_share 0.25): a drafter trained on pool
 #                words alone copies the original words no better than new
@@ -295,9 +295,8 @@ if [ "$profile" = chat ] && [ ! -f "$WORK/distill-heldout.done" ]; then
 fi
 
 # The original words' share of the drafter's records (DISTILL_FIXED above):
-# distill-fixed.bin, appended to distill.bin as distill-drafter.bin (a
-# distillation file is a magic followed by records, so the second file's
-# records follow the first's without its magic).
+# distill-fixed.bin, which the drafters read after distill.bin (dedit-train
+# drafter --data takes a comma-separated list).
 drafter_data="$WORK/distill.bin"
 if [ "$profile" = chat ] && [ "${DISTILL_FIXED:-1024}" -gt 0 ]; then
   if [ ! -f "$WORK/tasks-fixed/train.jsonl" ]; then
@@ -313,12 +312,7 @@ if [ "$profile" = chat ] && [ "${DISTILL_FIXED:-1024}" -gt 0 ]; then
       --chat_fraction=1
     touch "$WORK/distill-fixed.done"
   fi
-  drafter_data="$WORK/distill-drafter.bin"
-  if [ ! -f "$drafter_data" ]; then
-    { cat "$WORK/distill.bin"; tail -c +9 "$WORK/distill-fixed.bin"; } \
-      > "$drafter_data.tmp"
-    mv "$drafter_data.tmp" "$drafter_data"
-  fi
+  drafter_data="$WORK/distill.bin,$WORK/distill-fixed.bin"
 fi
 
 # drafter: the shipped one. drafter-1l / drafter-1l-nomix: the ProposalMix

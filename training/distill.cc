@@ -5,10 +5,12 @@
 #include <cerrno>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <random>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "common/base/file_util.h"
 #include "common/base/model_config.h"
 #include "common/base/status.h"
@@ -80,6 +82,22 @@ absl::StatusOr<std::vector<DistillRecord>> ReadDistillData(
   if (!PathExists(path)) return absl::NotFoundError(absl::StrCat("no ", path));
   int64_t valid = 0;
   return ReadRecords(path, &valid);
+}
+
+absl::StatusOr<std::vector<DistillRecord>> ReadDistillFiles(
+    const std::string& paths) {
+  std::vector<DistillRecord> all;
+  for (absl::string_view path : absl::StrSplit(paths, ',')) {
+    if (path.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("empty file name in the list \"", paths, "\""));
+    }
+    ASSIGN_OR_RETURN(std::vector<DistillRecord> records,
+                     ReadDistillData(std::string(path)));
+    all.insert(all.end(), std::make_move_iterator(records.begin()),
+               std::make_move_iterator(records.end()));
+  }
+  return all;
 }
 
 absl::StatusOr<StageOutcome> RunDistill(const DistillOptions& o) {

@@ -12,6 +12,7 @@
 //   DistillOptions o;  // target_dir, corpus, out_path, ...
 //   ASSIGN_OR_RETURN(StageOutcome outcome, RunDistill(o));
 //   ASSIGN_OR_RETURN(std::vector<DistillRecord> data, ReadDistillData(path));
+//   ASSIGN_OR_RETURN(data, ReadDistillFiles("a.bin,b.bin"));
 #ifndef DEDIT_TRAINING_DISTILL_H_
 #define DEDIT_TRAINING_DISTILL_H_
 
@@ -56,6 +57,13 @@ absl::StatusOr<StageOutcome> RunDistill(const DistillOptions& options);
 // Reads every complete record (a torn last record is ignored).
 absl::StatusOr<std::vector<DistillRecord>> ReadDistillData(
     const std::string& path);
+
+// The records of a comma-separated list of distillation files, in the
+// order named (e.g. the target's answers to the task suite, then more of
+// one kind of prompt): each is read as ReadDistillData reads it. An empty
+// name, or a missing file, is an error naming it.
+absl::StatusOr<std::vector<DistillRecord>> ReadDistillFiles(
+    const std::string& paths);
 
 }  // namespace dedit::training
 

@@ -374,7 +374,7 @@ void KeepUsable(std::vector<DistillRecord>* records) {
 
 absl::Status LoadDistillData(const DrafterTrainingOptions& o,
                              DistillData* data) {
-  ASSIGN_OR_RETURN(data->records, ReadDistillData(o.distill_path));
+  ASSIGN_OR_RETURN(data->records, ReadDistillFiles(o.distill_path));
   KeepUsable(&data->records);
   data->n_train = static_cast<int64_t>(data->records.size());
   if (!o.heldout_path.empty()) {

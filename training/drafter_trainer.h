@@ -56,7 +56,7 @@ namespace dedit::training {
 
 struct DrafterTrainingOptions {
   std::string target_dir;    // exported target (frozen)
-  std::string distill_path;  // from `dedit-train distill`
+  std::string distill_path;  // from `dedit-train distill` (or a,b,...)
   std::string work_dir;      // state.safetensors, log.jsonl
   std::string out_dir;       // the exported drafter
   // Drafter shape: the target's layer shape with these overrides.

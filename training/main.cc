@@ -115,7 +115,8 @@ ABSL_FLAG(int, prompt_max, 96, "distill: longest prompt (tokens)");
 ABSL_FLAG(int, continuation, 160, "distill: greedy tokens per prompt");
 ABSL_FLAG(int, distill_batch, 32, "distill: sequences decoded together");
 ABSL_FLAG(std::string, data, "",
-          "drafter: distilled data file; headroom: the answers scored");
+          "drafter: distilled data file, or a comma-separated list of them "
+          "read in order; headroom: the answers scored");
 ABSL_FLAG(int, drafter_layers, 1, "drafter: decoder layers");
 ABSL_FLAG(int, drafter_intermediate, 0, "drafter: MLP size (0 = target's)");
 ABSL_FLAG(int, block_size, 16, "drafter: block size W");

@@ -488,6 +488,59 @@ at::Tensor FixedBlockLogits(const TrainableDrafter& drafter) {
 // A deeper drafter from --init_from a shallower one drafts what it did (its
 // new layers are identities until trained), keeps its layers in order, and
 // trains from there.
+// --data=a,b: the drafter trains on both distillation files' records, a's
+// first (scripts/train_tiny.sh adds the target's answers to one kind of
+// prompt this way); a missing or empty name is refused by name before
+// anything is trained.
+TEST_F(TargetInitTest, DrafterTrainsOnAListOfDistillationFiles) {
+  ASSERT_NO_FATAL_FAILURE(MakeTargetAndDistill());
+  DistillOptions d;
+  d.target_dir = root_ + "/target";
+  d.corpus.roots = {root_ + "/corpus"};
+  d.corpus.heldout_every = 2;
+  d.work_dir = root_ + "/target-work";
+  d.out_path = root_ + "/distill-b.bin";
+  d.num_sequences = 3;
+  d.prompt_min_tokens = 8;
+  d.prompt_max_tokens = 16;
+  d.continuation_tokens = 16;
+  d.seed = 9;
+  ASSERT_TRUE(RunDistill(d).ok());
+  auto a = ReadDistillData(root_ + "/distill.bin");
+  auto b = ReadDistillData(root_ + "/distill-b.bin");
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_EQ(a->size(), 8u);
+  ASSERT_EQ(b->size(), 3u);
+  auto both =
+      ReadDistillFiles(root_ + "/distill.bin," + root_ + "/distill-b.bin");
+  ASSERT_TRUE(both.ok()) << both.status();
+  ASSERT_EQ(both->size(), 11u);
+  for (size_t i = 0; i < both->size(); ++i) {
+    const DistillRecord& want = i < 8 ? (*a)[i] : (*b)[i - 8];
+    EXPECT_EQ((*both)[i].prompt_len, want.prompt_len) << i;
+    EXPECT_EQ((*both)[i].tokens, want.tokens) << i;
+  }
+  EXPECT_NE((*both)[8].tokens, (*both)[0].tokens);
+
+  DrafterTrainingOptions listed = DrafterOptions("la", 2e-3);
+  listed.distill_path = root_ + "/distill.bin," + root_ + "/distill-b.bin";
+  auto trained = RunDrafterTraining(listed);
+  ASSERT_TRUE(trained.ok()) << trained.status();
+  EXPECT_TRUE(std::filesystem::exists(root_ + "/la/model.safetensors"));
+
+  DrafterTrainingOptions missing = DrafterOptions("lb", 2e-3);
+  missing.distill_path = root_ + "/distill.bin," + root_ + "/nowhere.bin";
+  auto refused = RunDrafterTraining(missing);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(refused.status().message(), HasSubstr("nowhere.bin"));
+  EXPECT_FALSE(std::filesystem::exists(root_ + "/lb/model.safetensors"));
+  auto empty = ReadDistillFiles(root_ + "/distill.bin,");
+  ASSERT_FALSE(empty.ok());
+  EXPECT_EQ(empty.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(empty.status().message(), HasSubstr("empty file name"));
+}
+
 TEST_F(TargetInitTest, DrafterGrowsDeeperDraftingTheSame) {
   ASSERT_NO_FATAL_FAILURE(MakeTargetAndDistill());
   auto trained = RunDrafterTraining(DrafterOptions("ga", 2e-3));
