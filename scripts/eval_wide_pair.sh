@@ -19,7 +19,10 @@
 # (folder with heldout.jsonl, default: generated into
 # BUILD_DIR/chat-tasks-VOCAB by training/chat_tasks.py), VOCAB (its
 # vocabulary: fixed, the split docs/RESULTS.md's figures were measured on,
-# or pool, held-out words never seen in training; default fixed).
+# or pool, held-out words never seen in training; default fixed), WIDEN
+# (default 1; 0 evaluates WIDE as it is, any folder with target, drafter
+# and drafter-seeded: WIDEN=0 WIDE=checkpoints/tiny THREADS=1 gives the
+# tiny pair's table in process and through the services).
 # Nothing else should run meanwhile.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -32,7 +35,10 @@ WIDE=${WIDE:-$BUILD/wide-pair-x8}
 VOCAB=${VOCAB:-fixed}
 TASKS=${TASKS:-$BUILD/chat-tasks-$VOCAB}
 
-BUILD=$BUILD bash "$ROOT/scripts/make_wide_pair.sh" "$WIDE" 8
+if [ "${WIDEN:-1}" = 1 ]; then
+  BUILD=$BUILD bash "$ROOT/scripts/make_wide_pair.sh" "$WIDE" 8
+fi
+WIDE=$(cd "$WIDE" && pwd)
 if [ ! -f "$TASKS/heldout.jsonl" ]; then
   mkdir -p "$TASKS"
   python3 "$ROOT/training/chat_tasks.py" generate --out "$TASKS" \
