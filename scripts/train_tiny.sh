@@ -55,6 +55,12 @@
 #                target's --fixed_share 0.25): a drafter trained on pool
 #                words alone copies the original words no better than new
 #                ones, and loses what the old split measures. 0 = none
+#   DISTILL_JSON (chat profile) records of the target's answers to
+#                training prompts on the original words with json
+#                weighted 6 and reverse 2 (default 1024, read after
+#                DISTILL_FIXED's): the plain drafter drafted the original
+#                keys' json answers worse than the first pair's, which
+#                had memorised them. 0 = none
 #   TARGET_STEPS steps of the chat profile's target stage (default 3000)
 #   TARGET_RESCHEDULE_FROM  the TARGET_STEPS a paused target stage was
 #                started with: resume it on a schedule of TARGET_STEPS
@@ -294,25 +300,35 @@ if [ "$profile" = chat ] && [ ! -f "$WORK/distill-heldout.done" ]; then
   touch "$WORK/distill-heldout.done"
 fi
 
-# The original words' share of the drafter's records (DISTILL_FIXED above):
-# distill-fixed.bin, which the drafters read after distill.bin (dedit-train
-# drafter --data takes a comma-separated list).
+# More of the drafter's records, each set read after distill.bin
+# (dedit-train drafter --data takes a comma-separated list):
+# distill-fixed.bin, the original words' share (DISTILL_FIXED above), and
+# distill-json.bin, json-heavy answers on the original words
+# (DISTILL_JSON).
 drafter_data="$WORK/distill.bin"
-if [ "$profile" = chat ] && [ "${DISTILL_FIXED:-1024}" -gt 0 ]; then
-  if [ ! -f "$WORK/tasks-fixed/train.jsonl" ]; then
-    stage tasks-fixed python3 "$repo/training/chat_tasks.py" generate \
-      --out="$WORK/tasks-fixed" "${chat_tasks[@]}" --fixed_share=1
+extra_distill() {  # NAME RECORDS SEED chat_tasks.py-generate-options...
+  local name="$1" records="$2" seed="$3"
+  shift 3
+  [ "$records" -gt 0 ] || return 0
+  if [ ! -f "$WORK/tasks-$name/train.jsonl" ]; then
+    stage "tasks-$name" python3 "$repo/training/chat_tasks.py" generate \
+      --out="$WORK/tasks-$name" "${chat_tasks[@]}" "$@"
   fi
-  if [ ! -f "$WORK/distill-fixed.done" ]; then
-    stage distill-fixed "$train" distill "${common[@]}" \
+  if [ ! -f "$WORK/distill-$name.done" ]; then
+    stage "distill-$name" "$train" distill "${common[@]}" \
       --max_minutes="$MAX_MINUTES" --target="$WORK/target" \
-      --work_dir="$WORK/target-state" --out="$WORK/distill-fixed.bin" \
-      --seed=6 --num_sequences="${DISTILL_FIXED:-1024}" --continuation=448 \
-      --distill_batch=64 --chat_prompts="$WORK/tasks-fixed/train.jsonl" \
+      --work_dir="$WORK/target-state" --out="$WORK/distill-$name.bin" \
+      --seed="$seed" --num_sequences="$records" --continuation=448 \
+      --distill_batch=64 --chat_prompts="$WORK/tasks-$name/train.jsonl" \
       --chat_fraction=1
-    touch "$WORK/distill-fixed.done"
+    touch "$WORK/distill-$name.done"
   fi
-  drafter_data="$WORK/distill.bin,$WORK/distill-fixed.bin"
+  drafter_data+=",$WORK/distill-$name.bin"
+}
+if [ "$profile" = chat ]; then
+  extra_distill fixed "${DISTILL_FIXED:-1024}" 6 --fixed_share=1
+  extra_distill json "${DISTILL_JSON:-1024}" 8 --fixed_share=1 \
+    --weights=json=6,reverse=2 --seed=8
 fi
 
 # drafter: the shipped one. drafter-1l / drafter-1l-nomix: the ProposalMix
@@ -419,7 +435,9 @@ if [ -n "$OUT" ]; then
     # the task accuracy of the target.
     mkdir -p "$OUT/distill"
     cp "$WORK/distill.bin" "$WORK/distill-heldout.bin" "$OUT/distill/"
-    [ -f "$WORK/distill-fixed.bin" ] && cp "$WORK/distill-fixed.bin" "$OUT/distill/"
+    for f in distill-fixed.bin distill-json.bin; do
+      [ -f "$WORK/$f" ] && cp "$WORK/$f" "$OUT/distill/"
+    done
     cp "$WORK/chat-eval.json" "$OUT/target/chat_eval.json"
     cp "$WORK/dedit-eval.json" "$OUT/drafter/dedit_eval.json"
   fi
