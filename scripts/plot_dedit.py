@@ -4,8 +4,8 @@
   scripts/plot_dedit.py REPORT.json OUT_DIR [--log drafter-state/log.jsonl]
 
 REPORT is what scripts/eval_chat_tasks.py --configs prints (train_tiny.sh
-chat writes it to $WORK/dedit-eval.json; the shipped one is
-checkpoints/tiny/drafter/dedit_eval.json). Writes PNGs (Debian's
+chat writes it to $WORK/dedit-eval.json; the first pair's is `git show
+4ee83a5:checkpoints/tiny/drafter/dedit_eval.json`). Writes PNGs (Debian's
 python3-matplotlib; run with /usr/bin/python3):
 
   dedit_tau.png        tau against passes K, for W = 16 and 32, with the
