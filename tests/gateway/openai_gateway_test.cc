@@ -203,13 +203,18 @@ class OpenAiGatewayTest : public ::testing::Test {
     const v1::TargetInfoResponse info = TargetInfo();
     const std::vector<int32_t> eos(info.eos_token_ids().begin(),
                                    info.eos_token_ids().end());
-    // Greedy up to and including the first EOS.
+    // Greedy up to the first EOS, which ends the request and is not
+    // output (docs/ARCHITECTURE.md §1 step 7), nor counted in the usage.
     std::vector<int32_t> want;
     for (int32_t t : greedy) {
-      want.push_back(t);
       if (std::find(eos.begin(), eos.end(), t) != eos.end()) break;
+      want.push_back(t);
     }
     EXPECT_EQ(s.tokens, want) << "the router's tokens are not greedy";
+    if (want.size() < greedy.size()) {
+      EXPECT_EQ(s.last.finish_reason(), v1::FINISH_REASON_STOP)
+          << "greedy decoding reached an EOS";
+    }
     auto decoded = tokenizer_->Decode(want);
     EXPECT_TRUE(decoded.ok());
     EXPECT_EQ(s.text, decoded.value_or("")) << "the router's text";

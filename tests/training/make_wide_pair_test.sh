@@ -22,7 +22,15 @@ for m in target drafter drafter-seeded; do
 done
 grep -q '"hidden_size": 256' "$OUT/pair/target/config.json" ||
   fail "target not widened x2"
-grep -q '"seed_logit_bonus": 10.0' "$OUT/pair/drafter-seeded/config.json" ||
+# The widened seeded drafter keeps the source's dedit_config (its fitted
+# trust in the seed, its lookup n-gram) unchanged.
+python3 - "$ROOT/checkpoints/tiny/drafter-seeded/config.json" \
+  "$OUT/pair/drafter-seeded/config.json" <<'PY' ||
+import json, sys
+src, wide = (json.load(open(p))["dedit_config"] for p in sys.argv[1:3])
+assert src["seed_logit_bonus"] > 0 and src["lookup_seed_ngram"] > 0, src
+assert wide == src, (wide, src)
+PY
   fail "the seeded drafter's dedit_config not carried"
 grep -q '^factor 2$' "$OUT/pair/wide_pair.stamp" || fail "no stamp"
 
