@@ -99,21 +99,27 @@ class TargetInitTest : public ::testing::Test {
     return o;
   }
 
-  void MakeTargetAndDistill() {
-    auto target = RunTargetTraining(Options("target", 2e-3));
-    ASSERT_TRUE(target.ok()) << target.status();
+  // Distillation of `sequences` short records of the target in root_/target
+  // into root_/`file`.
+  DistillOptions DistillInto(const std::string& file, int sequences) const {
     DistillOptions d;
     d.target_dir = root_ + "/target";
     d.corpus.roots = {root_ + "/corpus"};
     d.corpus.heldout_every = 2;
     d.work_dir = root_ + "/target-work";
-    d.out_path = root_ + "/distill.bin";
-    d.num_sequences = 8;
+    d.out_path = root_ + "/" + file;
+    d.num_sequences = sequences;
     d.prompt_min_tokens = 8;
     d.prompt_max_tokens = 16;
     d.continuation_tokens = 16;
     d.batch = 8;
-    auto distilled = RunDistill(d);
+    return d;
+  }
+
+  void MakeTargetAndDistill() {
+    auto target = RunTargetTraining(Options("target", 2e-3));
+    ASSERT_TRUE(target.ok()) << target.status();
+    auto distilled = RunDistill(DistillInto("distill.bin", 8));
     ASSERT_TRUE(distilled.ok()) << distilled.status();
   }
 
@@ -494,16 +500,7 @@ at::Tensor FixedBlockLogits(const TrainableDrafter& drafter) {
 // anything is trained.
 TEST_F(TargetInitTest, DrafterTrainsOnAListOfDistillationFiles) {
   ASSERT_NO_FATAL_FAILURE(MakeTargetAndDistill());
-  DistillOptions d;
-  d.target_dir = root_ + "/target";
-  d.corpus.roots = {root_ + "/corpus"};
-  d.corpus.heldout_every = 2;
-  d.work_dir = root_ + "/target-work";
-  d.out_path = root_ + "/distill-b.bin";
-  d.num_sequences = 3;
-  d.prompt_min_tokens = 8;
-  d.prompt_max_tokens = 16;
-  d.continuation_tokens = 16;
+  DistillOptions d = DistillInto("distill-b.bin", 3);
   d.seed = 9;
   ASSERT_TRUE(RunDistill(d).ok());
   auto a = ReadDistillData(root_ + "/distill.bin");
