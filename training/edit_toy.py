@@ -35,7 +35,9 @@ function of the tokenizer and --language_seed; the sequences of --seed.
       -> the analytic taus averaged over a unit's phases.
   edit_toy.py report --sweep OUT
       -> markdown tables of a sweep's runs (scripts/edit_toy.sh --train),
-         and per variant the mean and 95% interval over its seeds.
+         per variant the mean and 95% interval over its seeds, and each
+         bidirectional variant's P3 against its causal-trained twins',
+         paired by seed.
 
 tau is the mean accepted length of a block anchored at every position of
 the continuation: the longest prefix of the draft that matches the sampled
@@ -404,6 +406,31 @@ def mean_and_interval(values):
     return mean, t975 * (var / n) ** 0.5
 
 
+def variant_of(run):
+    """A sweep run's variant: its name without the seed, which comes last
+    or before the word shapes (d2-mix-s2 -> d2-mix, d2-mix-s2-right ->
+    d2-mix-right)."""
+    return re.sub(r"-s[0-9]+(?=-right$|$)", "", run)
+
+
+def causal_pairs(runs):
+    """{variant: ([P3 of the bidirectional runs], [P3 of their causal-
+    trained twins])} for the ProposalMix runs (d<D>-mix-s<N>[-right]) whose
+    twin (d<D>-causal-s<N>[-right]: the same seed, depth and words) was
+    run too, paired seed by seed."""
+    pairs = {}
+    for name in sorted(runs):
+        m = re.fullmatch(r"(d[0-9]+)-mix-(s[0-9]+)(-right)?", name)
+        if not m:
+            continue
+        twin = f"{m[1]}-causal-{m[2]}{m[3] or ''}"
+        if twin in runs:
+            bi, ca = pairs.setdefault(variant_of(name), ([], []))
+            bi.append(runs[name]["p3_tau"])
+            ca.append(runs[twin]["p3_tau"])
+    return pairs
+
+
 def cmd_report(args):
     """A markdown table of a sweep's runs (OUT/RUN/eval.json), then each
     variant over its seeds as mean +- the 95% interval."""
@@ -428,7 +455,7 @@ def cmd_report(args):
             f"{r[c]:.3f}" if c in r else "-" for c in cols) + " |")
     variants = {}
     for name, r in runs.items():
-        variants.setdefault(re.sub(r"-s[0-9]+$", "", name), []).append(r)
+        variants.setdefault(variant_of(name), []).append(r)
     print()
     print("| variant (seeds) | " + " | ".join(cols) + " |")
     print("|---" * (len(cols) + 1) + "|")
@@ -442,6 +469,20 @@ def cmd_report(args):
             m, h = mean_and_interval(vals)
             cells.append(f"{m:.3f} ± {h:.3f}" if len(vals) > 1 else f"{m:.3f}")
         print(f"| {v} ({len(rs)}) | " + " | ".join(cells) + " |")
+    pairs = causal_pairs(runs)
+    if pairs:
+        print()
+        print("| bidirectional vs causal-trained twin, P3 (seeds) | "
+              "bidirectional | causal twin | difference |")
+        print("|---|---|---|---|")
+        for v, (bi, ca) in pairs.items():
+            diff = [b - c for b, c in zip(bi, ca)]
+            cells = []
+            for vals in (bi, ca, diff):
+                m, h = mean_and_interval(vals)
+                cells.append(f"{m:.3f} ± {h:.3f}" if len(vals) > 1
+                             else f"{m:.3f}")
+            print(f"| {v} ({len(bi)}) | " + " | ".join(cells) + " |")
 
 
 def main():

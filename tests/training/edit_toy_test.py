@@ -11,6 +11,7 @@ import itertools
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -201,6 +202,42 @@ class EditToyTest(unittest.TestCase):
             self.assertEqual(c["p3_accuracy"], 1.0)
         self.assertLessEqual(up["ceiling_tau"], 1 + mean + 1e-9)
         self.assertGreater(up["ceiling_tau"], up["marginal_tau"])
+
+    def test_report_groups_seeds_and_pairs_causal_twins(self):
+        # A sweep of eval.json files: the right words' seeds group into one
+        # variant (the seed sits before -right), and each bidirectional run
+        # is paired with the causal twin of its own seed and words.
+        sweep = tempfile.mkdtemp(prefix="edit_toy_report_")
+        self.addCleanup(shutil.rmtree, sweep)
+        p3 = {"d2-mix-s1": 6.0, "d2-mix-s2": 6.5, "d2-causal-s1": 6.25,
+              "d2-mix-s1-right": 6.5, "d2-mix-s2-right": 6.75,
+              "d2-causal-s1-right": 5.0, "d2-causal-s2-right": 5.5}
+        for run, p in p3.items():
+            os.makedirs(os.path.join(sweep, run))
+            with open(os.path.join(sweep, run, "eval.json"), "w") as f:
+                json.dump({"p1_tau": 5.0, "p3_tau": p, "extending_edits": 0.1,
+                           "shortening_edits": 0.0}, f)
+        self.assertEqual(edit_toy.variant_of("d2-mix-s2-right"),
+                         "d2-mix-right")
+        self.assertEqual(edit_toy.variant_of("d4-blend90-s3"), "d4-blend90")
+        out = subprocess.run([sys.executable,
+                              os.path.join(ROOT, "training", "edit_toy.py"),
+                              "report", "--sweep", sweep],
+                             check=True, capture_output=True, text=True).stdout
+        rows = {line.split(" | ")[0][2:]: line.split(" | ")[1:]
+                for line in out.splitlines() if line.startswith("| d")}
+        self.assertIn("d2-mix-right (2)", rows)
+        self.assertIn("d2-causal-right (2)", rows)
+        self.assertIn("d2-mix (2)", rows)
+        self.assertNotIn("d2-mix-s1-right (1)", rows)
+        # Left words: only seed 1 has a twin (6.0 against 6.25); right
+        # words: both seeds (6.5, 6.75 against 5.0, 5.5).
+        pairs = [line for line in out.splitlines()
+                 if line.startswith("| d2-mix") and line.count("|") == 5]
+        self.assertEqual(pairs[0], "| d2-mix (1) | 6.000 | 6.250 | -0.250 |")
+        self.assertTrue(pairs[1].startswith(
+            "| d2-mix-right (2) | 6.625 ± "), pairs[1])
+        self.assertIn("| 1.375 ± ", pairs[1])
 
 
 if __name__ == "__main__":
