@@ -44,6 +44,8 @@
 #   d2-mix-s1-right d2-causal-s1-right   the "right" words (edit_toy.py
 #                                        --shapes right), whose fix needs
 #                                        the later slots
+#   d2-mix-s2-right d2-mix-s3-right d2-causal-s2-right d2-causal-s3-right
+#   d2-causal-s2 d2-causal-s3            the twins' other seeds
 # checkpoints/edit-toy/drafter is d2-mix-s1 and drafter-causal d2-causal-s1.
 #
 # Environment: BUILD (default build; needs training/dedit-train), TARGET
@@ -64,7 +66,9 @@ TOY="python3 $ROOT/training/edit_toy.py"
 SWEEP=(d2-mix-s1 d2-mix-s2 d2-mix-s3 d2-nomix-s1 d2-nomix-s2 d2-nomix-s3
        d2-causal-s1 d1-mix-s1 d4-mix-s1 d2-truth-s1 d2-blend-s1
        d2-blend-s2 d2-blend-s3 d4-blend-s1 d2-blend90-s1 d2-blend90-s2
-       d2-blend90-s3 d2-mix-s1-right d2-causal-s1-right)
+       d2-blend90-s3 d2-mix-s1-right d2-causal-s1-right d2-mix-s2-right
+       d2-mix-s3-right d2-causal-s2-right d2-causal-s3-right d2-causal-s2
+       d2-causal-s3)
 
 usage() {
   echo "usage: $0 OUT | --train OUT [RUN...] | --eval DRAFTER [CAUSAL_TWIN]" >&2
