@@ -406,6 +406,13 @@ def mean_and_interval(values):
     return mean, t975 * (var / n) ** 0.5
 
 
+def mean_cell(values):
+    """A table cell: the mean, and +- its 95% interval over more than one
+    value."""
+    m, h = mean_and_interval(values)
+    return f"{m:.3f} ± {h:.3f}" if len(values) > 1 else f"{m:.3f}"
+
+
 def variant_of(run):
     """A sweep run's variant: its name without the seed, which comes last
     or before the word shapes (d2-mix-s2 -> d2-mix, d2-mix-s2-right ->
@@ -433,7 +440,8 @@ def causal_pairs(runs):
 
 def cmd_report(args):
     """A markdown table of a sweep's runs (OUT/RUN/eval.json), then each
-    variant over its seeds as mean +- the 95% interval."""
+    variant over its seeds as mean +- the 95% interval, then each
+    bidirectional variant's P3 against its causal twins' (causal_pairs)."""
     runs = {}
     for path in sorted(glob.glob(os.path.join(args.sweep, "*", "eval.json"))):
         with open(path) as f:
@@ -466,8 +474,7 @@ def cmd_report(args):
             if not vals:
                 cells.append("-")
                 continue
-            m, h = mean_and_interval(vals)
-            cells.append(f"{m:.3f} ± {h:.3f}" if len(vals) > 1 else f"{m:.3f}")
+            cells.append(mean_cell(vals))
         print(f"| {v} ({len(rs)}) | " + " | ".join(cells) + " |")
     pairs = causal_pairs(runs)
     if pairs:
@@ -477,11 +484,7 @@ def cmd_report(args):
         print("|---|---|---|---|")
         for v, (bi, ca) in pairs.items():
             diff = [b - c for b, c in zip(bi, ca)]
-            cells = []
-            for vals in (bi, ca, diff):
-                m, h = mean_and_interval(vals)
-                cells.append(f"{m:.3f} ± {h:.3f}" if len(vals) > 1
-                             else f"{m:.3f}")
+            cells = [mean_cell(vals) for vals in (bi, ca, diff)]
             print(f"| {v} ({len(bi)}) | " + " | ".join(cells) + " |")
 
 
