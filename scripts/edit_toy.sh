@@ -46,6 +46,15 @@
 #                                        the later slots
 #   d2-mix-s2-right d2-mix-s3-right d2-causal-s2-right d2-causal-s3-right
 #   d2-causal-s2 d2-causal-s3            the twins' other seeds
+#   d2-blend90w0-s1 d2-blend90w0-s2 d2-blend90w0-s3
+#                                        blend90 with no edit loss where
+#                                        the editor's input is the truth
+#                                        (--edit_selected_weight 0): it
+#                                        learns only the slots it must fix
+#   d2-blend90-causal-s1 d2-blend90w0-causal-s1
+#                                        their causal-trained twins
+#   (a name's wN sets that weight to N/10; -causal before the seed makes
+#   any variant's causal-trained twin)
 # checkpoints/edit-toy/drafter is d2-mix-s1 and drafter-causal d2-causal-s1.
 #
 # Environment: BUILD (default build; needs training/dedit-train), TARGET
@@ -68,7 +77,8 @@ SWEEP=(d2-mix-s1 d2-mix-s2 d2-mix-s3 d2-nomix-s1 d2-nomix-s2 d2-nomix-s3
        d2-blend-s2 d2-blend-s3 d4-blend-s1 d2-blend90-s1 d2-blend90-s2
        d2-blend90-s3 d2-mix-s1-right d2-causal-s1-right d2-mix-s2-right
        d2-mix-s3-right d2-causal-s2-right d2-causal-s3-right d2-causal-s2
-       d2-causal-s3)
+       d2-causal-s3 d2-blend90w0-s1 d2-blend90w0-s2 d2-blend90w0-s3
+       d2-blend90-causal-s1 d2-blend90w0-causal-s1)
 
 usage() {
   echo "usage: $0 OUT | --train OUT [RUN...] | --eval DRAFTER [CAUSAL_TWIN]" >&2
@@ -155,19 +165,26 @@ evaluate() {  # DRAFTER [CAUSAL_TWIN]
 
 # One sweep run's trainer flags.
 run_flags() {  # NAME
-  local name="$1" depth mix causal seed truth=0 blocks=()
-  [[ "$name" =~ ^d([124])-(mix|nomix|causal|truth|blend([0-9][0-9])?)-s([0-9]+)(-right)?$ ]] || {
-    echo "edit_toy: unknown run $name (d<1|2|4>-<mix|nomix|causal|truth|blend[NN]>-s<N>[-right])" >&2
+  local name="$1" depth mix causal seed truth=0 blocks=() weight=1
+  local re='^d([124])-(mix|nomix|causal|truth|blend([0-9][0-9])?)(w([0-9]))?(-causal)?-s([0-9]+)(-right)?$'
+  [[ "$name" =~ $re ]] || {
+    echo "edit_toy: unknown run $name (d<1|2|4>-<mix|nomix|causal|truth|blend[NN]>[w<N>][-causal]-s<N>[-right])" >&2
     exit 2
   }
   depth=${BASH_REMATCH[1]}
-  mix=true causal=false seed=${BASH_REMATCH[4]}
+  mix=true causal=false seed=${BASH_REMATCH[7]}
   local kind=${BASH_REMATCH[2]} share=${BASH_REMATCH[3]}
   [[ $kind = nomix ]] && mix=false
-  [[ $kind = causal ]] && causal=true
+  [[ $kind = causal || -n ${BASH_REMATCH[6]} ]] && causal=true
   [[ $kind = truth ]] && truth=0.5
   # blendNN: the uniform truth at NN% of the slots (blend: 75%).
   [[ $kind = blend* ]] && truth=0.${share:-75} blocks=(--edit_truth_blocks=0.5)
+  # wN: the edit loss at the slots whose input is the ground truth weighs
+  # N/10 (w0: the editor learns only where its input is P1's guess, as the
+  # neighbour oracle probes it).
+  [[ -n ${BASH_REMATCH[4]} ]] && weight=0.${BASH_REMATCH[5]}
+  # -causal: the causal-trained twin of the variant before it (the same
+  # seed, depth and words; d<D>-causal-s<N> is d<D>-mix's twin).
   # The chat drafter's recipe (scripts/train_tiny.sh chat) at block 16,
   # with the paper's ProposalMix: a fixed eta of 0.5 instead of the chat
   # recipe's adaptive one (--gt_selection_ratio), with which the editor
@@ -177,7 +194,8 @@ run_flags() {  # NAME
     --target_layer_ids=0,5,10 --sequences_per_step=4 --blocks_per_sequence=32 \
     --steps="$STEPS" --p1_only_steps=$((STEPS / 5)) --plateau_delta=0.005 \
     --gt_selection_ratio=0 --eta=0.5 --edit_truth_share="$truth" --lr=2e-3 \
-    --eval_every=100 --heldout_blocks=8 "${blocks[@]}"
+    --eval_every=100 --heldout_blocks=8 --edit_selected_weight="$weight" \
+    "${blocks[@]}"
 }
 
 train_runs() {  # OUT RUN...
