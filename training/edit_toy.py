@@ -420,18 +420,26 @@ def variant_of(run):
     return re.sub(r"-s[0-9]+(?=-right$|$)", "", run)
 
 
+def causal_twin_of(name):
+    """The bidirectional run whose causal-trained twin NAME is, or None:
+    d<D>-causal-s<N>[-right] is d<D>-mix's twin, and any variant's twin is
+    its name with -causal before the seed (d2-blend90-causal-s1 ->
+    d2-blend90-s1), as scripts/edit_toy.sh names them."""
+    m = re.fullmatch(r"(d[0-9]+)-causal-(s[0-9]+(?:-right)?)", name)
+    if m:
+        return f"{m[1]}-mix-{m[2]}"
+    m = re.fullmatch(r"(d[0-9]+-.+)-causal-(s[0-9]+(?:-right)?)", name)
+    return f"{m[1]}-{m[2]}" if m else None
+
+
 def causal_pairs(runs):
     """{variant: ([P3 of the bidirectional runs], [P3 of their causal-
-    trained twins])} for the ProposalMix runs (d<D>-mix-s<N>[-right]) whose
-    twin (d<D>-causal-s<N>[-right]: the same seed, depth and words) was
-    run too, paired seed by seed."""
+    trained twins])} for the runs whose twin (causal_twin_of: the same
+    seed, depth and words) was run too, paired seed by seed."""
     pairs = {}
-    for name in sorted(runs):
-        m = re.fullmatch(r"(d[0-9]+)-mix-(s[0-9]+)(-right)?", name)
-        if not m:
-            continue
-        twin = f"{m[1]}-causal-{m[2]}{m[3] or ''}"
-        if twin in runs:
+    for twin in sorted(runs):
+        name = causal_twin_of(twin)
+        if name in runs:
             bi, ca = pairs.setdefault(variant_of(name), ([], []))
             bi.append(runs[name]["p3_tau"])
             ca.append(runs[twin]["p3_tau"])

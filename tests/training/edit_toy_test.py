@@ -211,7 +211,9 @@ class EditToyTest(unittest.TestCase):
         self.addCleanup(shutil.rmtree, sweep)
         p3 = {"d2-mix-s1": 6.0, "d2-mix-s2": 6.5, "d2-causal-s1": 6.25,
               "d2-mix-s1-right": 6.5, "d2-mix-s2-right": 6.75,
-              "d2-causal-s1-right": 5.0, "d2-causal-s2-right": 5.5}
+              "d2-causal-s1-right": 5.0, "d2-causal-s2-right": 5.5,
+              "d2-blend90w0-s1": 7.0, "d2-blend90w0-causal-s1": 6.5,
+              "d2-blend90w0-causal-s2": 6.0}
         for run, p in p3.items():
             os.makedirs(os.path.join(sweep, run))
             with open(os.path.join(sweep, run, "eval.json"), "w") as f:
@@ -220,6 +222,11 @@ class EditToyTest(unittest.TestCase):
         self.assertEqual(edit_toy.variant_of("d2-mix-s2-right"),
                          "d2-mix-right")
         self.assertEqual(edit_toy.variant_of("d4-blend90-s3"), "d4-blend90")
+        self.assertEqual(edit_toy.causal_twin_of("d2-causal-s2-right"),
+                         "d2-mix-s2-right")
+        self.assertEqual(edit_toy.causal_twin_of("d2-blend90w0-causal-s1"),
+                         "d2-blend90w0-s1")
+        self.assertIsNone(edit_toy.causal_twin_of("d2-blend90-s1"))
         out = subprocess.run([sys.executable,
                               os.path.join(ROOT, "training", "edit_toy.py"),
                               "report", "--sweep", sweep],
@@ -238,6 +245,10 @@ class EditToyTest(unittest.TestCase):
         self.assertTrue(pairs[1].startswith(
             "| d2-mix-right (2) | 6.625 ± "), pairs[1])
         self.assertIn("| 1.375 ± ", pairs[1])
+        # Any variant's -causal twin pairs with it; a twin whose
+        # bidirectional run is missing (seed 2) pairs with nothing.
+        self.assertIn("| d2-blend90w0 (1) | 7.000 | 6.500 | 0.500 |",
+                      out.splitlines())
 
 
 if __name__ == "__main__":
