@@ -32,7 +32,10 @@ function of the tokenizer and --language_seed; the sequences of --seed.
          block) and marginal tau (the best per-slot draft) at the same
          anchors. DRAFTS.jsonl comes from `dedit-train drafts`.
   edit_toy.py ceiling --spec DIR/spec.json [--window 16]
-      -> the analytic taus averaged over a unit's phases.
+      -> the analytic taus averaged over a unit's phases, and the neighbour
+         oracle's analytic accuracy per word slot (oracle_ceilings): the
+         per-slot draft's, the best from the earlier slots only (a causal
+         editor's ceiling) and from all the others (any editor's).
   edit_toy.py report --sweep OUT
       -> markdown tables of a sweep's runs (scripts/edit_toy.sh --train),
          per variant the mean and 95% interval over its seeds, and each
@@ -266,6 +269,36 @@ def slot_certainty(occ, n):
     return out
 
 
+def oracle_ceilings(words):
+    """The neighbour oracle's best accuracy at each word slot, for words
+    [(tokens, p)]: the probed slot holds P1's guess and the rest of the
+    word the truth. Per slot (1-based): `p1`, the per-slot draft's (the
+    most likely token there, what a P1 that cannot tell the words apart
+    proposes); `left`, the best guess from the truth at the word's earlier
+    slots only (what a causal editor can reach); `full`, the best guess
+    from the truth at all its other slots (any editor's ceiling, since
+    P1's guess there is the same for every word). The carrier around a
+    word is fixed, so it tells nothing more."""
+    def best(k, known):
+        # The most likely token at slot k among the words that agree with
+        # the truth at the slots in `known`, summed over the truths.
+        hits = 0.0
+        keys = {}
+        for tokens, p in words:
+            key = tuple(tokens[j] for j in known)
+            keys.setdefault(key, {}).setdefault(tokens[k], 0.0)
+            keys[key][tokens[k]] += p
+        for votes in keys.values():
+            hits += max(votes.values())
+        return hits
+
+    n = len(words[0][0])
+    return {str(k + 1): {"p1": best(k, []),
+                         "left": best(k, list(range(k))),
+                         "full": best(k, [j for j in range(n) if j != k])}
+            for k in range(n)}
+
+
 def cmd_ceiling(args):
     with open(args.spec) as f:
         spec = json.load(f)
@@ -278,8 +311,18 @@ def cmd_ceiling(args):
         b, m = ceiling_and_marginal(occ)
         best += b / UNIT
         marg += m / UNIT
+    slots = oracle_ceilings([(w["tokens"], w["p"])
+                             for w in spec["groups"][0]["words"]])
+    # The oracle's gain in points over the per-slot draft, averaged over a
+    # word's slots (score's oracle_gain_points counts each ambiguous slot
+    # once, and a word's slots are about equally often in a block).
+    gain = {kind: 100 * sum(c[kind] - c["p1"] for c in slots.values()) /
+            len(slots) for kind in ("left", "full")}
     print(json.dumps({"window": args.window, "ceiling_tau": 1 + best,
-                      "marginal_tau": 1 + marg}))
+                      "marginal_tau": 1 + marg,
+                      "oracle_by_word_slot": slots,
+                      "left_oracle_gain_points": gain["left"],
+                      "full_oracle_gain_points": gain["full"]}))
 
 
 # --- Scoring drafts ------------------------------------------------------

@@ -156,6 +156,29 @@ class EditToyTest(unittest.TestCase):
                              check=True, capture_output=True, text=True)
         r = json.loads(out.stdout)
         self.assertGreater(r["ceiling_tau"] / r["marginal_tau"], 1.3)
+        # The left words: the per-slot draft spells (a, b, z); the truth at
+        # slots 1-2 fixes slot 3 (a causal editor's +55 points there), and
+        # every slot is fixed by the other two.
+        slots = r["oracle_by_word_slot"]
+        for k, (p1, left) in {"1": (0.55, 0.55), "2": (0.60, 0.60),
+                              "3": (0.45, 1.0)}.items():
+            self.assertAlmostEqual(slots[k]["p1"], p1, msg=k)
+            self.assertAlmostEqual(slots[k]["left"], left, msg=k)
+            self.assertAlmostEqual(slots[k]["full"], 1.0, msg=k)
+        self.assertAlmostEqual(r["left_oracle_gain_points"], 55 / 3)
+        self.assertAlmostEqual(r["full_oracle_gain_points"], 140 / 3)
+
+    def test_oracle_ceilings_of_the_right_words(self):
+        # (u, b, z) per slot; slot 1 needs the later slots: from (y, c) it
+        # is u 2:1 against a, so even the full oracle stays at 0.9 there.
+        words = [(w, p) for w, p in edit_toy.SHAPES["right"]]
+        slots = edit_toy.oracle_ceilings(words)
+        self.assertAlmostEqual(slots["1"]["p1"], 0.5)
+        self.assertAlmostEqual(slots["1"]["left"], 0.5)
+        self.assertAlmostEqual(slots["1"]["full"], 0.9)
+        self.assertAlmostEqual(slots["2"]["left"], 0.8)
+        self.assertAlmostEqual(slots["3"]["p1"], 0.4)
+        self.assertAlmostEqual(slots["3"]["left"], 1.0)
 
     def test_score_counts_prefixes_edits_and_ambiguous_slots(self):
         records = edit_toy.read_records(os.path.join(self.dir, "heldout.bin"))
