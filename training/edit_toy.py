@@ -282,15 +282,11 @@ def oracle_ceilings(words):
     def best(k, known):
         # The most likely token at slot k among the words that agree with
         # the truth at the slots in `known`, summed over the truths.
-        hits = 0.0
-        keys = {}
+        agree = {}
         for tokens, p in words:
-            key = tuple(tokens[j] for j in known)
-            keys.setdefault(key, {}).setdefault(tokens[k], 0.0)
-            keys[key][tokens[k]] += p
-        for votes in keys.values():
-            hits += max(votes.values())
-        return hits
+            agree.setdefault(tuple(tokens[j] for j in known), []).append(
+                (tokens, p))
+        return sum(max(slot_votes(c, k).values()) for c in agree.values())
 
     n = len(words[0][0])
     return {str(k + 1): {"p1": best(k, []),
@@ -311,6 +307,7 @@ def cmd_ceiling(args):
         b, m = ceiling_and_marginal(occ)
         best += b / UNIT
         marg += m / UNIT
+    # Every group has the same word shapes, so group 0 stands for all.
     slots = oracle_ceilings([(w["tokens"], w["p"])
                              for w in spec["groups"][0]["words"]])
     # The oracle's gain in points over the per-slot draft, averaged over a

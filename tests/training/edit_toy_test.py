@@ -171,8 +171,7 @@ class EditToyTest(unittest.TestCase):
     def test_oracle_ceilings_of_the_right_words(self):
         # (u, b, z) per slot; slot 1 needs the later slots: from (y, c) it
         # is u 2:1 against a, so even the full oracle stays at 0.9 there.
-        words = [(w, p) for w, p in edit_toy.SHAPES["right"]]
-        slots = edit_toy.oracle_ceilings(words)
+        slots = edit_toy.oracle_ceilings(edit_toy.SHAPES["right"])
         self.assertAlmostEqual(slots["1"]["p1"], 0.5)
         self.assertAlmostEqual(slots["1"]["left"], 0.5)
         self.assertAlmostEqual(slots["1"]["full"], 0.9)
