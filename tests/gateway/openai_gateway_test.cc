@@ -26,6 +26,8 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "common/model/in_process.h"
+#include "common/serving/internal_auth.h"
+#include "common/serving/server_bootstrap.h"
 #include "common/tokenizer/chat_template.h"
 #include "common/tokenizer/tokenizer.h"
 #include "dedit/v1/services.grpc.pb.h"
@@ -542,6 +544,27 @@ TEST_F(OpenAiGatewayTest, RouterHopNeedsTheInternalToken) {
   ASSERT_TRUE(router.ok()) << router.status();
   const std::string router_address =
       absl::StrCat("127.0.0.1:", (*router)->grpc_port());
+  // The router learns the model in the background: until it has reached
+  // the target it answers UNAVAILABLE (a 503 at the gateway), which must
+  // not be read as the refusal checked below. Asked with the token.
+  InternalAuthOptions hop;
+  hop.token_file = token_file;
+  absl::StatusOr<InternalAuth> hop_auth = InternalAuth::Load(hop);
+  ASSERT_TRUE(hop_auth.ok()) << hop_auth.status();
+  auto router_stub = v1::Generation::NewStub(
+      hop_auth->Channel(router_address, InternalChannelArguments()));
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        grpc::ClientContext c;
+        c.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(2));
+        v1::RouterInfoResponse info;
+        return router_stub->Info(&c, {}, &info).ok() &&
+               info.drafter_healthy() && info.model().max_context() > 0;
+      },
+      30000))
+      << "the router never reached its target and drafter";
+  std::string body;  // the last answer's, for the failure messages
   auto completion = [&](const std::vector<std::string>& auth) {
     std::vector<std::string> args = {"--router=" + router_address,
                                      "--host=127.0.0.1", "--port=0",
@@ -556,11 +579,12 @@ TEST_F(OpenAiGatewayTest, RouterHopNeedsTheInternalToken) {
     auto res = client.Post("/v1/completions",
                            R"({"prompt": "def add(a, b):", "max_tokens": 4})",
                            "application/json");
+    body = res ? res->body : "(no answer)";
     return res ? res->status : -1;
   };
-  EXPECT_EQ(completion({"--internal_token_file=" + token_file}), 200);
+  EXPECT_EQ(completion({"--internal_token_file=" + token_file}), 200) << body;
   // Refused by the router: the gateway's problem, a 503 to its client.
-  EXPECT_EQ(completion({}), 503);
+  EXPECT_EQ(completion({}), 503) << body;
   // A bare gRPC client: refused; health answers.
   auto channel =
       grpc::CreateChannel(router_address, grpc::InsecureChannelCredentials());
