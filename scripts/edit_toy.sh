@@ -50,12 +50,16 @@
 #                                        the editor's input is the truth
 #                                        (--edit_selected_weight 0): it
 #                                        learns only the slots it must fix
-#   d2-blend90-s1-right                  blend90 on the right words
+#   d2-blend90-s1-right d2-blend90-s2-right
+#                                        blend90 on the right words
+#   d2-blend90-causal-s1-right           its causal-trained twin
 #   (a name's wN sets that weight to N/10; -causal before the seed makes
 #   any variant's causal-trained twin, e.g. d2-blend90-causal-s1.
-#   docs/RESULTS.md also has d2-blend90-s1..3 at STEPS=3000 in their own
-#   OUT.)
-# checkpoints/edit-toy/drafter is d2-mix-s1 and drafter-causal d2-causal-s1.
+#   docs/RESULTS.md also has d2-blend90-s1..3 and d2-blend90-causal-s1
+#   at STEPS=3000 in their own OUT.)
+# checkpoints/edit-toy/drafter is STEPS=3000 d2-blend90-s1, drafter-causal
+# STEPS=3000 d2-blend90-causal-s1; right/ holds d2-blend90-s1-right and
+# d2-blend90-causal-s1-right (1,500 steps).
 #
 # Environment: BUILD (default build; needs training/dedit-train), TARGET
 # (default checkpoints/tiny/target), THREADS (default 1), MAX_MINUTES
@@ -77,7 +81,8 @@ SWEEP=(d2-mix-s1 d2-mix-s2 d2-mix-s3 d2-nomix-s1 d2-nomix-s2 d2-nomix-s3
        d2-blend-s2 d2-blend-s3 d4-blend-s1 d2-blend90-s1 d2-blend90-s2
        d2-blend90-s3 d2-mix-s1-right d2-causal-s1-right d2-mix-s2-right
        d2-mix-s3-right d2-causal-s2-right d2-causal-s3-right d2-causal-s2
-       d2-causal-s3 d2-blend90w0-s1 d2-blend90-s1-right)
+       d2-causal-s3 d2-blend90w0-s1 d2-blend90-s1-right d2-blend90-s2-right
+       d2-blend90-causal-s1-right)
 
 usage() {
   echo "usage: $0 OUT | --train OUT [RUN...] | --eval DRAFTER [CAUSAL_TWIN]" >&2
