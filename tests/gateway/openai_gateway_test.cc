@@ -42,6 +42,8 @@ namespace {
 using json = nlohmann::json;
 using testing::ServiceCluster;
 using testing::ServiceProcess;
+using testing::WaitFor;
+using testing::WaitForRouterReady;
 
 // The gRPC side of the comparisons: one Generate stream read to the end.
 testing::Generated GrpcGenerate(v1::Generation::Stub* stub,
@@ -80,17 +82,6 @@ int FreePortForTest() {
   getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
   close(fd);
   return ntohs(addr.sin_port);
-}
-
-template <typename Pred>
-bool WaitFor(Pred pred, int timeout_ms) {
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(25));
-  }
-  return pred();
 }
 
 // One process set for the whole suite (starting it costs seconds).
@@ -151,16 +142,7 @@ class OpenAiGatewayTest : public ::testing::Test {
         grpc::CreateChannel(absl::StrCat("127.0.0.1:", router_->grpc_port()),
                             grpc::InsecureChannelCredentials()));
     // The router learns the model and the drafter in the background.
-    ASSERT_TRUE(WaitFor(
-        [&] {
-          grpc::ClientContext c;
-          c.set_deadline(std::chrono::system_clock::now() +
-                         std::chrono::seconds(2));
-          v1::RouterInfoResponse info;
-          return stub_->Info(&c, {}, &info).ok() && info.drafter_healthy() &&
-                 !info.model().name().empty();
-        },
-        30000));
+    ASSERT_TRUE(WaitForRouterReady(stub_.get(), /*with_drafter=*/true, 30000));
     auto tokenizer =
         Tokenizer::FromFile(kCheckpoints + "/target/tokenizer.json");
     ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
@@ -553,16 +535,8 @@ TEST_F(OpenAiGatewayTest, RouterHopNeedsTheInternalToken) {
   ASSERT_TRUE(hop_auth.ok()) << hop_auth.status();
   auto router_stub = v1::Generation::NewStub(
       hop_auth->Channel(router_address, InternalChannelArguments()));
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        grpc::ClientContext c;
-        c.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::seconds(2));
-        v1::RouterInfoResponse info;
-        return router_stub->Info(&c, {}, &info).ok() &&
-               info.drafter_healthy() && info.model().max_context() > 0;
-      },
-      30000))
+  ASSERT_TRUE(
+      WaitForRouterReady(router_stub.get(), /*with_drafter=*/true, 30000))
       << "the router never reached its target and drafter";
   std::string body;  // the last answer's, for the failure messages
   auto completion = [&](const std::vector<std::string>& auth) {

@@ -114,16 +114,10 @@ HealthCheckResponse::ServingStatus Health(
 // tokens with every round drafted by the drafter service (none fell back).
 void ExpectSpeculativeGreedyOutput(ServiceCluster& cluster) {
   auto stub = v1::Generation::NewStub(cluster.RouterChannel());
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        grpc::ClientContext c;
-        v1::RouterInfoResponse info;
-        // The model known: the loop has reached the target (its TLS
-        // handshake may finish after the drafter's health probe).
-        return stub->Info(WithDeadline(&c), {}, &info).ok() &&
-               info.drafter_healthy() && info.model().max_context() > 0;
-      },
-      20000));
+  // The model known: the loop has reached the target (its TLS handshake
+  // may finish after the drafter's health probe).
+  ASSERT_TRUE(
+      testing::WaitForRouterReady(stub.get(), /*with_drafter=*/true, 20000));
   const std::vector<int32_t> prompt = RandomPrompt(9, 300, 17);
   Generated g = Generate(stub.get(), IdsRequest(prompt, 24, 4, 1));
   ASSERT_TRUE(g.status.ok()) << g.status.error_message();

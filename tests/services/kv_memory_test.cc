@@ -81,18 +81,8 @@ TEST(KvMemoryTest, IdleSessionsAfterALongRequestKeepTheTargetSmall) {
     EXPECT_TRUE(target_stub->Info(&c, {}, &r).ok());
     return r;
   };
-  // The router serves once it has read the target's model and the drafter
-  // answers (a Generate before that is refused UNAVAILABLE).
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        grpc::ClientContext c;
-        c.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::seconds(2));
-        v1::RouterInfoResponse r;
-        return stub->Info(&c, {}, &r).ok() && r.model().max_context() > 0 &&
-               r.drafter_healthy();
-      },
-      30000));
+  ASSERT_TRUE(
+      testing::WaitForRouterReady(stub.get(), /*with_drafter=*/true, 30000));
   const pid_t pid = (*target)->pid();
   const int64_t rss_start = RssBytes(pid);
 

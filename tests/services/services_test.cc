@@ -82,18 +82,8 @@ class ServicesTest : public ::testing::Test {
     const absl::Status started = cluster_.Start();
     ASSERT_TRUE(started.ok()) << started;
     stub_ = v1::Generation::NewStub(cluster_.RouterChannel());
-    // The router serves at once and learns the model from the target in
-    // the background; wait until it has.
-    ASSERT_TRUE(WaitFor(
-        [&] {
-          grpc::ClientContext c;
-          c.set_deadline(std::chrono::system_clock::now() +
-                         std::chrono::seconds(2));
-          v1::ListModelsResponse models;
-          return stub_->ListModels(&c, {}, &models).ok() &&
-                 models.models_size() == 1;
-        },
-        20000));
+    ASSERT_TRUE(testing::WaitForRouterReady(stub_.get(),
+                                            /*with_drafter=*/false, 20000));
   }
   std::string RouterMetrics() {
     auto text = ServiceCluster::Scrape(cluster_.router()->metrics_port());

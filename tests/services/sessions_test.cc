@@ -43,17 +43,8 @@ class SessionsTest : public ::testing::Test {
     const absl::Status started = cluster_->Start();
     ASSERT_TRUE(started.ok()) << started;
     stub_ = v1::Generation::NewStub(cluster_->RouterChannel());
-    ASSERT_TRUE(WaitFor(
-        [&] {
-          grpc::ClientContext c;
-          c.set_deadline(std::chrono::system_clock::now() +
-                         std::chrono::seconds(2));
-          v1::RouterInfoResponse info;
-          return stub_->Info(&c, {}, &info).ok() &&
-                 info.model().max_context() > 0 &&
-                 (!options.with_drafter || info.drafter_healthy());
-        },
-        20000));
+    ASSERT_TRUE(
+        testing::WaitForRouterReady(stub_.get(), options.with_drafter, 20000));
   }
   std::vector<int32_t> Greedy(const std::vector<int32_t>& prompt, int n) {
     if (reference_ == nullptr) {
