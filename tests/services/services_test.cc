@@ -109,13 +109,9 @@ class ServicesTest : public ::testing::Test {
   // T = 0 through the services, several W/K and target-only: the in-process
   // engine's tokens, which are the target's greedy tokens.
   void ExpectMatchesInProcessEngine();
+  // With the model known: the loop has reached the target too.
   bool RouterSeesDrafter() {
-    grpc::ClientContext c;
-    c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
-    v1::RouterInfoResponse info;
-    // With the model known: the loop has reached the target too.
-    return stub_->Info(&c, {}, &info).ok() && info.drafter_healthy() &&
-           info.model().max_context() > 0;
+    return testing::RouterReady(stub_.get(), /*with_drafter=*/true);
   }
 
   ServiceCluster cluster_;
@@ -618,16 +614,8 @@ TEST(ServicesLeaseTest, RouterKilledMidStreamSequencesExpireOnBothServices) {
   const absl::Status started = cluster.Start();
   ASSERT_TRUE(started.ok()) << started;
   auto stub = v1::Generation::NewStub(cluster.RouterChannel());
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        grpc::ClientContext c;
-        c.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::seconds(2));
-        v1::RouterInfoResponse info;
-        return stub->Info(&c, {}, &info).ok() && info.drafter_healthy() &&
-               info.model().max_context() > 0;
-      },
-      20000));
+  ASSERT_TRUE(
+      testing::WaitForRouterReady(stub.get(), /*with_drafter=*/true, 20000));
   auto target = v1::Target::NewStub(cluster.TargetChannel());
   auto drafter = v1::Drafter::NewStub(cluster.DrafterChannel());
   auto target_info = [&] {
@@ -707,16 +695,8 @@ std::unique_ptr<ServiceCluster> StartLimitsCluster(
   EXPECT_TRUE(started.ok()) << started;
   if (!started.ok()) return nullptr;
   auto stub = v1::Generation::NewStub(cluster->RouterChannel());
-  const bool ready = WaitFor(
-      [&] {
-        grpc::ClientContext c;
-        c.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::seconds(2));
-        v1::ListModelsResponse models;
-        return stub->ListModels(&c, {}, &models).ok() &&
-               models.models_size() == 1;
-      },
-      20000);
+  const bool ready =
+      testing::WaitForRouterReady(stub.get(), /*with_drafter=*/false, 20000);
   EXPECT_TRUE(ready);
   return ready ? std::move(cluster) : nullptr;
 }

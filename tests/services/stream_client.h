@@ -253,24 +253,22 @@ bool WaitFor(Pred pred, int timeout_ms) {
   return pred();
 }
 
-// Waits up to `timeout_ms` until the router behind `stub` serves: it
-// knows its target's model and, `with_drafter`, sees a healthy drafter.
-// A router answers at once but learns both in the background, and until
-// it knows the model it refuses generations UNAVAILABLE (a 503 at the
-// OpenAI gateway).
+// Whether the router behind `stub` serves now: it knows its target's
+// model and, `with_drafter`, sees a healthy drafter. A router answers at
+// once but learns both in the background, and until it knows the model
+// it refuses generations UNAVAILABLE (a 503 at the OpenAI gateway).
+inline bool RouterReady(v1::Generation::Stub* stub, bool with_drafter) {
+  grpc::ClientContext c;
+  c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  v1::RouterInfoResponse info;
+  return stub->Info(&c, {}, &info).ok() && info.model().max_context() > 0 &&
+         (!with_drafter || info.drafter_healthy());
+}
+
+// Waits up to `timeout_ms` until RouterReady.
 inline bool WaitForRouterReady(v1::Generation::Stub* stub, bool with_drafter,
                                int timeout_ms) {
-  return WaitFor(
-      [&] {
-        grpc::ClientContext c;
-        c.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::seconds(2));
-        v1::RouterInfoResponse info;
-        return stub->Info(&c, {}, &info).ok() &&
-               info.model().max_context() > 0 &&
-               (!with_drafter || info.drafter_healthy());
-      },
-      timeout_ms);
+  return WaitFor([&] { return RouterReady(stub, with_drafter); }, timeout_ms);
 }
 
 }  // namespace dedit::testing
