@@ -116,15 +116,18 @@ def answer_add(a, b):
             f"A+B={total}")
 
 
-def answer_reverse(words):
-    """`1 a 2 b 3 c. 3 c 2 b 1 a. Reversed: c b a`. Reversing a list of
+def answer_reverse(words, steps=True):
+    """`1 a 2 b 3 c. 3 c 2 b 1 a. Reversed: c b a` (steps=False: the bare
+    list `c b a`, the first suite's format). Reversing a list of
     words it has never seen is copying from the prompt: the numbered copy
     turns each backward step into "find the word after the number one
     less than the last", which a small model does from the numbers alone,
     where the bare list asks it to count words of 1-4 BPE pieces backwards
     (docs/log/2026-12-06-target-continuations.md, "Reverse by length")."""
-    numbered = [f"{i} {w}" for i, w in enumerate(words, 1)]
     backward = " ".join(reversed(words))
+    if not steps:
+        return backward
+    numbered = [f"{i} {w}" for i, w in enumerate(words, 1)]
     return (f"{' '.join(numbered)}. {' '.join(reversed(numbered))}. "
             f"Reversed: {backward}")
 
@@ -411,7 +414,8 @@ def rename_names(user):
 
 
 def make_instance(family, rng, funcs, words=FIXED_WORDS, keys=FIXED_KEYS,
-                  rename_min_uses=1, reverse_min_words=3, hard_keys=()):
+                  rename_min_uses=1, reverse_min_words=3, hard_keys=(),
+                  reverse_steps=True):
     if family == "add":
         a, b = rng.randint(0, 99999), rng.randint(0, 99999)
         return f"Add {a} and {b}.", answer_add(a, b)
@@ -425,7 +429,7 @@ def make_instance(family, rng, funcs, words=FIXED_WORDS, keys=FIXED_KEYS,
     if family == "reverse":
         ws = [rng.choice(words)
               for _ in range(rng.randint(reverse_min_words, 8))]
-        return "Reverse: " + " ".join(ws), answer_reverse(ws)
+        return "Reverse: " + " ".join(ws), answer_reverse(ws, reverse_steps)
     if family == "json":
         picked = rng.sample(keys, rng.randint(2, 5))
         if hard_keys:
@@ -540,7 +544,8 @@ def generate(args):
                 user, answer = make_instance(
                     family, rng, funcs, w, k,
                     args.rename_min_uses if train else 1,
-                    args.reverse_min_words if train else 3, hard_keys)
+                    args.reverse_min_words if train else 3, hard_keys,
+                    args.reverse_format == "steps")
                 f.write(json.dumps({"family": family, "user": user,
                                     "answer": answer,
                                     "text": render_chat(user, answer)}) + "\n")
@@ -696,6 +701,11 @@ def main():
                    choices=range(3, 9), metavar="{3..8}",
                    help="training reverse instances list this many to 8 "
                         "words (held-out: 3 to 8)")
+    g.add_argument("--reverse_format", choices=["steps", "list"],
+                   default="steps",
+                   help="reverse answers: steps (numbered forward, numbered "
+                        "backward, then the list) or list (the reversed list "
+                        "alone)")
     g.add_argument("--json_retokenized_share", type=float, default=0.0,
                    help="this share of the training json instances has a "
                         "key that tokenizes otherwise bare than after a "

@@ -85,6 +85,8 @@ def check_user_scoring(check):
     check(rev["answer"] == "1 ab 2 cd 3 ef. 3 ef 2 cd 1 ab. Reversed: ef cd ab",
           f"reverse: the steps, then the list: {rev['answer']!r}")
     check(c(rev, "ef cd ab"), "reverse: the bare list, without the steps")
+    check(chat_tasks.answer_reverse(["ab", "cd", "ef"], steps=False) ==
+          "ef cd ab", "reverse, list format: the reversed list alone")
     check(c(rev, "Reversed, it reads ef cd ab."), "reverse: the list in a sentence")
     check(not c(rev, "1 ab 2 cd 3 ef. 3 ef 2 cd 1 ab. Reversed: ef ab cd"),
           "reverse: right steps, a wrong list")
@@ -230,6 +232,24 @@ def main():
         check(not all(map(has_hard_key, plain_json)),
               "without --json_retokenized_share some json instances have "
               "no retokenized key")
+        # --reverse_format list: reverse answers are the reversed list
+        # alone, in both splits; every other instance is unchanged.
+        f = os.path.join(d, "list")
+        run("generate", "--out", f, "--train", "200", "--heldout", "40",
+            "--reverse_format", "list")
+        for split in ("train", "heldout"):
+            steps = [json.loads(l) for l in open(os.path.join(d, split + ".jsonl"))]
+            listed = [json.loads(l) for l in open(os.path.join(f, split + ".jsonl"))]
+            check(len(steps) == len(listed), f"{split}: list format counts")
+            for a, b in zip(steps, listed):
+                if a["family"] == "reverse":
+                    check(b["user"] == a["user"] and
+                          b["answer"] == chat_tasks.reversed_list(a["user"])
+                          and chat_tasks.correct(b, b["answer"]),
+                          f"list format: {b['answer']!r} for {a['user']!r}")
+                else:
+                    check(a == b, f"list format changed a {a['family']} "
+                          "instance")
         reversed_lengths = {len(i["user"].split()) - 1 for i in knob
                             if i["family"] == "reverse"}
         check(reversed_lengths and min(reversed_lengths) >= 6,
