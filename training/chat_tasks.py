@@ -123,7 +123,9 @@ def answer_reverse(words, steps=True):
     turns each backward step into "find the word after the number one
     less than the last", which a small model does from the numbers alone,
     where the bare list asks it to count words of 1-4 BPE pieces backwards
-    (docs/log/2026-12-06-target-continuations.md, "Reverse by length")."""
+    (docs/log/2026-12-06-target-continuations.md, "Reverse by length"; its
+    seventh session: 450 steps on the bare list took the shipped target's
+    reverse from 30/35 to 11/35 on unseen words)."""
     backward = " ".join(reversed(words))
     if not steps:
         return backward
